@@ -1,0 +1,1 @@
+"""Tested code behind the workbook's notebooks: the notebooks narrate, these modules compute."""

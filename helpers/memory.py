@@ -1,0 +1,149 @@
+"""GPU memory arithmetic for the handout's models (§1.2): parameters, KV cache, what fits.
+
+Convention: every function takes and returns BYTES. Converting to GB (1e9 bytes, what GPU vendors print on
+the box) or GiB (2**30 bytes, what ``nvidia-smi`` and PyTorch report) happens only at the edges, with
+``GB``/``GiB`` below, and the notebook always names which one it shows.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+from . import paths
+
+GB = 10**9
+GiB = 2**30
+
+# The handout's models, in the order its tables list them.
+KNOWN_MODELS = (
+    "Qwen/Qwen3-0.6B",
+    "Qwen/Qwen3-1.7B",
+    "Qwen/Qwen3-4B",
+    "Qwen/Qwen3-8B",
+    "Qwen/Qwen3-14B",
+    "Qwen/Qwen3-32B",
+    "meta-llama/Llama-3.1-8B",
+    "meta-llama/Llama-3.2-1B",
+    "meta-llama/Llama-2-7b-hf",
+    "allenai/OLMo-7B-0724-hf",
+)
+QWEN3_FAMILY = KNOWN_MODELS[:6]
+
+
+def config_path(model_id: str):
+    return paths.CONFIGS_DIR / (model_id.replace("/", "__") + ".json")
+
+
+@lru_cache(maxsize=None)
+def _config_dict(model_id: str) -> str:
+    path = config_path(model_id)
+    if model_id not in KNOWN_MODELS or not path.exists():
+        known = "\n  ".join(KNOWN_MODELS)
+        raise KeyError(
+            f"unknown model id {model_id!r}: no config in {paths.CONFIGS_DIR}. Known model ids:\n  {known}\n"
+            "(ids are case-sensitive, e.g. 'Qwen/Qwen3-8B'; add a config JSON there to support another model)"
+        )
+    return path.read_text(encoding="utf-8")
+
+
+def load_config(model_id: str):
+    """The transformers config of a handout model, read offline from ``data/configs/``."""
+    from transformers import AutoConfig
+
+    data = json.loads(_config_dict(model_id))
+    model_type = data.pop("model_type")
+    data.pop("_name_or_path", None)
+    config = AutoConfig.for_model(model_type, **data)
+    config._name_or_path = model_id
+    return config
+
+
+def _head_dim(config) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def _kv_heads(config) -> int:
+    return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+
+
+def param_count(config) -> int:
+    """Exact parameter count of a Qwen3, Llama or OLMo causal LM built from ``config``.
+
+    Embeddings (+ an LM head unless tied), per layer: q/k/v/o projections (GQA: k and v have only
+    ``num_key_value_heads`` heads; optional biases), Qwen3's per-head q/k RMSNorm weights, the SwiGLU MLP
+    (gate, up, down), and the two pre-norms; plus the final norm. OLMo's LayerNorms have no parameters.
+    """
+    h, v, n_layers = config.hidden_size, config.vocab_size, config.num_hidden_layers
+    d, n_q, n_kv = _head_dim(config), config.num_attention_heads, _kv_heads(config)
+    model_type = config.model_type
+    if model_type not in ("qwen3", "llama", "olmo"):
+        raise ValueError(f"param_count knows qwen3, llama and olmo, not {model_type!r}")
+
+    attention = h * n_q * d + 2 * h * n_kv * d + n_q * d * h
+    if getattr(config, "attention_bias", False):
+        attention += n_q * d + 2 * n_kv * d + h
+    if model_type == "qwen3":
+        attention += 2 * d  # q_norm and k_norm: one RMSNorm weight per head dimension, shared by heads
+    mlp = 3 * h * config.intermediate_size
+    if getattr(config, "mlp_bias", False):
+        mlp += 2 * config.intermediate_size + h
+    norm = 0 if model_type == "olmo" else h  # OLMo uses non-parametric LayerNorm
+    per_layer = attention + mlp + 2 * norm
+
+    embeddings = v * h
+    lm_head = 0 if config.tie_word_embeddings else v * h
+    return embeddings + lm_head + n_layers * per_layer + norm
+
+
+def weight_bytes(config, bytes_per_param: int = 2) -> int:
+    return param_count(config) * bytes_per_param
+
+
+def kv_cache_bytes_per_token(config, bytes_per_elem: int = 2) -> int:
+    """K and V, for every layer and KV head: 2 * L * n_kv * d_head * bytes."""
+    return 2 * config.num_hidden_layers * _kv_heads(config) * _head_dim(config) * bytes_per_elem
+
+
+def kv_cache_bytes(config, seq_len: int, batch_size: int = 1, bytes_per_elem: int = 2) -> int:
+    """KV cache bytes for ``batch_size`` sequences of ``seq_len`` tokens (a static, fully allocated cache)."""
+    if seq_len < 0 or batch_size < 1:
+        raise ValueError(f"need seq_len >= 0 and batch_size >= 1, got seq_len={seq_len}, batch_size={batch_size}")
+    return batch_size * seq_len * kv_cache_bytes_per_token(config, bytes_per_elem)
+
+
+def max_seq_len(config, gpu_bytes: int, batch_size: int, bytes_per_elem: int = 2, reserved_bytes: int = 0) -> int:
+    """Longest sequence (tokens per sequence) whose weights + KV cache fit in ``gpu_bytes``.
+
+    Only weights and KV cache count (§1.2.2 lets us ignore framework overhead); ``reserved_bytes`` sets
+    aside anything else you want to account for. Not capped by the model's context window: compare with
+    ``config.max_position_embeddings`` yourself. Returns 0 when even the weights do not fit.
+    """
+    free = gpu_bytes - reserved_bytes - weight_bytes(config, bytes_per_elem)
+    if free <= 0:
+        return 0
+    return free // (batch_size * kv_cache_bytes_per_token(config, bytes_per_elem))
+
+
+def max_params_for_forward(
+    gpu_bytes: int,
+    bytes_per_param: int = 2,
+    overhead_bytes: int = 0,
+    activation_fraction: float = 0.0,
+) -> int:
+    """Largest parameter count whose single forward pass fits (§1.2.1).
+
+    The assumption is explicit: memory = params * bytes_per_param * (1 + activation_fraction) +
+    overhead_bytes, where ``activation_fraction`` is activations/temporaries relative to the weights and
+    ``overhead_bytes`` a fixed reserve (CUDA context, allocator slack). No KV cache is kept (one pass).
+    """
+    if not 0 <= activation_fraction:
+        raise ValueError("activation_fraction must be >= 0")
+    usable = gpu_bytes - overhead_bytes
+    if usable <= 0:
+        return 0
+    return int(usable // (bytes_per_param * (1 + activation_fraction)))
+
+
+def round_down(value: int, multiple: int = 10) -> int:
+    """Round down to a multiple (a length that fits must not be rounded up past the limit)."""
+    return (value // multiple) * multiple

@@ -1,0 +1,186 @@
+"""Append-only JSONL results, one file per profile and notebook, that survive interruptions.
+
+Each finished configuration is appended (and flushed) as one row the moment it finishes, so a crash or a
+kernel restart loses at most the configuration in flight, and a rerun skips what is already measured.
+Rows carry the metadata every result needs (device, dtype, versions, model, weights, seed, threads, time).
+An out-of-memory configuration is a result: it is recorded with ``status="oom"`` and the sweep goes on.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import gc
+import json
+import math
+import platform
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from . import paths
+from .hardware import device_info
+
+STATUS_OK = "ok"
+STATUS_OOM = "oom"
+
+
+class MemoryBudgetExceeded(MemoryError):
+    """A configuration would exceed the memory budget a profile sets (how the CPU profile exercises OOM)."""
+
+
+def check_memory_budget(needed_bytes: int, budget_bytes: int | None, what: str = "this configuration") -> None:
+    """Raise ``MemoryBudgetExceeded`` when ``needed_bytes`` is over a set budget (``None`` = no budget)."""
+    if budget_bytes is not None and budget_bytes > 0 and needed_bytes > budget_bytes:
+        raise MemoryBudgetExceeded(
+            f"{what} needs about {needed_bytes / 2**30:.2f} GiB, over the memory budget of "
+            f"{budget_bytes / 2**30:.2f} GiB (raise the budget parameter to run it)"
+        )
+
+
+def is_oom(error: BaseException) -> bool:
+    """True for the errors that mean 'this configuration does not fit'."""
+    if isinstance(error, (MemoryBudgetExceeded, torch.OutOfMemoryError)):
+        return True
+    return isinstance(error, RuntimeError) and "out of memory" in str(error).lower()
+
+
+def _versions() -> dict:
+    import transformers
+
+    return {
+        "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__,
+        "python_version": platform.python_version(),
+    }
+
+
+def run_metadata(
+    *,
+    model_id: str,
+    weights: str,
+    dtype: str | torch.dtype,
+    device: str | torch.device,
+    seed: int | None,
+    **extra,
+) -> dict:
+    """The metadata every result row records; ``weights`` is 'pretrained', 'random' or 'cpu-pair'."""
+    if weights not in ("pretrained", "random", "cpu-pair", "none"):
+        raise ValueError(f"weights must be 'pretrained', 'random', 'cpu-pair' or 'none', got {weights!r}")
+    info = device_info(device)
+    meta = {
+        "model_id": model_id,
+        "weights": weights,
+        "dtype": str(dtype).replace("torch.", ""),
+        "device": info["device"],
+        "device_name": info["device_name"],
+        "device_memory_bytes": info["total_memory_bytes"],
+        "threads": info["cpu_threads"],
+        "seed": seed,
+        **_versions(),
+    }
+    meta.update(extra)
+    return meta
+
+
+def config_key(config: dict) -> str:
+    """A canonical string for a configuration (what 'already measured' compares)."""
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+def _clean(value):
+    """JSON has no NaN/inf; store them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, torch.Tensor):
+        return _clean(value.tolist())
+    return value
+
+
+class ResultStore:
+    """``results/<profile>/<notebook>.jsonl``: append rows, resume, and read back as a DataFrame."""
+
+    def __init__(self, profile: str, notebook: str):
+        paths.check_profile(profile)
+        self.profile = profile
+        self.notebook = notebook
+        self.path: Path = paths.results_dir(profile) / f"{notebook}.jsonl"
+
+    def rows(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        rows = []
+        with self.path.open(encoding="utf-8") as handle:
+            for line in handle:
+                line = line.strip()
+                if line:
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError:
+                        continue  # a row cut short by a crash mid-write: that config is simply re-measured
+        return rows
+
+    def done(self) -> dict[str, dict]:
+        """Finished configurations (ok or OOM) by ``config_key``; the last row for a config wins."""
+        return {row["config_key"]: row for row in self.rows() if "config_key" in row}
+
+    def has(self, config: dict) -> bool:
+        return config_key(config) in self.done()
+
+    def append(self, config: dict, metrics: dict, meta: dict, status: str = STATUS_OK) -> dict:
+        """Write one finished row now (flushed), and return it."""
+        overlap = set(config) & set(metrics)
+        if overlap:
+            raise ValueError(f"metric names clash with config names: {sorted(overlap)}")
+        row = {
+            **config,
+            **metrics,
+            **{k: v for k, v in meta.items() if k not in config and k not in metrics},
+            "status": status,
+            "profile": self.profile,
+            "config_key": config_key(config),
+            "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+        row = _clean(row)
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row, sort_keys=True) + "\n")
+            handle.flush()
+        return row
+
+    def run(self, config: dict, fn: Callable[[], dict], *, meta: dict, rerun: bool = False) -> dict:
+        """Measure ``config`` unless already done: ``fn()`` returns metrics; OOM becomes an 'oom' row."""
+        if not rerun:
+            previous = self.done().get(config_key(config))
+            if previous is not None:
+                return previous
+        try:
+            metrics = fn()
+        except Exception as error:  # noqa: BLE001 - only OOM is swallowed, the rest re-raises
+            if not is_oom(error):
+                raise
+            del error
+            free_memory()
+            return self.append(config, {"error": "out of memory"}, meta, status=STATUS_OOM)
+        return self.append(config, metrics, meta)
+
+    def frame(self, latest_only: bool = True):
+        """All rows as a pandas DataFrame (one per configuration unless ``latest_only=False``)."""
+        import pandas as pd
+
+        rows = list(self.done().values()) if latest_only else self.rows()
+        return pd.DataFrame(rows)
+
+    def clear(self) -> None:
+        """Forget every row of this notebook and profile (for a deliberate fresh run)."""
+        if self.path.exists():
+            self.path.unlink()
+
+
+def free_memory() -> None:
+    """Release what an OOM left behind so the next configuration starts clean."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

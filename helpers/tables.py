@@ -1,0 +1,111 @@
+"""Tables and numbers for the LaTeX report, written by code so that prose never types a number by hand.
+
+``write_table`` writes a booktabs ``tabular`` to ``report/generated/<profile>/<name>.tex``; the report
+wraps it in a table float with ``\\wbtable{name}``. ``write_numbers`` writes ``\\wbset{key}{value}`` lines
+that the report quotes with ``\\wb{key}``.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from . import paths
+
+_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
+
+
+def latex_escape(text) -> str:
+    """Escape the characters LaTeX treats specially (model ids have '_' and '/', units have '%')."""
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+def _format_cell(value, float_format: str) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "--"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}".replace(",", "{,}")
+    if isinstance(value, float):
+        return float_format.format(value)
+    return latex_escape(value)
+
+
+def table_tex(df, float_format: str = "{:.3g}", column_format: str | None = None, formats: dict | None = None) -> str:
+    """A booktabs tabular for ``df`` (the header row is the column names, escaped)."""
+    formats = formats or {}
+    columns = list(df.columns)
+    if column_format is None:
+        column_format = "l" + "r" * (len(columns) - 1)
+    lines = [rf"\begin{{tabular}}{{{column_format}}}", r"\toprule"]
+    lines.append(" & ".join(latex_escape(c) for c in columns) + r" \\")
+    lines.append(r"\midrule")
+    for _, row in df.iterrows():
+        cells = []
+        for column in columns:
+            fmt = formats.get(column, float_format)
+            value = row[column]
+            if hasattr(value, "item") and not isinstance(value, str):
+                value = value.item()
+            cells.append(fmt(value) if callable(fmt) else _format_cell(value, fmt))
+        lines.append(" & ".join(cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_table(df, name: str, profile: str, caption: str | None = None, **kwargs) -> Path:
+    """Write ``report/generated/<profile>/<name>.tex`` (and ``<name>.caption.tex`` if given)."""
+    _check_name(name)
+    out = paths.generated_dir(profile) / f"{name}.tex"
+    out.write_text(table_tex(df, **kwargs), encoding="utf-8")
+    if caption is not None:
+        (out.parent / f"{name}.caption.tex").write_text(latex_escape(caption) + "\n", encoding="utf-8")
+    return out
+
+
+def format_number(value, digits: int = 3) -> str:
+    """Numbers as they appear in prose: ints with thousands separators, floats to ``digits`` significant."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}".replace(",", "{,}")
+    if isinstance(value, float):
+        text = f"{value:.{digits}g}"
+        if "e" in text:
+            mantissa, exponent = text.split("e")
+            return rf"\ensuremath{{{mantissa}\times 10^{{{int(exponent)}}}}}"
+        return text
+    return latex_escape(value)
+
+
+def write_numbers(name: str, profile: str, numbers: dict, digits: int = 3) -> Path:
+    """Write ``\\wbset{key}{value}`` lines to ``report/generated/<profile>/<name>.numbers.tex``.
+
+    Values that are already strings are escaped; pass ``str`` to control formatting exactly.
+    """
+    _check_name(name)
+    lines = []
+    for key, value in numbers.items():
+        if not _KEY_RE.match(key):
+            raise ValueError(f"number key {key!r}: use letters, digits, '_', '-' or '.'")
+        lines.append(rf"\wbset{{{key}}}{{{format_number(value, digits)}}}")
+    out = paths.generated_dir(profile) / f"{name}.numbers.tex"
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+def _check_name(name: str) -> None:
+    if not _KEY_RE.match(name):
+        raise ValueError(f"output name {name!r}: use letters, digits, '_', '-' or '.' (no paths)")
