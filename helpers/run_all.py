@@ -1,0 +1,134 @@
+"""The main job: run every notebook with a profile's parameters, then build the report.
+
+    python -m helpers.run_all                      # CPU profile (params/cpu.yaml)
+    python -m helpers.run_all --profile gpu        # params/gpu.yaml, needs an NVIDIA GPU
+    python -m helpers.run_all --only 01 07         # a subset, by number prefix
+    python -m helpers.run_all --report-only        # just rebuild the PDF from what results/ already holds
+
+Executed notebooks land in build/<profile>/, results in results/<profile>/, figures in figures/<profile>/,
+tables in report/generated/<profile>/ and the PDF in report/report.pdf (CPU) or report/report-<profile>.pdf.
+Sweeps resume from results/, so rerunning after an interruption only measures what is missing.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from . import paths
+
+
+def load_params(profile: str, params_file: str | Path | None = None) -> dict:
+    path = Path(params_file) if params_file else paths.PARAMS_DIR / f"{paths.check_profile(profile)}.yaml"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in paths.PARAMS_DIR.glob("*.yaml")))
+        raise FileNotFoundError(f"no parameter file {path}; known profiles: {known}")
+    params = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if params_file is None and params.get("profile", profile) != profile:
+        raise ValueError(f"{path} sets profile={params['profile']!r} but was selected as profile {profile!r}")
+    params["profile"] = params.get("profile", profile)
+    return params
+
+
+def notebooks(only: list[str] | None = None) -> list[Path]:
+    found = sorted(paths.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+    if only:
+        found = [nb for nb in found if any(nb.name.startswith(prefix) for prefix in only)]
+        if not found:
+            raise SystemExit(f"no notebook matches {only}; notebooks are named like 01_gpu_memory_math.ipynb")
+    return found
+
+
+def execute(notebook: Path, params: dict, out_dir: Path, progress: bool = True) -> float:
+    """Run one notebook with papermill; on failure, name the cell and the error and stop."""
+    import papermill as pm
+    from papermill.exceptions import PapermillExecutionError
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    declared = pm.inspect_notebook(str(notebook))  # pass only what this notebook declares
+    start = time.perf_counter()
+    try:
+        pm.execute_notebook(
+            str(notebook),
+            str(out_dir / notebook.name),
+            parameters={name: value for name, value in params.items() if name in declared},
+            kernel_name="python3",
+            cwd=str(paths.NOTEBOOKS_DIR),
+            progress_bar=progress,
+            report_mode=False,
+        )
+    except PapermillExecutionError as err:
+        raise SystemExit(
+            f"\nFAILED: {notebook.name}, cell {err.exec_count} ({err.ename}): {err.evalue}\n"
+            f"The executed notebook with the full traceback is {out_dir / notebook.name}"
+        ) from None
+    return time.perf_counter() - start
+
+
+def report_pdf_path(profile: str) -> Path:
+    return paths.output_root() / "report" / ("report.pdf" if profile == "cpu" else f"report-{profile}.pdf")
+
+
+def build_report(profile: str, report_dir: Path | None = None) -> Path | None:
+    """latexmk the report for ``profile``; returns the PDF, or None (with advice) when TeX is missing."""
+    report_dir = report_dir or paths.output_root() / "report"
+    if shutil.which("latexmk") is None or shutil.which("pdflatex") is None:
+        print(
+            "latexmk/pdflatex not found, so the PDF was not built (tables and figures are ready in "
+            f"{report_dir / 'generated' / profile}). Install TeX Live, e.g. on Debian/Ubuntu:\n"
+            "  sudo apt-get install latexmk texlive-latex-recommended texlive-latex-extra\n"
+            "then run: python -m helpers.run_all --report-only"
+        )
+        return None
+    jobname = f"report-{profile}"
+    build_dir = report_dir / "build" / profile
+    build_dir.mkdir(parents=True, exist_ok=True)
+    command = [
+        "latexmk", "-pdf", "-interaction=nonstopmode", "-halt-on-error", "-file-line-error",
+        f"-jobname={jobname}", f"-outdir={build_dir}",
+        f"-pdflatex=pdflatex %O \\def\\wbprofile{{{profile}}}\\input{{%S}}",
+        "report.tex",
+    ]
+    result = subprocess.run(command, cwd=report_dir, capture_output=True, text=True)
+    if result.returncode != 0:
+        log = (build_dir / f"{jobname}.log")
+        tail = log.read_text(errors="replace").splitlines()[-30:] if log.exists() else result.stdout.splitlines()[-30:]
+        raise SystemExit("LaTeX failed:\n" + "\n".join(tail))
+    pdf = report_dir / ("report.pdf" if profile == "cpu" else f"report-{profile}.pdf")
+    shutil.copyfile(build_dir / f"{jobname}.pdf", pdf)
+    return pdf
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m helpers.run_all", description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="cpu", help="parameter profile: params/<profile>.yaml (default cpu)")
+    parser.add_argument("--params", help="a parameter file to use instead of params/<profile>.yaml")
+    parser.add_argument("--only", nargs="*", help="notebook number prefixes to run, e.g. 01 07")
+    parser.add_argument("--report-only", action="store_true", help="skip the notebooks, just build the PDF")
+    parser.add_argument("--no-report", action="store_true", help="run the notebooks but do not build the PDF")
+    args = parser.parse_args(argv)
+
+    params = load_params(args.profile, args.params)
+    profile = params["profile"]
+    if not args.report_only:
+        out_dir = paths.output_root() / "build" / profile
+        selected = notebooks(args.only)
+        total = time.perf_counter()
+        for index, notebook in enumerate(selected, 1):
+            print(f"[{index}/{len(selected)}] {notebook.name} (profile {profile})", flush=True)
+            seconds = execute(notebook, params, out_dir)
+            print(f"    done in {seconds:.0f} s -> {out_dir / notebook.name}", flush=True)
+        print(f"all {len(selected)} notebooks ran in {time.perf_counter() - total:.0f} s")
+    if not args.no_report:
+        pdf = build_report(profile)
+        if pdf:
+            print(f"report: {pdf}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
