@@ -1,0 +1,215 @@
+"""Batched greedy speculative decoding (B > 1) and the batched autoregressive baseline it is compared with.
+
+The difficulty with a batch is that every row accepts a different number of drafts per round, so the rows'
+sequences (and KV caches) grow by different amounts, while a cache is one rectangular tensor per layer.
+
+Design: a *right-aligned ragged cache*. Each row's cached tokens are contiguous and end at the last column;
+the columns to their left are padding, hidden by a 2-D attention mask. Every token is fed with an explicit
+position id (the row's own token count), so RoPE sees each row exactly as if it were alone. After
+verification, row b keeps only the tokens it committed; rolling back is a per-row crop, done for all rows
+at once by one ``gather`` along the sequence axis that shifts each row right by its own number of rejected
+tokens (and drops columns that are padding in every row). Rows that finish (EOS or max_new_tokens) are
+removed from the batch, so they cost nothing afterwards.
+
+Invariants between rounds, with N_b the number of tokens row b has committed (prompt + generated):
+the target cache holds the first N_b - 1 tokens and the draft cache the first N_b - 2. A round then feeds
+the draft the last two committed tokens (one of them is the "catch-up" token: the last accepted draft, or
+the token before a correction, whose draft KV is missing or stale) and the target the last committed token
+plus the gamma drafts, so every row feeds the same number of tokens and no inner padding is ever needed.
+This is why prompts need at least two tokens.
+
+What is guaranteed: in exact arithmetic each row's output is that row's own greedy (argmax) continuation
+under the target model, token for token, whatever the other rows do. In floating point, a padded batched
+forward may differ from the single-sequence forward by rounding (different reduction shapes), which can flip
+an argmax at a near-tie; the tests therefore check equality in float64 (and fp32 on well-separated logits).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+
+@dataclass
+class BatchedGeneration:
+    """Generated tokens per row (prompt excluded, cut after EOS or at max_new_tokens) and run statistics."""
+
+    tokens: list[list[int]]
+    stats: dict = field(default_factory=dict)
+
+
+class RaggedCache:
+    """A DynamicCache whose rows hold different numbers of tokens, right-aligned, plus the bookkeeping
+    (attention mask, per-row lengths) that lets one forward serve all rows."""
+
+    def __init__(self, model, batch_size: int, device: torch.device):
+        self.model = model
+        self.cache = DynamicCache(config=model.config)
+        self.mask = torch.zeros(batch_size, 0, dtype=torch.long, device=device)
+        self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)
+
+    @property
+    def width(self) -> int:
+        return self.mask.shape[1]
+
+    def prefill(self, rows: Sequence[Sequence[int]]) -> None:
+        """Fill the cache with one token list per row (left-padded, so that the rows end right-aligned)."""
+        device = self.mask.device
+        width = max(len(row) for row in rows)
+        if width == 0:
+            return
+        ids = torch.zeros(len(rows), width, dtype=torch.long, device=device)
+        mask = torch.zeros(len(rows), width, dtype=torch.long, device=device)
+        for b, row in enumerate(rows):
+            if row:
+                ids[b, width - len(row):] = torch.as_tensor(row, device=device)
+                mask[b, width - len(row):] = 1
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        self.mask = mask
+        self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache,
+                   use_cache=True, logits_to_keep=1)
+        self.lengths = mask.sum(dim=1)
+
+    def extend(self, ids: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
+        """Append ``ids`` (B, q) to every row, each at its own positions; return the logits (B, q or kept, V)."""
+        q = ids.shape[1]
+        positions = self.lengths[:, None] + torch.arange(q, device=ids.device)
+        self.mask = torch.cat([self.mask, torch.ones_like(ids)], dim=1)
+        out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=positions,
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
+        self.lengths = self.lengths + q
+        return out.logits
+
+    def keep(self, keep_lengths: torch.Tensor, rows: torch.Tensor | None = None) -> None:
+        """Per-row rollback: row b keeps its first ``keep_lengths[b]`` cached tokens; with ``rows``, only
+        those rows stay in the batch (``keep_lengths`` is then given for the kept rows)."""
+        if rows is not None:
+            self.lengths, self.mask = self.lengths[rows], self.mask[rows]
+        if torch.any(keep_lengths > self.lengths):
+            raise ValueError("keep() can only shorten rows: a keep length exceeds the row's cached tokens")
+        old_width, new_width = self.width, int(keep_lengths.max())
+        ends = old_width - self.lengths + keep_lengths  # column after each row's last kept token
+        columns = torch.arange(new_width, device=ends.device)
+        index = (ends[:, None] - new_width + columns).clamp(min=0)  # (B, new_width), < 0 means padding
+        for layer in self.cache.layers:
+            if not getattr(layer, "is_initialized", False) or layer.keys.numel() == 0:
+                continue
+            if rows is not None:
+                layer.keys, layer.values = layer.keys[rows], layer.values[rows]
+            batch, heads, _, head_dim = layer.keys.shape
+            gather_index = index[:, None, :, None].expand(batch, heads, new_width, head_dim)
+            layer.keys = layer.keys.gather(2, gather_index)
+            layer.values = layer.values.gather(2, gather_index)
+        self.mask = (columns[None, :] >= new_width - keep_lengths[:, None]).long()
+        self.lengths = keep_lengths.clone()
+
+
+def _check_prompts(prompts, max_new_tokens: int, min_length: int) -> list[list[int]]:
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    rows = [torch.as_tensor(p).reshape(-1).tolist() for p in prompts]
+    if not rows:
+        raise ValueError("no prompts given: pass a list of token-id sequences, one per batch row")
+    if min(len(r) for r in rows) < min_length:
+        raise ValueError(f"every prompt needs at least {min_length} tokens (prepend a BOS token to shorter ones)")
+    return rows
+
+
+def _finish(generated: list[int], new_tokens: list[int], max_new_tokens: int, eos_token_id) -> bool:
+    """Append ``new_tokens``, cut at EOS or at max_new_tokens; True when the row is done."""
+    for token in new_tokens:
+        generated.append(token)
+        if token == eos_token_id or len(generated) >= max_new_tokens:
+            return True
+    return False
+
+
+@torch.inference_mode()
+def batched_autoregressive_generate(model, prompts, max_new_tokens: int,
+                                    eos_token_id: int | None = None) -> BatchedGeneration:
+    """Greedy decoding of a batch of prompts (different lengths allowed), one target forward per token."""
+    rows = _check_prompts(prompts, max_new_tokens, min_length=1)
+    device = next(model.parameters()).device
+    generated: list[list[int]] = [[] for _ in rows]
+    active = [b for b in range(len(rows)) if max_new_tokens > 0]
+    cache = RaggedCache(model, len(rows), device)
+    cache.prefill([r[:-1] for r in rows])
+    last = torch.tensor([[r[-1]] for r in rows], device=device)
+    steps = 0
+    while active:
+        next_tokens = cache.extend(last, logits_to_keep=1)[:, -1].argmax(dim=-1)
+        steps += 1
+        still = [i for i, (b, t) in enumerate(zip(active, next_tokens.tolist()))
+                 if not _finish(generated[b], [t], max_new_tokens, eos_token_id)]
+        if not still:
+            break
+        if len(still) < len(active):
+            keep_rows = torch.tensor(still, dtype=torch.long, device=device)
+            cache.keep(cache.lengths[keep_rows], rows=keep_rows)
+            active, next_tokens = [active[i] for i in still], next_tokens[keep_rows]
+        last = next_tokens[:, None]
+    return BatchedGeneration(generated, {"steps": steps, "target_forwards": steps})
+
+
+@torch.inference_mode()
+def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, gamma: int,
+                                 eos_token_id: int | None = None) -> BatchedGeneration:
+    """Greedy speculative decoding of a batch of prompts with per-row acceptance and per-row rollback.
+
+    Each round: gamma draft forwards (the first feeds two tokens per row), ONE target forward verifying
+    gamma + 1 positions per row, one host sync for the accepted counts. Row b accepts the longest prefix of
+    its drafts that matches the target's argmax and then takes the target's own next token.
+    ``stats["accepted"][b]`` lists row b's accepted drafts per round (for ``specdec_model.estimate_alpha``).
+    """
+    if gamma < 1:
+        raise ValueError(f"gamma (draft tokens per round) must be >= 1, got {gamma}")
+    rows = _check_prompts(prompts, max_new_tokens, min_length=2)
+    device = next(target.parameters()).device
+    sequences = [list(r) for r in rows]
+    generated: list[list[int]] = [[] for _ in rows]
+    accepted: list[list[int]] = [[] for _ in rows]
+    active = [b for b in range(len(rows)) if max_new_tokens > 0]
+    target_cache, draft_cache = RaggedCache(target, len(rows), device), RaggedCache(draft, len(rows), device)
+    target_cache.prefill([r[:-1] for r in rows])
+    draft_cache.prefill([r[:-2] for r in rows])
+    rounds = 0
+    while active:
+        tails = torch.tensor([sequences[b][-2:] for b in active], device=device)
+        drafts = []
+        logits = draft_cache.extend(tails, logits_to_keep=1)
+        for i in range(gamma):
+            drafts.append(logits[:, -1].argmax(dim=-1))
+            if i + 1 < gamma:
+                logits = draft_cache.extend(drafts[-1][:, None], logits_to_keep=1)
+        drafts = torch.stack(drafts, dim=1)  # (B, gamma)
+        verify_logits = target_cache.extend(torch.cat([tails[:, 1:], drafts], dim=1))
+        choices = verify_logits.argmax(dim=-1)  # (B, gamma + 1): the target's token after each prefix
+        n_accepted = (drafts == choices[:, :-1]).long().cumprod(dim=1).sum(dim=1)
+        rounds += 1
+        host = torch.cat([n_accepted[:, None], choices], dim=1).tolist()  # the round's one host sync
+        still = []
+        for i, (b, (n, *choice)) in enumerate(zip(active, host)):
+            new_tokens = choice[: n + 1]  # accepted drafts equal the target's choices, then one more
+            accepted[b].append(n)
+            sequences[b].extend(new_tokens)
+            if not _finish(generated[b], new_tokens, max_new_tokens, eos_token_id):
+                still.append(i)
+        if not still:
+            break
+        keep_rows = torch.tensor(still, dtype=torch.long, device=device)
+        committed = torch.tensor([len(sequences[active[i]]) for i in still], device=device)
+        target_cache.keep(committed - 1, rows=keep_rows)
+        draft_cache.keep(committed - 2, rows=keep_rows)
+        active = [active[i] for i in still]
+    per_round = [n for row in accepted for n in row]
+    stats = {
+        "rounds": rounds,
+        "target_forwards": rounds,
+        "draft_forwards": rounds * gamma,
+        "accepted": accepted,
+        "mean_accepted_per_round": sum(per_round) / len(per_round) if per_round else 0.0,
+        "gamma": gamma,
+    }
+    return BatchedGeneration(generated, stats)

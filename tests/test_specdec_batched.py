@@ -1,0 +1,146 @@
+"""Batched speculative decoding is lossless row by row: each row equals its own single-sequence greedy decoding.
+
+Tiny random Qwen3 models are built here (no download). The reference is the plainest greedy loop there is
+(full recompute, one sequence, no cache, no padding), so it shares no code with what it checks. The models run
+in float64, where rounding differences between a padded batched forward and a single-sequence forward are
+far below any argmax gap; one fp32 case checks the same on these (well-separated) random logits.
+"""
+import copy
+
+import pytest
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from helpers.specdec_batched import RaggedCache, batched_autoregressive_generate, batched_speculative_generate
+from helpers.specdec_model import estimate_alpha
+
+PROMPTS = [[5, 17, 3, 9, 22, 41, 7], [8, 2], [60, 61, 62, 63], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]]
+
+
+def tiny_qwen3(seed: int, layers: int = 2, dtype=torch.float64) -> Qwen3ForCausalLM:
+    torch.manual_seed(seed)
+    config = Qwen3Config(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+                         tie_word_embeddings=False)
+    return Qwen3ForCausalLM(config).eval().to(dtype)
+
+
+def perturbed_copy(model, scale: float, seed: int = 1):
+    """A draft that agrees with the target often but not always (partial acceptance)."""
+    draft = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=generator).to(p.dtype) * scale)
+    return draft
+
+
+@torch.no_grad()
+def greedy_reference(model, prompt, max_new_tokens, eos_token_id=None):
+    ids, out = torch.tensor([prompt]), []
+    for _ in range(max_new_tokens):
+        token = int(model(ids).logits[0, -1].argmax())
+        out.append(token)
+        if token == eos_token_id:
+            break
+        ids = torch.cat([ids, torch.tensor([[token]])], dim=1)
+    return out
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run fastest single-threaded (and the CI machine has only two cores)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_qwen3(0)
+
+
+@pytest.fixture(scope="module")
+def references(target):
+    return [greedy_reference(target, p, 24) for p in PROMPTS]
+
+
+@pytest.fixture(scope="module")
+def drafts(target):
+    return {
+        "perturbed": perturbed_copy(target, 0.003),  # partial acceptance
+        "unrelated": tiny_qwen3(7, layers=1),  # almost every draft rejected
+        "identical": target,  # every draft accepted
+    }
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 4])
+@pytest.mark.parametrize("gamma", [1, 3, 5])
+def test_rows_equal_their_own_greedy_decoding(target, drafts, references, batch_size, gamma):
+    prompts = PROMPTS[-batch_size:]  # B=2 mixes prompt lengths 4 and 11; B=4 also lengths 2 and 7
+    result = batched_speculative_generate(target, drafts["perturbed"], prompts, 24, gamma=gamma)
+    assert result.tokens == references[-batch_size:]
+    accepted = [n for row in result.stats["accepted"] for n in row]
+    assert 0 < sum(accepted) < gamma * len(accepted) or gamma == 1  # acceptance is partial, as intended
+
+
+@pytest.mark.parametrize("kind", ["unrelated", "identical"])
+def test_all_rejected_and_all_accepted_paths(target, drafts, references, kind):
+    result = batched_speculative_generate(target, drafts[kind], PROMPTS, 24, gamma=4)
+    assert result.tokens == references
+    if kind == "identical":  # every draft accepted: 5 tokens per round, so ceil(24 / 5) rounds
+        assert result.stats["rounds"] == 5
+        assert estimate_alpha([n for row in result.stats["accepted"] for n in row], 4) == 1.0
+
+
+def test_batched_autoregressive_baseline_matches_reference(target, references):
+    result = batched_autoregressive_generate(target, PROMPTS, 24)
+    assert result.tokens == references
+    assert result.stats["steps"] == 24
+
+
+def test_rows_finish_at_different_times_on_eos(target, drafts, references):
+    eos = references[0][5]  # row 0 stops after 6 tokens (or at eos's first occurrence); others run on or stop too
+    expected = [greedy_reference(target, p, 24, eos_token_id=eos) for p in PROMPTS]
+    assert len({len(e) for e in expected}) > 1, "test setup: rows should finish at different times"
+    for generate in (lambda: batched_speculative_generate(target, drafts["perturbed"], PROMPTS, 24, 3, eos),
+                     lambda: batched_autoregressive_generate(target, PROMPTS, 24, eos)):
+        assert generate().tokens == expected
+
+
+@pytest.mark.parametrize("max_new_tokens", [0, 1, 2, 7])
+def test_max_new_tokens_is_exact(target, drafts, references, max_new_tokens):
+    result = batched_speculative_generate(target, drafts["identical"], PROMPTS, max_new_tokens, gamma=5)
+    assert result.tokens == [r[:max_new_tokens] for r in references]
+
+
+def test_fp32_matches_on_separated_logits(references):
+    target32 = tiny_qwen3(0, dtype=torch.float32)
+    draft32 = perturbed_copy(target32, 0.003)
+    assert batched_speculative_generate(target32, draft32, PROMPTS, 24, gamma=3).tokens == references
+
+
+@torch.no_grad()
+def test_ragged_cache_rollback_equals_fresh_prefill(target):
+    """keep() must leave each row's cache exactly as if only the kept tokens had ever been fed."""
+    rows = [[1, 2, 3, 4, 5, 6], [7, 8, 9]]
+    cache = RaggedCache(target, 2, torch.device("cpu"))
+    cache.prefill(rows)
+    cache.extend(torch.tensor([[10, 11, 12], [13, 14, 15]]))
+    cache.keep(torch.tensor([7, 4]))  # row 0 keeps 1 of its 3 new tokens, row 1 keeps 1
+    rolled = cache.extend(torch.tensor([[20], [21]]))[:, -1]
+    fresh = RaggedCache(target, 2, torch.device("cpu"))
+    fresh.prefill([[1, 2, 3, 4, 5, 6, 10], [7, 8, 9, 13]])
+    expected = fresh.extend(torch.tensor([[20], [21]]))[:, -1]
+    torch.testing.assert_close(rolled, expected)
+    assert cache.width == 8 and cache.lengths.tolist() == [8, 5]
+
+
+def test_invalid_arguments_raise(target):
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        batched_speculative_generate(target, target, [[1, 2], [3]], 4, gamma=2)
+    with pytest.raises(ValueError, match="gamma"):
+        batched_speculative_generate(target, target, PROMPTS, 4, gamma=0)
+    with pytest.raises(ValueError, match="no prompts"):
+        batched_autoregressive_generate(target, [], 4)
