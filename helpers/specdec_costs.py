@@ -1,0 +1,164 @@
+"""Measuring the quantities of Eq. 5 on a device: T_T, T_D, T_V(gamma), and batched speedups.
+
+Every cost is one forward over ``new_tokens`` positions on top of a KV cache already holding ``context``,
+exactly the call speculative decoding makes (T_T, T_D: one new token; T_V(gamma): the pending token plus
+gamma drafts, gamma + 1 positions, all logits kept). The cache is cropped back after each call, so every
+repeat sees the same context length.
+"""
+from __future__ import annotations
+
+import statistics
+import sysconfig
+import time
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache
+
+from helpers.specdec_batched import batched_autoregressive_generate, batched_speculative_generate
+from helpers.specdec_model import estimate_alpha
+from helpers.timing import Timing, measure
+
+
+@torch.inference_mode()
+def forward_time(model, context: torch.Tensor, new_tokens: int, *, all_logits: bool = False,
+                 warmup: int = 2, repeats: int = 10) -> Timing:
+    """Seconds for one forward of ``new_tokens`` positions per row after a cached ``context`` (B, S)."""
+    if context.dim() != 2 or context.shape[1] < 1:
+        raise ValueError(f"context must be a (batch, seq_len >= 1) tensor of token ids, got {tuple(context.shape)}")
+    device = context.device
+    cache = DynamicCache(config=model.config)
+    model(input_ids=context, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    ids = context[:, -new_tokens:].clone() if context.shape[1] >= new_tokens else context[:, :1].repeat(1, new_tokens)
+
+    def step():
+        model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=0 if all_logits else 1)
+        cache.crop(-new_tokens)
+
+    return measure(step, warmup=warmup, repeats=repeats, device=device)
+
+
+def measure_costs(target, draft, context: torch.Tensor, gammas, *, warmup: int = 2, repeats: int = 10) -> dict:
+    """Median seconds: ``T_T``, ``T_D`` (one token) and ``T_V`` {gamma: target forward over gamma + 1 positions}."""
+    return {
+        "T_T": forward_time(target, context, 1, warmup=warmup, repeats=repeats).median,
+        "T_D": forward_time(draft, context, 1, warmup=warmup, repeats=repeats).median,
+        "T_V": {int(g): forward_time(target, context, int(g) + 1, all_logits=True, warmup=warmup,
+                                     repeats=repeats).median for g in gammas},
+    }
+
+
+def compare_batched(target, draft, prompts, max_new_tokens: int, gamma: int, *, repeats: int = 3,
+                    eos_token_id: int | None = None) -> dict:
+    """Wall time of batched greedy AR vs batched speculative decoding on the same prompts.
+
+    The two are run alternately ``repeats`` times after one untimed warm-up of each, and the median of each
+    is kept (alternating spreads slow phases of a shared machine over both). ``rows_identical`` is the
+    fraction of rows whose outputs agree; below 1 only where a padded low-precision forward flipped an
+    argmax at a near-tie (see ``specdec_batched``), which the caller should report.
+    """
+    device = next(target.parameters()).device
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def timed(fn):
+        sync()
+        start = time.perf_counter()
+        result = fn()
+        sync()
+        return time.perf_counter() - start, result
+
+    run_ar = lambda: batched_autoregressive_generate(target, prompts, max_new_tokens, eos_token_id)  # noqa: E731
+    run_sd = lambda: batched_speculative_generate(target, draft, prompts, max_new_tokens, gamma,  # noqa: E731
+                                                  eos_token_id)
+    run_ar(), run_sd()
+    ar_times, sd_times = [], []
+    for _ in range(repeats):
+        seconds, ar = timed(run_ar)
+        ar_times.append(seconds)
+        seconds, sd = timed(run_sd)
+        sd_times.append(seconds)
+    accepted = [n for row in sd.stats["accepted"] for n in row]
+    new_tokens = sum(len(row) for row in ar.tokens)
+    ar_s, sd_s = statistics.median(ar_times), statistics.median(sd_times)
+    return {
+        "generated_tokens": new_tokens,
+        "ar_s": ar_s,
+        "sd_s": sd_s,
+        "speedup": ar_s / sd_s,
+        "ar_tokens_per_s": new_tokens / ar_s,
+        "sd_tokens_per_s": new_tokens / sd_s,
+        "rounds": sd.stats["rounds"],
+        "mean_accepted_per_round": sd.stats["mean_accepted_per_round"],
+        "alpha": estimate_alpha(accepted, gamma),
+        "rows_identical": sum(a == b for a, b in zip(ar.tokens, sd.tokens)) / len(prompts),
+    }
+
+
+def heldout_source_prompts(tokenizer, count: int, length: int) -> list[list[int]]:
+    """``count`` prompts of ``length`` tokens from standard-library files the CPU pair never trained on.
+
+    Uses the training script's held-out rule (a hash of the file name), reading only the files it needs.
+    """
+    from helpers.train_cpu_pair import _is_heldout
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    prompts = []
+    for path in sorted(stdlib.rglob("*.py")):
+        name = path.relative_to(stdlib).as_posix()
+        if "site-packages" in name or "/test" in name or name.startswith("test") or not _is_heldout(name):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        ids = tokenizer(text)["input_ids"]
+        if len(ids) >= 2 * length:  # start in the middle of the file: past the licence header and imports
+            middle = len(ids) // 2
+            prompts.append(ids[middle: middle + length])
+        if len(prompts) == count:
+            return prompts
+    raise ValueError(f"only {len(prompts)} held-out files are long enough for {count} prompts of {length} tokens")
+
+
+def _least_disturbed(fn, repeats: int):
+    """Run ``fn`` ``repeats`` times; the result of the fastest run (on a shared machine, the closest to
+    the true cost) and its seconds from ``stats.time_total_s``."""
+    results = [fn() for _ in range(repeats)]
+    return min(results, key=lambda r: r.stats.time_total_s)
+
+
+def speedup_sweep(target, draft, prompts, gammas, max_new_tokens: int, *, repeats: int = 2) -> dict:
+    """Single-sequence greedy AR vs speculative decoding over ``prompts`` for each gamma.
+
+    Returns ``{"ar": {...}, "gammas": {gamma: {...}}}``: summed least-disturbed seconds, the speedup, alpha
+    (maximum likelihood over every round of every prompt), tokens per round, and whether every output equals
+    the AR output (greedy speculative decoding is lossless).
+    """
+    from helpers.specdec import autoregressive_generate, speculative_generate
+
+    device = next(target.parameters()).device
+    inputs = [torch.tensor([p], device=device) for p in prompts]
+    eos = -1  # run every prompt to max_new_tokens, so that all configurations generate the same tokens
+    autoregressive_generate(target, inputs[0], 4, eos_token_id=eos)  # warm-up
+    ar = [_least_disturbed(lambda x=x: autoregressive_generate(target, x, max_new_tokens, eos_token_id=eos), repeats)
+          for x in inputs]
+    ar_seconds = sum(r.stats.time_total_s for r in ar)
+    out = {"ar": {"seconds": ar_seconds, "new_tokens": sum(r.stats.new_tokens for r in ar)}, "gammas": {}}
+    for gamma in gammas:
+        sd = [_least_disturbed(lambda x=x: speculative_generate(target, draft, x, max_new_tokens, gamma,
+                                                                eos_token_id=eos), repeats) for x in inputs]
+        accepted = [n for r in sd for n in r.stats.accepted_per_round]
+        round_gammas = [g for r in sd for g in r.stats.gamma_per_round]
+        seconds = sum(r.stats.time_total_s for r in sd)
+        rounds = sum(r.stats.rounds for r in sd)
+        out["gammas"][int(gamma)] = {
+            "seconds": seconds,
+            "speedup": ar_seconds / seconds,
+            "alpha": estimate_alpha(accepted, round_gammas),
+            "tokens_per_round": sum(r.stats.new_tokens for r in sd) / rounds,
+            "rounds": rounds,
+            "draft_seconds": sum(r.stats.time_draft_s for r in sd),
+            "verify_seconds": sum(r.stats.time_verify_s for r in sd),
+            "lossless": all(torch.equal(a.tokens, s.tokens) for a, s in zip(ar, sd)),
+        }
+    return out
