@@ -65,3 +65,18 @@ def roofline_seconds(config, gpu: pd.Series, batch_size: int, new_tokens: int, c
     peak = gpu["bf16_tensor_tflops"] * 1e12
     bandwidth = gpu["bandwidth_gbs"] * 1e9
     return max(flops / peak, moved / bandwidth) + overhead_s
+
+
+def collect_results(notebook: str) -> pd.DataFrame:
+    """Every profile's rows of one notebook's results (``results/*/<notebook>.jsonl``), with a ``profile`` column.
+
+    Comparing GPUs means comparing runs made on different machines, each written under its own profile."""
+    from helpers.paths import output_root
+    from helpers.results import ResultStore
+
+    frames = []
+    for directory in sorted((output_root() / "results").glob("*/")):
+        if (directory / f"{notebook}.jsonl").exists():
+            frame = ResultStore(directory.name, notebook).frame()
+            frames.append(frame.assign(profile=directory.name))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
