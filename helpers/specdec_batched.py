@@ -25,6 +25,7 @@ an argmax at a near-tie; the tests therefore check equality in float64 (and fp32
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -117,6 +118,13 @@ def _check_prompts(prompts, max_new_tokens: int, min_length: int) -> list[list[i
     return rows
 
 
+def _prefill_seconds(device: torch.device, start: float) -> float:
+    """Seconds since ``start``, after the device finished its queued work (so decode time can be told apart)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
 def _finish(generated: list[int], new_tokens: list[int], max_new_tokens: int, eos_token_id) -> bool:
     """Append ``new_tokens``, cut at EOS or at max_new_tokens; True when the row is done."""
     for token in new_tokens:
@@ -134,8 +142,10 @@ def batched_autoregressive_generate(model, prompts, max_new_tokens: int,
     device = next(model.parameters()).device
     generated: list[list[int]] = [[] for _ in rows]
     active = [b for b in range(len(rows)) if max_new_tokens > 0]
+    start = time.perf_counter()
     cache = RaggedCache(model, len(rows), device)
     cache.prefill([r[:-1] for r in rows])
+    prefill_seconds = _prefill_seconds(device, start)
     last = torch.tensor([[r[-1]] for r in rows], device=device)
     steps = 0
     while active:
@@ -150,7 +160,7 @@ def batched_autoregressive_generate(model, prompts, max_new_tokens: int,
             cache.keep(cache.lengths[keep_rows], rows=keep_rows)
             active, next_tokens = [active[i] for i in still], next_tokens[keep_rows]
         last = next_tokens[:, None]
-    return BatchedGeneration(generated, {"steps": steps, "target_forwards": steps})
+    return BatchedGeneration(generated, {"steps": steps, "target_forwards": steps, "prefill_seconds": prefill_seconds})
 
 
 @torch.inference_mode()
@@ -171,9 +181,11 @@ def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, ga
     generated: list[list[int]] = [[] for _ in rows]
     accepted: list[list[int]] = [[] for _ in rows]
     active = [b for b in range(len(rows)) if max_new_tokens > 0]
+    start = time.perf_counter()
     target_cache, draft_cache = RaggedCache(target, len(rows), device), RaggedCache(draft, len(rows), device)
     target_cache.prefill([r[:-1] for r in rows])
     draft_cache.prefill([r[:-2] for r in rows])
+    prefill_seconds = _prefill_seconds(device, start)
     rounds = 0
     while active:
         tails = torch.tensor([sequences[b][-2:] for b in active], device=device)
@@ -211,5 +223,6 @@ def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, ga
         "accepted": accepted,
         "mean_accepted_per_round": sum(per_round) / len(per_round) if per_round else 0.0,
         "gamma": gamma,
+        "prefill_seconds": prefill_seconds,
     }
     return BatchedGeneration(generated, stats)
