@@ -1,0 +1,137 @@
+"""Run a workload with continuous batching (two worker processes) or the static baseline, and summarise it."""
+from __future__ import annotations
+
+import copy
+import queue as queue_module
+import socket
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch.multiprocessing as mp
+
+from .request import Request, State
+from .static import run_static
+from .workers import DECODE_RANK, PREFILL_RANK, ROLES, EngineConfig, worker_main
+
+
+class WorkerFailed(RuntimeError):
+    """A worker process crashed or reported an error; the message says which and what the other one saw."""
+
+
+@dataclass
+class RunResult:
+    policy: str  # "continuous" or "static"
+    requests: list[Request]
+    timeline: list[dict]  # one row per decode step
+    batches: list[dict]  # one row per prefill batch
+    extra: dict = field(default_factory=dict)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def validate_workload(requests: list[Request], cfg: EngineConfig) -> None:
+    """Raise before starting anything if a request is malformed or could never be served."""
+    ids = [r.id for r in requests]
+    if len(set(ids)) != len(ids):
+        raise ValueError("request ids must be unique")
+    memory = cfg.memory()
+    for request in requests:
+        if request.state is not State.QUEUED:
+            raise ValueError(f"request {request.id} is {request.state.value}; pass fresh (queued) requests")
+        memory.check_can_ever_fit(request)
+
+
+def run_continuous(model_source, requests: list[Request], cfg: EngineConfig, *, grace_s: float = 30.0) -> RunResult:
+    """Serve ``requests`` with a prefill process and a decode process; returns copies of them, filled in.
+
+    ``model_source`` is a picklable zero-argument callable that loads the model (each process calls it). If a
+    worker dies, the other one notices through the transport and exits; this waits at most ``grace_s`` for that
+    and raises ``WorkerFailed`` with both sides' story, so nothing hangs.
+    """
+    validate_workload(requests, cfg)
+    requests = copy.deepcopy(requests)
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    procs = {ROLES[rank]: ctx.Process(target=worker_main, args=(rank, port, model_source, requests if
+                                      rank == PREFILL_RANK else [], cfg, results), daemon=True,
+                                      name=f"{ROLES[rank]}-worker")
+             for rank in (PREFILL_RANK, DECODE_RANK)}
+    for proc in procs.values():
+        proc.start()
+    reports, first_death = {}, None
+    try:
+        while len(reports) < 2:
+            try:
+                role, status, payload = results.get(timeout=0.1)
+                reports[role] = (status, payload)
+            except queue_module.Empty:
+                pass
+            for role, proc in procs.items():
+                if role not in reports and proc.exitcode is not None:  # died without a word (killed, segfault)
+                    reports[role] = ("died", f"exited with code {proc.exitcode} without reporting")
+            failed = [role for role, (status, _) in reports.items() if status != "ok"]
+            if failed and first_death is None:
+                first_death = time.monotonic()
+            if first_death is not None and time.monotonic() - first_death > grace_s:
+                for role, proc in procs.items():
+                    if role not in reports:
+                        proc.kill()
+                        reports[role] = ("hung", f"did not notice within {grace_s:.0f} s and was killed")
+    finally:
+        for proc in procs.values():
+            proc.join(timeout=grace_s)
+            if proc.is_alive():
+                proc.kill()
+        results.close()
+        results.join_thread()
+    if any(status != "ok" for status, _ in reports.values()):
+        story = "; ".join(f"{role} worker {status}: {payload}" for role, (status, payload) in sorted(reports.items())
+                          if status != "ok")
+        raise WorkerFailed(f"continuous batching failed: {story}")
+    decoded = {row["id"]: row for row in reports["decode"][1]["requests"]}
+    for request in requests:
+        row = decoded[request.id]
+        request.generated, request.finish_reason = row["generated"], row["finish_reason"]
+        for key in ("t_prefill_start", "t_first_token", "t_last_token", "t_done"):
+            setattr(request, key, row[key])
+        request.state = State.DONE
+    return RunResult("continuous", requests, reports["decode"][1]["timeline"], reports["prefill"][1]["batches"],
+                     {"exit_codes": {role: proc.exitcode for role, proc in procs.items()}})
+
+
+def run_static_baseline(model, requests: list[Request], cfg: EngineConfig, threads: int | None = None) -> RunResult:
+    """The static baseline with the same batch size, stop rules and model as ``cfg``; on copies of the requests."""
+    validate_workload(requests, cfg)
+    requests = copy.deepcopy(requests)
+    out = run_static(model, requests, batch_size=cfg.max_decode_batch, max_seq_len=cfg.max_seq_len,
+                     eos_token_id=cfg.eos_token_id, threads=threads)
+    return RunResult("static", requests, out["timeline"], out["batches"])
+
+
+def summarize(result: RunResult) -> dict:
+    """Throughput, latency percentiles (seconds), padding waste and batch occupancy of one run."""
+    reqs = result.requests
+    tokens = sum(len(r.generated) for r in reqs)
+    makespan = max(r.t_done for r in reqs)
+    tpot = np.array([r.tpot for r in reqs if len(r.generated) > 1])
+    out = {"policy": result.policy, "requests": len(reqs), "output_tokens": tokens, "makespan_s": makespan,
+           "throughput_tok_s": tokens / makespan}
+    for name, values in (("ttft", np.array([r.ttft for r in reqs])), ("tpot", tpot),
+                         ("e2e", np.array([r.e2e for r in reqs]))):
+        for q in (50, 90, 99):
+            out[f"{name}_p{q}_s"] = float(np.percentile(values, q)) if len(values) else float("nan")
+    rows = np.array([s["rows"] for s in result.timeline])
+    active = np.array([s["active"] for s in result.timeline])
+    out["decode_steps"] = len(rows)
+    out["mean_rows"] = float(rows.mean()) if len(rows) else 0.0
+    out["wasted_row_fraction"] = float(1 - active.sum() / rows.sum()) if rows.sum() else 0.0
+    padded = sum(b["size"] * b["padded_len"] for b in result.batches)
+    out["prefill_padding_fraction"] = 1 - sum(b["prompt_tokens"] for b in result.batches) / padded
+    out["mean_prefill_batch"] = float(np.mean([b["size"] for b in result.batches]))
+    return out

@@ -1,0 +1,228 @@
+"""The prefill and decode workers: two processes, two loops, KV caches moving over ``torch.distributed``.
+
+Prefill worker (rank 0) owns the queue. It starts a request when the decode worker's KV memory can hold the
+request's worst case next to everything already sent there (``does_fit``), gathers a batch of similar prompt
+lengths from the same bucket, prefills it in one forward, and sends each request's first token and KV cache
+to the decode worker. It learns that memory came free from the decode worker's FREED messages.
+
+Decode worker (rank 1) owns the KV memory. Every iteration it admits what has arrived (the blocks are reserved
+for it), runs one decode step for the whole ragged batch, and evicts the requests that stopped (EOS or their
+maximum length) at once, freeing their blocks and telling the prefill worker.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from .kv_memory import PagedKVMemory, does_fit
+from .model_ops import DecodeBatch, prefill
+from .queue import BucketedQueue
+from .request import Request, State
+from .transport import END, FREED, KV, Channel
+
+PREFILL_RANK, DECODE_RANK = 0, 1
+ROLES = {PREFILL_RANK: "prefill", DECODE_RANK: "decode"}
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Knobs of the engine; memory sizes in tokens are ``blocks * block_size``."""
+
+    kv_capacity_blocks: int = 256  # the decode worker's KV memory
+    block_size: int = 16  # tokens per KV block
+    max_seq_len: int = 512  # the model's maximum length: the bound for requests without an output length
+    max_decode_batch: int = 8  # most sequences decoding at once
+    max_prefill_batch: int = 4  # most prompts in one prefill forward
+    bucket_width: int = 16  # prompt-length bucket width of the queue (tokens)
+    eos_token_id: int | None = None  # stop token; None: stop on length only
+    threads_per_worker: int = 1  # torch threads in each worker process
+    device: str = "cpu"
+    timeout_s: float = 60.0  # longest silence from the peer before a worker gives up on it
+    crash_worker: str | None = None  # testing hook: "prefill" or "decode" kills itself (SIGKILL) mid-run ...
+    crash_after: int = 1  # ... after this many of its prefill batches or decode steps
+
+    def memory(self) -> PagedKVMemory:
+        return PagedKVMemory(self.kv_capacity_blocks, self.block_size, self.max_seq_len)
+
+
+def _maybe_crash(cfg: EngineConfig, role: str, count: int) -> None:
+    """Die abruptly, as a crashed or OOM-killed process would (used by the dead-worker tests)."""
+    if cfg.crash_worker == role and count >= cfg.crash_after:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _us(seconds: float) -> int:
+    return int(round(seconds * 1e6))
+
+
+def prefill_loop(model, requests: list[Request], cfg: EngineConfig, channel: Channel, clock) -> list[dict]:
+    """Algorithm 2: serve every request's prefill; returns one record per prefill batch."""
+    queue = BucketedQueue(cfg.bucket_width)
+    for request in requests:
+        queue.put(request)
+    in_decode: dict[int, Request] = {}  # sent to the decode worker and not finished: their blocks are reserved
+    batches = []
+
+    def fits(request: Request) -> bool:
+        return len(in_decode) < cfg.max_decode_batch and does_fit(
+            request, in_decode.values(), cfg.kv_capacity_blocks, block_size=cfg.block_size, max_seq_len=cfg.max_seq_len)
+
+    def note_freed(message) -> None:
+        header, _ = message
+        if header[0] != FREED:
+            raise RuntimeError(f"prefill worker got unexpected message kind {header[0]}")
+        del in_decode[header[1]]
+
+    while queue:
+        while (message := channel.poll()) is not None:
+            note_freed(message)
+        first = queue.constrained_get(fits)
+        if first is None:  # decode memory is full: wait until a request finishes
+            note_freed(channel.wait("a request to finish"))
+            continue
+        batch = [first]
+        in_decode[first.id] = first
+        while len(batch) < cfg.max_prefill_batch:
+            same_length = queue.constrained_get(fits, bucket=queue.bucket_of(first))
+            if same_length is None:
+                break
+            batch.append(same_length)
+            in_decode[same_length.id] = same_length
+        t_start = clock()
+        for request in batch:
+            request.advance(State.PREFILL)
+        first_tokens, kvs = prefill(model, batch)
+        t_end = clock()
+        for request, token, kv in zip(batch, first_tokens, kvs):
+            channel.send([KV, request.id, request.prompt_len, request.output_length or -1, token,
+                          _us(t_start), _us(t_end)],
+                         torch.tensor(request.input_tokens), kv)
+        batches.append({"t_start": t_start, "t_end": t_end, "size": len(batch),
+                        "padded_len": max(r.prompt_len for r in batch), "prompt_tokens": sum(r.prompt_len for r in batch)})
+        _maybe_crash(cfg, "prefill", len(batches))
+    channel.send([END])
+    while in_decode:  # stay until the decode worker is done with everything we sent
+        note_freed(channel.wait("the last requests to finish"))
+    channel.flush()
+    return batches
+
+
+def kv_payload_spec(model):
+    """What follows a KV header: the prompt's token ids and its KV cache ``[layers, 2, kv_heads, len, head_dim]``."""
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+    def spec(header: list[int]):
+        if header[0] != KV:
+            return []
+        prompt_len = header[2]
+        return [((prompt_len,), torch.long),
+                ((config.num_hidden_layers, 2, config.num_key_value_heads, prompt_len, head_dim), model.dtype)]
+    return spec
+
+
+def _request_from(header: list[int], payload: list[torch.Tensor], device) -> tuple[Request, int, torch.Tensor]:
+    _, request_id, _, output_length, first_token, t_start_us, t_first_us = header[:7]
+    prompt, kv = payload
+    request = Request(request_id, prompt.tolist(), None if output_length < 0 else output_length, state=State.PREFILL,
+                      t_prefill_start=t_start_us / 1e6, t_first_token=t_first_us / 1e6)
+    return request, first_token, kv.to(device)
+
+
+def decode_loop(model, cfg: EngineConfig, channel: Channel, clock) -> dict:
+    """Algorithm 3: decode everything the prefill worker sends, admitting and evicting every iteration."""
+    memory = cfg.memory()
+    batch = DecodeBatch(model)
+    done, timeline = [], []
+    prefill_finished = False
+    step = 0
+    while not prefill_finished or len(batch):
+        # 1. admit what has arrived (its memory was reserved by the prefill worker's does_fit)
+        arrived = []
+        message = channel.poll() if len(batch) else channel.wait("prefilled requests")
+        while message is not None:
+            header, payload = message
+            if header[0] == END:
+                prefill_finished = True
+            elif header[0] == KV:
+                arrived.append(_request_from(header, payload, model.device))
+            else:
+                raise RuntimeError(f"decode worker got unexpected message kind {header[0]}")
+            message = channel.poll()
+        finished = []
+        joining = []
+        for request, first_token, kv in arrived:
+            memory.admit(request, request.prompt_len + 1)
+            request.advance(State.DECODE)
+            if request.add_token(first_token, eos_token_id=cfg.eos_token_id, max_seq_len=cfg.max_seq_len):
+                finished.append(request)  # its first token already ends it
+            else:
+                joining.append((request, kv))
+        batch.add([r for r, _ in joining], [kv for _, kv in joining])
+        # 2. one token for every running sequence
+        rows = len(batch)
+        if rows:
+            for request, token in zip(batch.requests, batch.step()):
+                stop = request.add_token(token, eos_token_id=cfg.eos_token_id, max_seq_len=cfg.max_seq_len)
+                memory.grow(request, request.prompt_len + len(request.generated))
+                if stop:
+                    finished.append(request)
+            step += 1
+            _maybe_crash(cfg, "decode", step)
+        # 3. evict finished requests now: free their blocks and tell the prefill worker
+        now = clock()
+        timeline.append({"t": now, "rows": rows, "active": rows, "used_blocks": memory.used_blocks,
+                         "reserved_blocks": memory.reserved_total, "admitted": len(arrived), "finished": len(finished)})
+        for request in finished:
+            request.t_last_token = request.t_done = now
+            request.advance(State.DONE)
+            memory.free(request)
+            channel.send([FREED, request.id])
+            done.append({"id": request.id, "generated": request.generated, "finish_reason": request.finish_reason,
+                         "t_prefill_start": request.t_prefill_start, "t_first_token": request.t_first_token,
+                         "t_last_token": now, "t_done": now})
+        batch.remove(finished)
+    channel.flush()
+    return {"requests": done, "timeline": timeline}
+
+
+def worker_main(rank: int, port: int, model_source, requests: list[Request], cfg: EngineConfig, results) -> None:
+    """Entry point of one worker process: join the process group, load the model, run its loop, report."""
+    role = ROLES[rank]
+    try:
+        torch.set_num_threads(cfg.threads_per_worker)
+        device = torch.device(cfg.device)
+        backend = "nccl" if device.type == "cuda" and torch.cuda.device_count() >= 2 else "gloo"
+        if device.type == "cuda" and backend == "nccl":
+            device = torch.device("cuda", rank)
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                                timeout=timedelta(seconds=cfg.timeout_s))
+        model = model_source().to(device).eval()
+        spec = kv_payload_spec(model) if rank == DECODE_RANK else (lambda header: [])
+        channel = Channel(1 - rank, ROLES[1 - rank], cfg.timeout_s, spec,
+                          device if backend == "nccl" else torch.device("cpu"))
+        dist.barrier()  # both models loaded: start the clock together
+        t0 = time.perf_counter()
+
+        def clock() -> float:
+            return time.perf_counter() - t0
+
+        if rank == PREFILL_RANK:
+            output = {"batches": prefill_loop(model, requests, cfg, channel, clock)}
+        else:
+            output = decode_loop(model, cfg, channel, clock)
+        report, code = (role, "ok", output), 0
+    except BaseException as err:  # report every failure to the parent, then exit non-zero
+        report, code = (role, "error", f"{type(err).__name__}: {err}"), 1
+    results.put(report)
+    results.close()
+    results.join_thread()
+    # Leave without running destructors: the receiver thread sits in a gloo receive that cannot be cancelled,
+    # and tearing the process group down under it aborts the process.
+    os._exit(code)
