@@ -14,7 +14,10 @@ def resolve_device(name: str | torch.device | None = None) -> torch.device:
     """
     if name is None or str(name) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"device {str(name)!r} is not supported here: use 'cpu', 'cuda' or 'auto'") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(
             f"device {str(name)!r} was requested (a GPU profile such as params/gpu.yaml) but this machine has no "

@@ -147,3 +147,54 @@ def max_params_for_forward(
 def round_down(value: int, multiple: int = 10) -> int:
     """Round down to a multiple (a length that fits must not be rounded up past the limit)."""
     return (value // multiple) * multiple
+
+
+# Memory of common inference GPUs as sold, in GB (1e9 bytes) -- vendor datasheets. nvidia-smi shows a little
+# less (ECC and driver reservations), which is one reason the units matter.
+GPU_MEMORY_GB = {
+    "L40S (48 GB)": 48,
+    "A6000 (48 GB)": 48,
+    "A100 40GB": 40,
+    "A100 80GB": 80,
+    "H100 80GB": 80,
+    "H200 (141 GB)": 141,
+    "RTX 4090 (24 GB)": 24,
+}
+
+
+def memory_breakdown(config, gpu_bytes: int, batch_size: int, seq_len: int, bytes_per_elem: int = 2) -> dict:
+    """Weights, KV cache and what is left (negative = does not fit), all in bytes."""
+    weights = weight_bytes(config, bytes_per_elem)
+    kv = kv_cache_bytes(config, seq_len, batch_size, bytes_per_elem)
+    return {"weights": weights, "kv_cache": kv, "headroom": gpu_bytes - weights - kv}
+
+
+def miniature_config(model_id: str, num_layers: int = 2, head_dim: int = 8, vocab_size: int = 512):
+    """A tiny config of the same family that keeps the attention layout (query heads, KV heads).
+
+    The KV-cache formula depends on layers, KV heads and head size; keeping the real head counts (e.g.
+    Llama-3.1-8B's 32 query / 8 KV heads) lets a CPU check exercise GQA exactly as the real model does.
+    """
+    config = load_config(model_id)
+    heads = config.num_attention_heads
+    config.num_hidden_layers = num_layers
+    config.head_dim = head_dim
+    config.hidden_size = heads * head_dim
+    config.intermediate_size = 2 * config.hidden_size
+    config.vocab_size = vocab_size
+    config.max_position_embeddings = min(config.max_position_embeddings, 4096)
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        setattr(config, name, None)
+    if hasattr(config, "layer_types") and config.layer_types is not None:
+        config.layer_types = config.layer_types[:num_layers]
+    return config
+
+
+def cache_tensor_bytes(cache) -> int:
+    """Bytes a transformers cache really holds in its key and value tensors."""
+    total = 0
+    for layer in cache.layers:
+        for tensor in (layer.keys, layer.values):
+            if tensor is not None:
+                total += tensor.numel() * tensor.element_size()
+    return total

@@ -70,6 +70,26 @@ def execute(notebook: Path, params: dict, out_dir: Path, progress: bool = True) 
     return time.perf_counter() - start
 
 
+def execute_in_place(notebook: Path) -> float:
+    """Run a notebook with its own defaults (the CPU profile) and save the outputs into it.
+
+    This is how the committed notebooks get the outputs that nbval compares against.
+    """
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.read(notebook, as_version=4)
+    start = time.perf_counter()
+    try:
+        NotebookClient(nb, kernel_name="python3", timeout=1800,
+                       resources={"metadata": {"path": str(paths.NOTEBOOKS_DIR)}}).execute()
+    except CellExecutionError as err:
+        raise SystemExit(f"\nFAILED: {notebook.name}: {err}") from None
+    nbformat.write(nb, notebook)
+    return time.perf_counter() - start
+
+
 def report_pdf_path(profile: str) -> Path:
     return paths.output_root() / "report" / ("report.pdf" if profile == "cpu" else f"report-{profile}.pdf")
 
@@ -91,7 +111,7 @@ def build_report(profile: str, report_dir: Path | None = None) -> Path | None:
     command = [
         "latexmk", "-pdf", "-interaction=nonstopmode", "-halt-on-error", "-file-line-error",
         f"-jobname={jobname}", f"-outdir={build_dir}",
-        f"-pdflatex=pdflatex %O \\def\\wbprofile{{{profile}}}\\input{{%S}}",
+        f"-usepretex=\\def\\wbprofile{{{profile}}}",  # TeX code run before report.tex
         "report.tex",
     ]
     result = subprocess.run(command, cwd=report_dir, capture_output=True, text=True)
@@ -109,6 +129,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", default="cpu", help="parameter profile: params/<profile>.yaml (default cpu)")
     parser.add_argument("--params", help="a parameter file to use instead of params/<profile>.yaml")
     parser.add_argument("--only", nargs="*", help="notebook number prefixes to run, e.g. 01 07")
+    parser.add_argument("--inplace", action="store_true",
+                        help="execute the notebooks in place with their defaults (CPU) to refresh their saved outputs")
     parser.add_argument("--report-only", action="store_true", help="skip the notebooks, just build the PDF")
     parser.add_argument("--no-report", action="store_true", help="run the notebooks but do not build the PDF")
     args = parser.parse_args(argv)
@@ -121,8 +143,14 @@ def main(argv: list[str] | None = None) -> None:
         total = time.perf_counter()
         for index, notebook in enumerate(selected, 1):
             print(f"[{index}/{len(selected)}] {notebook.name} (profile {profile})", flush=True)
-            seconds = execute(notebook, params, out_dir)
-            print(f"    done in {seconds:.0f} s -> {out_dir / notebook.name}", flush=True)
+            if args.inplace:
+                if profile != "cpu":
+                    raise SystemExit("--inplace runs the notebooks' defaults, which are the CPU profile")
+                seconds = execute_in_place(notebook)
+                print(f"    done in {seconds:.0f} s (outputs saved in {notebook})", flush=True)
+            else:
+                seconds = execute(notebook, params, out_dir)
+                print(f"    done in {seconds:.0f} s -> {out_dir / notebook.name}", flush=True)
         print(f"all {len(selected)} notebooks ran in {time.perf_counter() - total:.0f} s")
     if not args.no_report:
         pdf = build_report(profile)

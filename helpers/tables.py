@@ -71,7 +71,7 @@ def write_table(df, name: str, profile: str, caption: str | None = None, **kwarg
     out = paths.generated_dir(profile) / f"{name}.tex"
     out.write_text(table_tex(df, **kwargs), encoding="utf-8")
     if caption is not None:
-        (out.parent / f"{name}.caption.tex").write_text(latex_escape(caption) + "\n", encoding="utf-8")
+        (out.parent / f"{name}.caption.tex").write_text(rf"\caption{{{latex_escape(caption)}}}" + "\n", encoding="utf-8")
     return out
 
 

@@ -1,0 +1,35 @@
+# The workbook's two commands (see README):
+#   make run    set up .venv, run every notebook with the CPU profile, build report/report.pdf
+#   make test   set up .venv, run the unit tests, every notebook (papermill + nbval) and the report build
+# Other profiles: make run PROFILE=gpu
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+PROFILE ?= cpu
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run report test lab clean-build
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required (set PYTHON=/path/to/python3.11)"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	@touch $@
+
+run: $(STAMP)
+	$(BIN)/python -m helpers.run_all --profile $(PROFILE)
+
+report: $(STAMP)
+	$(BIN)/python -m helpers.run_all --profile $(PROFILE) --report-only
+
+test: $(STAMP)
+	$(BIN)/python -m pytest tests notebooks --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks/
+
+clean-build:
+	rm -rf build report/build

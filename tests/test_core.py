@@ -1,0 +1,86 @@
+import os
+
+import pytest
+import torch
+
+from helpers import hardware, paths, plotting, tables, timing
+
+
+def test_paths_do_not_depend_on_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert (paths.CONFIGS_DIR / "Qwen__Qwen3-8B.json").exists()
+    assert (paths.NOTEBOOKS_DIR).is_dir()
+
+
+def test_output_root_redirect(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
+    assert paths.figures_dir("cpu") == tmp_path / "figures" / "cpu"
+    assert paths.generated_dir("gpu") == tmp_path / "report" / "generated" / "gpu"
+
+
+def test_device_info_cpu():
+    info = hardware.device_info("cpu")
+    assert info["device"] == "cpu" and info["cpu_threads"] >= 1 and info["device_name"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU error")
+def test_gpu_profile_without_gpu_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="no CUDA GPU"):
+        hardware.resolve_device("cuda")
+    with pytest.raises(ValueError):
+        hardware.resolve_device("tpu")
+    assert hardware.resolve_device("auto").type == "cpu"
+
+
+def test_measure_warms_up_then_repeats():
+    calls = []
+    result = timing.measure(lambda: calls.append(1), warmup=3, repeats=4)
+    assert len(calls) == 7 and len(result.samples) == 4
+    assert result.mean >= 0 and result.std >= 0 and result.median >= 0
+    assert set(result.as_dict()) == {"time_s_mean", "time_s_std", "time_s_median", "time_s_samples"}
+
+
+def test_measure_uses_given_clock_and_validates():
+    ticks = iter(range(100))
+    result = timing.measure(lambda: None, warmup=0, repeats=3, clock=lambda: float(next(ticks)))
+    assert result.samples == [1.0, 1.0, 1.0] and result.std == 0.0
+    with pytest.raises(ValueError):
+        timing.measure(lambda: None, repeats=0)
+    with pytest.raises(ValueError, match="CUDA"):
+        timing.measure(lambda: None, device="cpu", cuda_events=True)
+    with timing.Timer("cpu") as t:
+        sum(range(1000))
+    assert t.seconds > 0
+
+
+def test_figures_are_reproducible(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
+    plotting.set_theme()
+    outputs = []
+    for _ in range(2):
+        fig, ax = plt.subplots(figsize=plotting.figsize())
+        ax.plot([1, 2, 3], [1, 4, 9])
+        outputs.append(plotting.save_figure(fig, "square", "unit").read_bytes())
+        plt.close(fig)
+    assert outputs[0] == outputs[1] and outputs[0].startswith(b"%PDF")
+    assert (tmp_path / "figures" / "unit" / "square.png").exists()
+    with pytest.raises(ValueError):
+        plotting.save_figure(fig, "a/b", "unit")
+
+
+def test_booktabs_table_and_numbers(tmp_path, monkeypatch):
+    import pandas as pd
+
+    monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
+    df = pd.DataFrame({"model": ["Qwen/Qwen3_8B"], "tokens": [12345], "time (s)": [0.012345], "ok": [None]})
+    path = tables.write_table(df, "t1", "unit", caption="50% of it")
+    tex = path.read_text()
+    assert "\\toprule" in tex and "\\midrule" in tex and "\\bottomrule" in tex
+    assert "Qwen/Qwen3\\_8B" in tex and "12{,}345" in tex and "0.0123" in tex and "--" in tex
+    assert (path.parent / "t1.caption.tex").read_text().strip() == "\\caption{50\\% of it}"
+    numbers = tables.write_numbers("01_x", "unit", {"a": 3, "b": 0.5, "c": 1.5e-7, "d": "x_y"}).read_text()
+    assert "\\wbset{a}{3}" in numbers and "\\wbset{b}{0.5}" in numbers and "10^{-7}" in numbers and "x\\_y" in numbers
+    with pytest.raises(ValueError):
+        tables.write_numbers("01_x", "unit", {"bad key": 1})

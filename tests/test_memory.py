@@ -1,0 +1,84 @@
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from helpers import memory
+from helpers.memory import GB, GiB
+
+
+@pytest.mark.parametrize("model_id", memory.KNOWN_MODELS)
+def test_param_count_equals_transformers(model_id):
+    config = memory.load_config(model_id)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    assert memory.param_count(config) == sum(p.numel() for p in model.parameters())
+
+
+def test_published_sizes():
+    # rounded sizes the model cards publish
+    assert round(memory.param_count(memory.load_config("Qwen/Qwen3-8B")) / 1e9, 2) == 8.19
+    assert round(memory.param_count(memory.load_config("meta-llama/Llama-3.1-8B")) / 1e9, 2) == 8.03
+    assert round(memory.param_count(memory.load_config("meta-llama/Llama-2-7b-hf")) / 1e9, 2) == 6.74
+
+
+def test_config_facts():
+    cfg = memory.load_config("meta-llama/Llama-3.2-1B")
+    assert (cfg.head_dim, cfg.num_key_value_heads, cfg.tie_word_embeddings) == (64, 8, True)
+    assert cfg.rope_parameters["rope_type"] == "llama3" and cfg.rope_parameters["factor"] == 32.0
+    assert memory.load_config("Qwen/Qwen3-8B").tie_word_embeddings is False
+    assert memory.load_config("allenai/OLMo-7B-0724-hf").vocab_size == 50304
+
+
+def test_unknown_model_lists_known_ids():
+    with pytest.raises(KeyError) as info:
+        memory.load_config("Qwen/Qwen3-9B")
+    assert "Qwen/Qwen3-8B" in str(info.value) and "Known model ids" in str(info.value)
+
+
+def test_kv_cache_formula():
+    cfg = memory.load_config("Qwen/Qwen3-8B")
+    assert memory.kv_cache_bytes(cfg, 32768, 1) == 2 * 32768 * 36 * 8 * 128 * 2
+    assert memory.kv_cache_bytes(cfg, 100, 4) == 4 * memory.kv_cache_bytes(cfg, 100, 1)
+    assert memory.kv_cache_bytes(cfg, 10, 1, bytes_per_elem=4) == 2 * memory.kv_cache_bytes(cfg, 10, 1)
+    # Llama-2 (MHA, 32 KV heads) holds 4x Llama-3.1-8B's (GQA, 8 KV heads) per token
+    llama2, llama31 = memory.load_config("meta-llama/Llama-2-7b-hf"), memory.load_config("meta-llama/Llama-3.1-8B")
+    assert memory.kv_cache_bytes_per_token(llama2) == 4 * memory.kv_cache_bytes_per_token(llama31)
+    with pytest.raises(ValueError):
+        memory.kv_cache_bytes(cfg, -1)
+
+
+def test_max_seq_len_l40s_both_units():
+    cfg = memory.load_config("Qwen/Qwen3-14B")
+    for gpu in (48 * GB, 48 * GiB):
+        s = memory.max_seq_len(cfg, gpu, 8)
+        total = memory.weight_bytes(cfg) + memory.kv_cache_bytes(cfg, s, 8)
+        assert total <= gpu < total + memory.kv_cache_bytes(cfg, 1, 8)
+    assert memory.round_down(memory.max_seq_len(cfg, 48 * GB, 8)) == 14080
+    assert memory.round_down(memory.max_seq_len(cfg, 48 * GiB, 8)) == 16780
+    assert memory.max_seq_len(cfg, 10 * GB, 1) == 0  # weights alone do not fit
+    assert memory.max_seq_len(cfg, 48 * GB, 8, reserved_bytes=2 * GB) < memory.max_seq_len(cfg, 48 * GB, 8)
+
+
+def test_max_params_for_forward():
+    assert memory.max_params_for_forward(80 * GB) == 40 * 10**9
+    assert memory.max_params_for_forward(80 * GB, overhead_bytes=2 * GB) == 39 * 10**9
+    assert memory.max_params_for_forward(80 * GB, activation_fraction=0.25) == 32 * 10**9
+    assert memory.max_params_for_forward(GB, overhead_bytes=2 * GB) == 0
+
+
+def test_miniature_keeps_attention_layout_and_cache_bytes():
+    for model_id in ("meta-llama/Llama-3.1-8B", "meta-llama/Llama-2-7b-hf", "Qwen/Qwen3-8B"):
+        full, mini = memory.load_config(model_id), memory.miniature_config(model_id)
+        assert (mini.num_attention_heads, mini.num_key_value_heads) == (full.num_attention_heads, full.num_key_value_heads)
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(mini, dtype=torch.float32).eval()
+        out = model.generate(torch.randint(0, mini.vocab_size, (3, 4)), max_new_tokens=3, min_new_tokens=3,
+                             do_sample=False, return_dict_in_generate=True, pad_token_id=0)
+        cache = out.past_key_values
+        assert memory.cache_tensor_bytes(cache) == memory.kv_cache_bytes(mini, cache.get_seq_length(), 3, 4)
+
+
+def test_memory_breakdown_adds_up():
+    cfg = memory.load_config("Qwen/Qwen3-14B")
+    parts = memory.memory_breakdown(cfg, 48 * GB, 8, 1000)
+    assert parts["weights"] + parts["kv_cache"] + parts["headroom"] == 48 * GB

@@ -1,0 +1,56 @@
+"""Every notebook runs headless with params/cpu.yaml, prepares with params/gpu.yaml, and the report builds.
+
+Outputs go to the temporary WORKBOOK_OUTPUT_ROOT set in conftest.py, and the report is compiled there from
+exactly what these runs wrote: every table and figure in it came from this test session.
+"""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from helpers import paths, run_all
+
+NOTEBOOKS = run_all.notebooks()
+ROOT = paths.output_root()
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_with_cpu_profile(notebook):
+    params = run_all.load_params("cpu")
+    run_all.execute(notebook, params, ROOT / "build" / "cpu", progress=False)
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_prepares_with_gpu_profile(notebook, tmp_path):
+    import papermill as pm
+
+    params = run_all.load_params("gpu")
+    declared = pm.inspect_notebook(str(notebook))
+    pm.execute_notebook(str(notebook), str(tmp_path / notebook.name), prepare_only=True,
+                        parameters={k: v for k, v in params.items() if k in declared}, progress_bar=False)
+
+
+def test_unknown_profile_is_a_clear_error():
+    with pytest.raises(FileNotFoundError, match="known profiles"):
+        run_all.load_params("tpu")
+
+
+@pytest.mark.notebooks
+def test_report_compiles_from_this_run():
+    """Runs after the notebook tests (file order), on what they generated."""
+    if shutil.which("latexmk") is None:
+        if os.environ.get("CI"):
+            pytest.fail("latexmk is missing on CI: .ci/run must install TeX Live")
+        pytest.skip("TeX Live not installed (apt-get install latexmk texlive-latex-recommended texlive-latex-extra)")
+    report = ROOT / "report"
+    report.mkdir(parents=True, exist_ok=True)
+    if report.resolve() != paths.REPORT_DIR.resolve():
+        shutil.copy(paths.REPORT_DIR / "report.tex", report / "report.tex")
+        shutil.copytree(paths.REPORT_DIR / "sections", report / "sections", dirs_exist_ok=True)
+    pdf = run_all.build_report("cpu", report)
+    assert pdf is not None and pdf.stat().st_size > 10_000
+    text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True).stdout if shutil.which("pdftotext") else ""
+    if text:
+        assert "??" not in text and "[fwdParamsB?]" not in text

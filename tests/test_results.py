@@ -1,0 +1,94 @@
+import json
+
+import pytest
+import torch
+
+from helpers import paths
+from helpers.results import MemoryBudgetExceeded, ResultStore, check_memory_budget, is_oom, run_metadata
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
+    return ResultStore("unit", "99_test")
+
+
+def meta():
+    return run_metadata(model_id="tiny", weights="random", dtype=torch.float32, device="cpu", seed=1)
+
+
+def test_metadata_has_what_design_lists():
+    m = meta()
+    for key in ("device", "device_name", "dtype", "torch_version", "transformers_version", "model_id", "weights", "seed", "threads"):
+        assert key in m
+    assert m["dtype"] == "float32"
+    with pytest.raises(ValueError):
+        run_metadata(model_id="x", weights="guessed", dtype="bf16", device="cpu", seed=0)
+
+
+def test_rows_are_appended_and_resumed(store, tmp_path):
+    calls = []
+
+    def measure(x):
+        calls.append(x)
+        return {"time_s": float(x)}
+
+    for x in (1, 2):
+        store.run({"x": x}, lambda x=x: measure(x), meta=meta())
+    assert store.path == tmp_path / "results" / "unit" / "99_test.jsonl"
+    assert len(store.path.read_text().splitlines()) == 2
+    for x in (1, 2, 3):  # a rerun measures only what is missing
+        store.run({"x": x}, lambda x=x: measure(x), meta=meta())
+    assert calls == [1, 2, 3]
+    frame = store.frame()
+    assert sorted(frame["x"]) == [1, 2, 3] and set(frame["status"]) == {"ok"}
+    assert {"timestamp", "device_name", "seed", "profile"} <= set(frame.columns)
+
+
+def test_truncated_last_line_is_remeasured(store):
+    store.run({"x": 1}, lambda: {"t": 1.0}, meta=meta())
+    with store.path.open("a") as handle:
+        handle.write('{"x": 2, "t": ')  # a crash mid-write
+    assert not store.has({"x": 2}) and store.has({"x": 1})
+
+
+def test_oom_is_a_row_and_the_sweep_goes_on(store):
+    def too_big():
+        check_memory_budget(10 * 2**30, 2**30, "batch 64")
+
+    row = store.run({"b": 64}, too_big, meta=meta())
+    assert row["status"] == "oom"
+    assert store.run({"b": 1}, lambda: {"t": 0.1}, meta=meta())["status"] == "ok"
+    assert store.has({"b": 64})  # an OOM is a result: not retried on resume
+
+
+def test_cuda_oom_counts_and_other_errors_raise(store):
+    def cuda_oom():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
+
+    assert store.run({"c": 1}, cuda_oom, meta=meta())["status"] == "oom"
+    with pytest.raises(ZeroDivisionError):
+        store.run({"c": 2}, lambda: 1 / 0, meta=meta())
+    assert not store.has({"c": 2})
+
+
+def test_budget_helpers():
+    check_memory_budget(10, None)
+    check_memory_budget(10, 100)
+    with pytest.raises(MemoryBudgetExceeded, match="budget"):
+        check_memory_budget(200, 100)
+    assert is_oom(MemoryBudgetExceeded("x")) and not is_oom(ValueError("x"))
+
+
+def test_nan_is_stored_as_null_and_clash_rejected(store):
+    store.run({"x": 1}, lambda: {"t": float("nan")}, meta=meta())
+    assert json.loads(store.path.read_text())["t"] is None
+    with pytest.raises(ValueError, match="clash"):
+        store.append({"x": 2}, {"x": 3}, meta())
+
+
+def test_profiles_do_not_share_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
+    assert ResultStore("cpu", "01").path != ResultStore("gpu", "01").path
+    with pytest.raises(ValueError, match="profile"):
+        paths.results_dir("../escape")
