@@ -1,0 +1,26 @@
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from helpers import run_all
+
+
+def test_failed_notebook_names_cell_and_error(tmp_path):
+    nb = new_notebook(cells=[new_code_cell("x = 1"), new_code_cell("raise ValueError('gamma must be >= 1')")],
+                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    path = tmp_path / "99_broken.ipynb"
+    nbformat.write(nb, path)
+    with pytest.raises(SystemExit) as info:
+        run_all.execute(path, {"profile": "cpu"}, tmp_path / "out", progress=False)
+    message = str(info.value)
+    assert "99_broken.ipynb" in message and "ValueError" in message and "gamma must be >= 1" in message
+
+
+def test_profiles_and_selection():
+    assert run_all.load_params("cpu")["device"] == "cpu"
+    assert run_all.load_params("gpu")["device"] == "cuda"
+    assert [nb.name for nb in run_all.notebooks(["01"])] == ["01_gpu_memory_math.ipynb"]
+    with pytest.raises(SystemExit, match="no notebook"):
+        run_all.notebooks(["77"])
+    assert run_all.report_pdf_path("cpu").name == "report.pdf"
+    assert run_all.report_pdf_path("gpu").name == "report-gpu.pdf"
