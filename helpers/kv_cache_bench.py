@@ -1,0 +1,145 @@
+"""KV cache: greedy generation with vs without the cache on the minimal decoder (``helpers.kv_cache``).
+
+    python -m helpers.bench kv_cache                      # CPU pair target, 256 new tokens, 2 threads
+    python -m helpers.bench kv_cache --device cuda --model Qwen/Qwen3-0.6B --weights random
+
+Goal on the 2-core CPU with the CPU pair's target: cached generation of 256 new tokens at least 5x faster
+than uncached, with identical tokens. transformers' own ``generate`` (with its cache) is timed alongside as
+a reference. When ``data/cpu_pair/target`` is not trained yet, the same architecture with random weights
+stands in (labelled "random").
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from . import kv_cache
+from .hardware import device_info, resolve_device
+from .timing import Timing, measure
+
+GOAL_SPEEDUP = 5.0
+CPU_PAIR_TARGET = "cpu-pair/target"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=CPU_PAIR_TARGET,
+                        help="a Qwen3 name known to helpers.models (default: the CPU pair's target)")
+    parser.add_argument("--weights", default=None, help="'random' for random weights of a handout id")
+    parser.add_argument("--new-tokens", type=int, default=256, help="new tokens per generation")
+    parser.add_argument("--prompt-len", type=int, default=32, help="prompt length in tokens")
+    parser.add_argument("--batch-size", type=int, default=1, help="sequences per batch (equal length)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs before timing")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per mode")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (recorded with the result)")
+    parser.add_argument("--device", default="cpu", help="'cpu' or 'cuda'")
+    parser.add_argument("--dtype", default=None, help="float32 (CPU default) or bfloat16 (CUDA default)")
+    parser.add_argument("--skip-transformers", action="store_true", help="do not time transformers' generate")
+
+
+def load_qwen3(name: str, weights: str | None, device, dtype):
+    """``(transformers model, tokenizer or None)``; the CPU pair's target falls back to random weights."""
+    from . import models
+
+    try:
+        return models.load_model(name, weights=weights, device=device, dtype=dtype)
+    except FileNotFoundError:
+        if name != CPU_PAIR_TARGET:
+            raise
+    from .train_cpu_pair import make_config
+
+    # Not trained yet: same architecture, random weights, so that the benchmark still runs (labelled).
+    return models.random_model(make_config("target", models.load_cpu_tokenizer()), device=device, dtype=dtype), None
+
+
+def make_prompt(tokenizer, prompt_len: int, batch_size: int, vocab_size: int, device) -> torch.Tensor:
+    """Real text when there is a tokenizer (the standard library's help topics), else fixed random ids."""
+    if tokenizer is not None:
+        from .kv_sweep import text_prompt_ids
+
+        row = text_prompt_ids(tokenizer, prompt_len)
+        return row.repeat(batch_size, 1).to(device)
+    generator = torch.Generator().manual_seed(0)
+    return torch.randint(0, vocab_size, (batch_size, prompt_len), generator=generator).to(device)
+
+
+def time_generation(generate_fn, *, warmup: int, repeats: int, device) -> tuple[Timing, torch.Tensor]:
+    """Time ``generate_fn()`` (warm-up first, never timed) and return its tokens from the last run."""
+    result = {}
+
+    def call():
+        result["tokens"] = generate_fn()
+
+    timing = measure(call, warmup=warmup, repeats=repeats, device=device)
+    return timing, result["tokens"]
+
+
+def run(args: argparse.Namespace) -> dict:
+    device = resolve_device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    hf_model, tokenizer = load_qwen3(args.model, args.weights, device, dtype)
+    model = kv_cache.from_hf(hf_model)
+    input_ids = make_prompt(tokenizer, args.prompt_len, args.batch_size, model.config.vocab_size, device)
+    n = args.new_tokens
+
+    modes = {
+        "minimal, with cache": lambda: kv_cache.generate(model, input_ids, n, use_cache=True),
+        "minimal, without cache": lambda: kv_cache.generate(model, input_ids, n, use_cache=False),
+    }
+    if not args.skip_transformers:
+        def transformers_cached():
+            with torch.inference_mode():
+                out = hf_model.generate(input_ids, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                                        use_cache=True, pad_token_id=hf_model.config.pad_token_id or 0)
+            return out[:, input_ids.shape[1]:]
+
+        modes["transformers, with cache"] = transformers_cached
+
+    info = device_info(device)
+    weights = getattr(hf_model, "weights_label", "unknown")
+    print(f"KV cache benchmark: {args.model} ({weights} weights, {sum(p.numel() for p in model.parameters()):,} "
+          f"parameters), {info['device_name']}, {info['cpu_threads']} threads, {dtype}")
+    print(f"batch {args.batch_size}, prompt {args.prompt_len} tokens, {n} new tokens, "
+          f"warm-up {args.warmup}, repeats {args.repeats}")
+    timings, tokens = {}, {}
+    for name, fn in modes.items():
+        timings[name], tokens[name] = time_generation(fn, warmup=args.warmup, repeats=args.repeats, device=device)
+
+    uncached = timings["minimal, without cache"].mean
+    print(f"\n{'mode':<26} {'time (s)':>16} {'ms/token':>9} {'tokens/s':>9} {'vs uncached':>12}")
+    for name, timing in timings.items():
+        print(f"{name:<26} {timing.mean:>9.3f} ± {timing.std:<5.3f}{1000 * timing.mean / n:>9.2f}"
+              f"{args.batch_size * n / timing.mean:>10.1f}{uncached / timing.mean:>11.2f}x")
+
+    speedup = uncached / timings["minimal, with cache"].mean
+    identical = torch.equal(tokens["minimal, with cache"], tokens["minimal, without cache"])
+    matches_transformers = (torch.equal(tokens["minimal, with cache"], tokens["transformers, with cache"])
+                            if "transformers, with cache" in tokens else None)
+    goal_met = identical and speedup >= GOAL_SPEEDUP
+    print(f"\ncached vs uncached: {speedup:.2f}x, identical tokens: {identical}"
+          + ("" if matches_transformers is None else f", same tokens as transformers: {matches_transformers}")
+          + f"; goal (>= {GOAL_SPEEDUP:g}x, identical): {'met' if goal_met else 'NOT met'}")
+
+    figures = {
+        "benchmark": "kv_cache",
+        "model": args.model,
+        "weights": weights,
+        "device_name": info["device_name"],
+        "threads": info["cpu_threads"],
+        "dtype": str(dtype).replace("torch.", ""),
+        "batch_size": args.batch_size,
+        "prompt_len": args.prompt_len,
+        "new_tokens": n,
+        "cached_s": timings["minimal, with cache"].mean,
+        "uncached_s": uncached,
+        "speedup": speedup,
+        "identical_tokens": identical,
+        "goal_speedup": GOAL_SPEEDUP,
+        "goal_met": goal_met,
+    }
+    if "transformers, with cache" in timings:
+        figures["transformers_cached_s"] = timings["transformers, with cache"].mean
+        figures["matches_transformers"] = matches_transformers
+    return figures

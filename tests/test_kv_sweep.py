@@ -1,0 +1,101 @@
+"""The §2.1 measurement tools: text prompts of exact length, forward-token counting, growth fits, the benchmark."""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pytest
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from helpers import kv_sweep
+from helpers.memory import kv_cache_bytes
+
+
+@pytest.fixture(scope="module")
+def tiny_hf():
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=256)
+    return Qwen3ForCausalLM(config).eval()
+
+
+class CharTokenizer:
+    """Stands in for a real tokenizer: one token per character."""
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [ord(ch) for ch in text]}
+
+
+@pytest.mark.parametrize("num_tokens", [1, 37, 5000])
+def test_text_prompt_has_exactly_the_requested_tokens(num_tokens):
+    ids = kv_sweep.text_prompt_ids(CharTokenizer(), num_tokens)
+    assert ids.shape == (1, num_tokens)
+    assert "".join(map(chr, ids[0].tolist())) == kv_sweep.prompt_text()[:num_tokens]
+
+
+def test_text_prompt_folds_into_a_small_vocabulary():
+    ids = kv_sweep.text_prompt_ids(CharTokenizer(), 200, vocab_size=50)
+    assert int(ids.max()) < 50
+
+
+def test_text_prompt_too_long_is_a_clear_error():
+    with pytest.raises(ValueError, match="only"):
+        kv_sweep.text_prompt_ids(CharTokenizer(), len(kv_sweep.prompt_text()) + 1)
+
+
+def test_transformers_without_cache_recomputes_the_prefix(tiny_hf):
+    """Guards the meaning of use_cache=False in the pinned transformers: every step sees the whole sequence."""
+    prompt = torch.randint(0, 128, (1, 6))
+    counts = {}
+    for use_cache in (True, False):
+        with kv_sweep.ForwardTokenCounter(tiny_hf) as counter:
+            tokens = kv_sweep.hf_generate(tiny_hf, prompt, 5, use_cache=use_cache)
+        counts[use_cache] = counter.tokens
+        assert tokens.shape == (1, 5)
+    assert counts[True] == [6, 1, 1, 1, 1]
+    assert counts[False] == [6, 7, 8, 9, 10]
+
+
+def test_transformers_cache_bytes_match_the_formula(tiny_hf):
+    with torch.inference_mode():
+        out = tiny_hf(torch.randint(0, 128, (2, 9)), use_cache=True)
+    assert kv_sweep.cache_bytes_of(out.past_key_values) == kv_cache_bytes(tiny_hf.config, 9, 2, bytes_per_elem=4)
+
+
+def test_output_lengths():
+    assert kv_sweep.output_lengths(16) == [1, 2, 4, 8, 16]
+    with pytest.raises(ValueError, match="power of two"):
+        kv_sweep.output_lengths(12)
+
+
+def test_fit_recovers_a_quadratic_and_extrapolates():
+    n = np.array([1, 2, 4, 8, 16])
+    truth = np.array([0.01, 0.002, 0.0003])
+    seconds = kv_sweep.extrapolate(truth, n)
+    fitted = kv_sweep.fit_growth(n, seconds, degree=2)
+    np.testing.assert_allclose(fitted, truth, rtol=1e-8)
+    np.testing.assert_allclose(kv_sweep.extrapolate(fitted, [512]), [0.01 + 0.002 * 512 + 0.0003 * 512**2])
+    with pytest.raises(ValueError, match="at least 3"):
+        kv_sweep.fit_growth([1, 2], [0.1, 0.2], degree=2)
+
+
+def test_sweep_respects_the_cap():
+    calls = []
+    rows = kv_sweep.sweep_output_lengths(calls.append, [1, 2, 4, 8], warmup=0, repeats=2, device="cpu", max_length=4)
+    assert [row["new_tokens"] for row in rows] == [1, 2, 4]
+    assert calls == [2, 1, 1, 2, 2, 4, 4]  # one warm-up call, then 2 timed calls per length
+
+
+def test_benchmark_runs_and_reports(capsys):
+    from helpers import kv_cache_bench
+
+    parser = argparse.ArgumentParser()
+    kv_cache_bench.add_arguments(parser)
+    args = parser.parse_args(["--new-tokens", "4", "--prompt-len", "8", "--warmup", "0", "--repeats", "1",
+                              "--threads", "1"])
+    figures = kv_cache_bench.run(args)
+    assert figures["identical_tokens"] is True
+    assert figures["matches_transformers"] is True
+    assert figures["new_tokens"] == 4 and figures["speedup"] > 0
+    assert "cached vs uncached" in capsys.readouterr().out
