@@ -35,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="'cpu' or 'cuda'")
     parser.add_argument("--dtype", default=None, help="float32 (CPU default) or bfloat16 (CUDA default)")
     parser.add_argument("--skip-transformers", action="store_true", help="do not time transformers' generate")
+    parser.add_argument("--report-profile", default=None,
+                        help="also write the figures for the report (report/generated/<profile>/04_kv_bench.*)")
 
 
 def load_qwen3(name: str, weights: str | None, device, dtype):
@@ -142,4 +144,28 @@ def run(args: argparse.Namespace) -> dict:
     if "transformers, with cache" in timings:
         figures["transformers_cached_s"] = timings["transformers, with cache"].mean
         figures["matches_transformers"] = matches_transformers
+    if args.report_profile:
+        write_report(args.report_profile, figures, timings)
     return figures
+
+
+def write_report(profile: str, figures: dict, timings: dict) -> None:
+    """The benchmark's table and numbers for the report (section 2.2 quotes them)."""
+    import pandas as pd
+
+    from . import tables
+
+    n, batch = figures["new_tokens"], figures["batch_size"]
+    rows = [{"mode": name, "time (s)": t.mean, "std (s)": t.std, "ms/token": 1000 * t.mean / n,
+             "tokens/s": batch * n / t.mean, "vs uncached": figures["uncached_s"] / t.mean}
+            for name, t in timings.items()]
+    tables.write_table(pd.DataFrame(rows), "04_kv_bench", profile, float_format="{:.3g}",
+                       caption=f"python -m helpers.bench kv_cache: {figures['model']} ({figures['weights']} weights), "
+                               f"{n} new tokens after {figures['prompt_len']} prompt tokens, {figures['threads']} "
+                               f"thread(s), {figures['device_name']}.")
+    tables.write_numbers("04_kv_bench", profile, {
+        "kvBenchSpeedup": figures["speedup"], "kvBenchNew": n, "kvBenchPrompt": figures["prompt_len"],
+        "kvBenchCachedS": figures["cached_s"], "kvBenchUncachedS": figures["uncached_s"],
+        "kvBenchIdentical": figures["identical_tokens"], "kvBenchThreads": figures["threads"],
+        "kvBenchWeights": figures["weights"], "kvBenchGoal": figures["goal_speedup"],
+        "kvBenchGoalMet": figures["goal_met"]})
