@@ -392,13 +392,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=CPU_PAIR_DIR, help="where to write tokenizer/, target/, drafts")
     parser.add_argument("--device", default="auto", help="'auto' (cuda if available), 'cpu' or 'cuda'")
-    parser.add_argument("--threads", type=int, default=2, help="CPU threads for training and timing")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU threads for training and timing (1: robust on a busy machine)")
     parser.add_argument("--target-minutes", type=float, default=None, help="target budget (CPU 38, GPU 20)")
     parser.add_argument("--draft-minutes", type=float, default=None, help="distillation budget (CPU 13, GPU 8)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=None, help="sequences per step (CPU 8, GPU 64)")
     parser.add_argument("--skip-target", action="store_true", help="reuse the target already in --out")
+    parser.add_argument("--reuse-tokenizer", action="store_true", help="reuse the tokenizer already in --out")
     parser.add_argument("--smoke", action="store_true", help="tiny budgets, writes to /tmp/cpu_pair_smoke")
     args = parser.parse_args(argv)
 
@@ -420,7 +422,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     corpus = load_corpus()
     log(f"corpus: {len(corpus.train)} training and {len(corpus.heldout)} held-out documents")
-    if args.skip_target:
+    if args.skip_target or (args.reuse_tokenizer and (out / "tokenizer" / "tokenizer.json").exists()):
         from transformers import AutoTokenizer
         tokenizer = AutoTokenizer.from_pretrained(out / "tokenizer")
     else:
