@@ -70,7 +70,7 @@ def test_continuous_outputs_equal_each_request_alone(tiny):
         assert request.generated == alone(model, request, cfg), f"request {request.id} differs"
     assert {r.finish_reason for r in result.requests} == {"eos", "length"}
     # the batch really was ragged: requests joined and left while others kept decoding
-    assert max(s["admitted"] for s in result.timeline[1:]) > 0 and max(s["rows"] for s in result.timeline) > 1
+    assert max(s["joined"] for s in result.timeline[1:]) > 0 and max(s["rows"] for s in result.timeline) > 1
     assert all(s["reserved_blocks"] <= cfg.kv_capacity_blocks for s in result.timeline)
     assert all(s["used_blocks"] <= s["reserved_blocks"] for s in result.timeline)
     assert result.extra["exit_codes"] == {"prefill": 0, "decode": 0}

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import copy
-import queue as queue_module
 import socket
 import time
 from dataclasses import dataclass, field
@@ -56,40 +55,38 @@ def run_continuous(model_source, requests: list[Request], cfg: EngineConfig, *, 
     validate_workload(requests, cfg)
     requests = copy.deepcopy(requests)
     ctx = mp.get_context("spawn")
-    results = ctx.Queue()
     port = _free_port()
-    procs = {ROLES[rank]: ctx.Process(target=worker_main, args=(rank, port, model_source, requests if
-                                      rank == PREFILL_RANK else [], cfg, results), daemon=True,
-                                      name=f"{ROLES[rank]}-worker")
+    pipes = {role: ctx.Pipe(duplex=False) for role in ROLES.values()}  # (parent end, worker end)
+    procs = {ROLES[rank]: ctx.Process(target=worker_main, name=f"{ROLES[rank]}-worker", daemon=True,
+                                      args=(rank, port, model_source, requests if rank == PREFILL_RANK else [], cfg,
+                                            pipes[ROLES[rank]][1]))
              for rank in (PREFILL_RANK, DECODE_RANK)}
-    for proc in procs.values():
+    for role, proc in procs.items():
         proc.start()
-    reports, first_death = {}, None
+        pipes[role][1].close()  # the worker holds its end; ours closing lets a dead worker show up as EOF
+    reports, first_failure = {}, None
     try:
         while len(reports) < 2:
-            try:
-                role, status, payload = results.get(timeout=0.1)
-                reports[role] = (status, payload)
-            except queue_module.Empty:
-                pass
-            for role, proc in procs.items():
-                if role not in reports and proc.exitcode is not None:  # died without a word (killed, segfault)
-                    reports[role] = ("died", f"exited with code {proc.exitcode} without reporting")
-            failed = [role for role, (status, _) in reports.items() if status != "ok"]
-            if failed and first_death is None:
-                first_death = time.monotonic()
-            if first_death is not None and time.monotonic() - first_death > grace_s:
+            for role, (conn, _) in pipes.items():
+                if role not in reports and conn.poll(0.05):
+                    try:
+                        reports[role] = conn.recv()[1:]
+                    except EOFError:  # died without a word (killed, segfault)
+                        procs[role].join(timeout=5)
+                        reports[role] = ("died", f"exited with code {procs[role].exitcode} without reporting")
+            if first_failure is None and any(status != "ok" for status, _ in reports.values()):
+                first_failure = time.monotonic()
+            if first_failure is not None and time.monotonic() - first_failure > grace_s:
                 for role, proc in procs.items():
                     if role not in reports:
                         proc.kill()
                         reports[role] = ("hung", f"did not notice within {grace_s:.0f} s and was killed")
     finally:
-        for proc in procs.values():
+        for role, proc in procs.items():
             proc.join(timeout=grace_s)
             if proc.is_alive():
                 proc.kill()
-        results.close()
-        results.join_thread()
+            pipes[role][0].close()
     if any(status != "ok" for status, _ in reports.values()):
         story = "; ".join(f"{role} worker {status}: {payload}" for role, (status, payload) in sorted(reports.items())
                           if status != "ok")
@@ -134,4 +131,5 @@ def summarize(result: RunResult) -> dict:
     padded = sum(b["size"] * b["padded_len"] for b in result.batches)
     out["prefill_padding_fraction"] = 1 - sum(b["prompt_tokens"] for b in result.batches) / padded
     out["mean_prefill_batch"] = float(np.mean([b["size"] for b in result.batches]))
+    out["prefill_busy_fraction"] = sum(b["t_end"] - b["t_start"] for b in result.batches) / makespan
     return out

@@ -149,3 +149,22 @@ class PretrainedDir:
         from transformers import AutoModelForCausalLM
 
         return AutoModelForCausalLM.from_pretrained(self.path, dtype=torch.float32).eval()
+
+
+class NamedModel:
+    """A picklable model source: any name ``helpers.models.load_model`` knows (e.g. ``"cpu-pair/target"``)."""
+
+    def __init__(self, name: str, dtype: torch.dtype | None = None) -> None:
+        self.name, self.dtype = name, dtype
+
+    def __call__(self):
+        from helpers.models import load_model
+
+        return load_model(self.name, dtype=self.dtype)[0].eval()
+
+
+def model_source(name: str, dtype: torch.dtype | None = None):
+    """A directory holding a saved model, or a name ``helpers.models.load_model`` knows."""
+    from pathlib import Path
+
+    return PretrainedDir(name) if Path(name).is_dir() else NamedModel(name, dtype)

@@ -1,13 +1,16 @@
 """The prefill and decode workers: two processes, two loops, KV caches moving over ``torch.distributed``.
 
 Prefill worker (rank 0) owns the queue. It starts a request when the decode worker's KV memory can hold the
-request's worst case next to everything already sent there (``does_fit``), gathers a batch of similar prompt
-lengths from the same bucket, prefills it in one forward, and sends each request's first token and KV cache
-to the decode worker. It learns that memory came free from the decode worker's FREED messages.
+request's worst case next to everything already sent there (``does_fit``) and at most ``max_decode_batch +
+prefill_ahead`` requests are there, gathers a batch of similar prompt lengths from the same bucket, prefills it
+in one forward, and sends each request's first token and KV cache to the decode worker. It learns that memory
+came free from the decode worker's FREED messages. Running a few requests ahead keeps the decode batch full:
+a freed row is refilled from requests already waiting instead of after a prefill round trip.
 
-Decode worker (rank 1) owns the KV memory. Every iteration it admits what has arrived (the blocks are reserved
-for it), runs one decode step for the whole ragged batch, and evicts the requests that stopped (EOS or their
-maximum length) at once, freeing their blocks and telling the prefill worker.
+Decode worker (rank 1) owns the KV memory. Every iteration it takes in what has arrived (its blocks were
+reserved by the prefill worker's check, so it always fits), moves waiting requests into free rows of the batch,
+runs one decode step for the whole ragged batch, and evicts the requests that stopped (EOS or their maximum
+length) at once, freeing their blocks and telling the prefill worker.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ class EngineConfig:
     block_size: int = 16  # tokens per KV block
     max_seq_len: int = 512  # the model's maximum length: the bound for requests without an output length
     max_decode_batch: int = 8  # most sequences decoding at once
+    prefill_ahead: int = 4  # prefilled requests that may wait at the decode worker for a free row
     max_prefill_batch: int = 4  # most prompts in one prefill forward
     bucket_width: int = 16  # prompt-length bucket width of the queue (tokens)
     eos_token_id: int | None = None  # stop token; None: stop on length only
@@ -70,7 +74,7 @@ def prefill_loop(model, requests: list[Request], cfg: EngineConfig, channel: Cha
     batches = []
 
     def fits(request: Request) -> bool:
-        return len(in_decode) < cfg.max_decode_batch and does_fit(
+        return len(in_decode) < cfg.max_decode_batch + cfg.prefill_ahead and does_fit(
             request, in_decode.values(), cfg.kv_capacity_blocks, block_size=cfg.block_size, max_seq_len=cfg.max_seq_len)
 
     def note_freed(message) -> None:
@@ -139,31 +143,31 @@ def decode_loop(model, cfg: EngineConfig, channel: Channel, clock) -> dict:
     """Algorithm 3: decode everything the prefill worker sends, admitting and evicting every iteration."""
     memory = cfg.memory()
     batch = DecodeBatch(model)
+    waiting: list[tuple[Request, torch.Tensor]] = []  # arrived (KV resident), no free row yet
     done, timeline = [], []
     prefill_finished = False
     step = 0
-    while not prefill_finished or len(batch):
-        # 1. admit what has arrived (its memory was reserved by the prefill worker's does_fit)
-        arrived = []
-        message = channel.poll() if len(batch) else channel.wait("prefilled requests")
+    while not prefill_finished or len(batch) or waiting:
+        # 1. take in what has arrived: its blocks were reserved by the prefill worker's does_fit
+        message = channel.poll() if len(batch) or waiting else channel.wait("prefilled requests")
+        finished = []
         while message is not None:
             header, payload = message
             if header[0] == END:
                 prefill_finished = True
             elif header[0] == KV:
-                arrived.append(_request_from(header, payload, model.device))
+                request, first_token, kv = _request_from(header, payload, model.device)
+                memory.admit(request, request.prompt_len + 1)
+                request.advance(State.DECODE)
+                if request.add_token(first_token, eos_token_id=cfg.eos_token_id, max_seq_len=cfg.max_seq_len):
+                    finished.append(request)  # its first token already ends it
+                else:
+                    waiting.append((request, kv))
             else:
                 raise RuntimeError(f"decode worker got unexpected message kind {header[0]}")
             message = channel.poll()
-        finished = []
-        joining = []
-        for request, first_token, kv in arrived:
-            memory.admit(request, request.prompt_len + 1)
-            request.advance(State.DECODE)
-            if request.add_token(first_token, eos_token_id=cfg.eos_token_id, max_seq_len=cfg.max_seq_len):
-                finished.append(request)  # its first token already ends it
-            else:
-                joining.append((request, kv))
+        # fill free rows, oldest first
+        joining, waiting = waiting[:cfg.max_decode_batch - len(batch)], waiting[cfg.max_decode_batch - len(batch):]
         batch.add([r for r, _ in joining], [kv for _, kv in joining])
         # 2. one token for every running sequence
         rows = len(batch)
@@ -177,8 +181,9 @@ def decode_loop(model, cfg: EngineConfig, channel: Channel, clock) -> dict:
             _maybe_crash(cfg, "decode", step)
         # 3. evict finished requests now: free their blocks and tell the prefill worker
         now = clock()
-        timeline.append({"t": now, "rows": rows, "active": rows, "used_blocks": memory.used_blocks,
-                         "reserved_blocks": memory.reserved_total, "admitted": len(arrived), "finished": len(finished)})
+        timeline.append({"t": now, "rows": rows, "active": rows, "waiting": len(waiting), "joined": len(joining),
+                         "finished": len(finished), "used_blocks": memory.used_blocks,
+                         "reserved_blocks": memory.reserved_total})
         for request in finished:
             request.t_last_token = request.t_done = now
             request.advance(State.DONE)
@@ -192,7 +197,7 @@ def decode_loop(model, cfg: EngineConfig, channel: Channel, clock) -> dict:
     return {"requests": done, "timeline": timeline}
 
 
-def worker_main(rank: int, port: int, model_source, requests: list[Request], cfg: EngineConfig, results) -> None:
+def worker_main(rank: int, port: int, model_source, requests: list[Request], cfg: EngineConfig, report_to) -> None:
     """Entry point of one worker process: join the process group, load the model, run its loop, report."""
     role = ROLES[rank]
     try:
@@ -220,9 +225,7 @@ def worker_main(rank: int, port: int, model_source, requests: list[Request], cfg
         report, code = (role, "ok", output), 0
     except BaseException as err:  # report every failure to the parent, then exit non-zero
         report, code = (role, "error", f"{type(err).__name__}: {err}"), 1
-    results.put(report)
-    results.close()
-    results.join_thread()
+    report_to.send(report)  # a pipe: returns once the parent has the whole report
     # Leave without running destructors: the receiver thread sits in a gloo receive that cannot be cancelled,
     # and tearing the process group down under it aborts the process.
     os._exit(code)

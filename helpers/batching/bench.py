@@ -1,0 +1,113 @@
+"""Continuous batching (disaggregated prefill/decode) vs static batching: throughput and latency.
+
+Two workloads with the same prompts: output lengths of high variance (log-normal) and uniform ones. For each,
+the continuous engine (two processes, KV over torch.distributed) and the static baseline (same model, same
+batch size) serve every request; every output is checked against the request generated alone (greedy, batch
+size 1), which also measures what serving one request at a time would give.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .engine import run_continuous, run_static_baseline, summarize
+from .model_ops import generate_alone, model_max_len, model_source
+from .workers import EngineConfig
+from .workload import WORKLOADS, make_workload, prompt_token_stream
+
+COLUMNS = [("policy", "{:>10}"), ("throughput_tok_s", "{:>8.0f}"), ("ttft_p50_s", "{:>7.3f}"), ("ttft_p90_s", "{:>7.3f}"),
+           ("tpot_p50_s", "{:>7.4f}"), ("tpot_p90_s", "{:>7.4f}"), ("e2e_p50_s", "{:>7.2f}"), ("e2e_p90_s", "{:>7.2f}"),
+           ("e2e_p99_s", "{:>7.2f}"), ("mean_rows", "{:>5.2f}"), ("wasted_row_fraction", "{:>6.2f}"),
+           ("prefill_padding_fraction", "{:>6.2f}")]
+HEADINGS = ["policy", "tok/s", "TTFT50", "TTFT90", "TPOT50", "TPOT90", "E2E50", "E2E90", "E2E99", "rows", "waste",
+            "pad"]
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", default="cpu-pair/target", help="helpers.models name or a saved model directory")
+    parser.add_argument("--requests", type=int, default=64, help="requests per workload")
+    parser.add_argument("--mean-output", type=int, default=32, help="mean output length (tokens)")
+    parser.add_argument("--max-output", type=int, default=256, help="longest output of the high-variance workload")
+    parser.add_argument("--batch", type=int, default=8, help="decode batch size (static batch size too)")
+    parser.add_argument("--prefill-batch", type=int, default=4, help="most prompts per prefill forward")
+    parser.add_argument("--kv-blocks", type=int, default=256, help="decode worker KV memory in blocks")
+    parser.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per worker process")
+    parser.add_argument("--static-threads", type=int, default=1,
+                        help="torch threads of the single-process static baseline (default: as one engine worker)")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated: " + ", ".join(WORKLOADS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-check", action="store_true", help="skip the per-request greedy reference")
+
+
+def reference_outputs(model, requests, cfg: EngineConfig, threads: int) -> tuple[dict[int, list[int]], float]:
+    """Every request generated alone, greedy; returns outputs and the seconds it took (batch size 1 serving)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        start = time.perf_counter()
+        outputs = {r.id: generate_alone(model, r.input_tokens, r.max_new_tokens(cfg.max_seq_len), cfg.eos_token_id)
+                   for r in requests}
+        return outputs, time.perf_counter() - start
+    finally:
+        torch.set_num_threads(previous)
+
+
+def compare(workload: str, requests, cfg: EngineConfig, source, model, *, static_threads: int, check: bool) -> dict:
+    """Serve one workload both ways (and alone when checking); returns summaries and the equality verdict."""
+    continuous = run_continuous(source, requests, cfg)
+    static = run_static_baseline(model, requests, cfg, threads=static_threads)
+    out = {"workload": workload, "continuous": summarize(continuous), "static": summarize(static),
+           "runs": {"continuous": continuous, "static": static}}
+    out["speedup"] = out["continuous"]["throughput_tok_s"] / out["static"]["throughput_tok_s"]
+    if check:
+        reference, seconds = reference_outputs(model, requests, cfg, cfg.threads_per_worker)
+        out["alone_tok_s"] = sum(map(len, reference.values())) / seconds
+        out["mismatches"] = {policy: sorted(r.id for r in run.requests if r.generated != reference[r.id])
+                             for policy, run in out["runs"].items()}
+    return out
+
+
+def print_table(results: list[dict]) -> None:
+    print(f"{'workload':>14} " + " ".join(f"{h:>{len(f.format(0) if 'f' in f else 'x' * 10)}}"
+                                         for h, (_, f) in zip(HEADINGS, COLUMNS)))
+    for res in results:
+        for policy in ("continuous", "static"):
+            row = res[policy]
+            print(f"{res['workload']:>14} " + " ".join(f.format(row[key]) for key, f in COLUMNS))
+        extra = f"  alone (batch 1): {res['alone_tok_s']:.0f} tok/s" if "alone_tok_s" in res else ""
+        print(f"{'':>14} continuous/static throughput: {res['speedup']:.2f}x{extra}")
+
+
+def run(args) -> dict:
+    from helpers.models import load_cpu_tokenizer
+
+    source = model_source(args.model)
+    model = source()
+    tokenizer = load_cpu_tokenizer()
+    tokens = prompt_token_stream(tokenizer)
+    cfg = EngineConfig(kv_capacity_blocks=args.kv_blocks, block_size=args.block_size, max_seq_len=model_max_len(model),
+                       max_decode_batch=args.batch, max_prefill_batch=args.prefill_batch,
+                       threads_per_worker=args.threads)
+    results = []
+    for workload in args.workloads.split(","):
+        requests = make_workload(workload, args.requests, tokens, seed=args.seed, mean_output=args.mean_output,
+                                 max_output=args.max_output)
+        results.append(compare(workload, requests, cfg, source, model, static_threads=args.static_threads,
+                               check=not args.no_check))
+    print_table(results)
+    figures = {"model": args.model, "requests": args.requests, "batch": args.batch, "threads": args.threads,
+               "static_threads": args.static_threads}
+    for res in results:
+        w = res["workload"]
+        figures[f"{w}_speedup"] = round(res["speedup"], 3)
+        for policy in ("continuous", "static"):
+            for key in ("throughput_tok_s", "ttft_p50_s", "tpot_p50_s", "e2e_p90_s"):
+                figures[f"{w}_{policy}_{key}"] = round(res[policy][key], 4)
+        if "mismatches" in res:
+            figures[f"{w}_alone_tok_s"] = round(res["alone_tok_s"], 1)
+            figures[f"{w}_outputs_equal_alone"] = not any(res["mismatches"].values())
+    if "high_variance_speedup" in figures:
+        figures["goal_speedup_1_5x_met"] = figures["high_variance_speedup"] >= 1.5
+    return figures
