@@ -1,0 +1,282 @@
+"""helpers.specdec: speculative decoding is exact (greedy) and distribution-preserving (sampling).
+
+All models are tiny random ``Qwen3ForCausalLM``s built here (no download, no CPU pair), with their output
+layer scaled up so that the next-token distributions are peaked rather than nearly uniform.
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats as scipy_stats
+from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
+
+from helpers.specdec import autoregressive_generate, speculative_generate
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models gain nothing from threads, and on a busy 2-core machine OpenMP threads wait for each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_model(seed: int, vocab: int = 64, layers: int = 2, hidden: int = 64, peak: float = 10.0):
+    torch.manual_seed(seed)
+    config = Qwen3Config(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+        tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    )
+    model = Qwen3ForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(peak)
+    return model
+
+
+def perturbed_copy(model, sigma: float, seed: int):
+    """A draft that agrees with the target only partly: the target with relative Gaussian noise on every weight."""
+    draft = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in draft.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * sigma * param.std().clamp_min(1e-3))
+    return draft
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_model(0)
+
+
+@pytest.fixture(scope="module")
+def draft(target):
+    return perturbed_copy(target, sigma=0.3, seed=1)
+
+
+def prompts(count: int, vocab: int = 64, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    lengths = [1, 2, 5, 9, 16, 3, 7, 12][:count]
+    return [torch.randint(0, vocab, (1, n), generator=generator) for n in lengths]
+
+
+# --- the cache primitive we rely on -------------------------------------------------------------------------
+
+
+def test_dynamic_cache_crop_takes_negative_count_and_rolls_back(target):
+    ids = torch.randint(0, 64, (1, 10), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        cache = DynamicCache(config=target.config)
+        target(input_ids=ids, past_key_values=cache, use_cache=True)
+        assert cache.get_seq_length() == 10
+        with pytest.raises(ValueError):
+            cache.crop(6)  # transformers 5.x: a positive count is refused
+        cache.crop(-4)
+        assert cache.get_seq_length() == 6
+        rolled_back = target(input_ids=ids[:, 6:], past_key_values=cache, use_cache=True).logits
+        fresh = target(input_ids=ids).logits[:, 6:]
+    torch.testing.assert_close(rolled_back, fresh, rtol=1e-4, atol=1e-4)
+
+
+# --- greedy: token-for-token equality with the baseline -----------------------------------------------------
+
+
+@pytest.mark.parametrize("gamma", [1, 2, 3, 5, 7])
+def test_greedy_equals_autoregressive(target, draft, gamma):
+    for prompt in prompts(8):
+        for max_new_tokens in (1, 2, 13, 24):  # 13 and the short ones are not multiples of gamma + 1
+            baseline = autoregressive_generate(target, prompt, max_new_tokens)
+            result = speculative_generate(target, draft, prompt, max_new_tokens, gamma)
+            assert torch.equal(result.tokens, baseline.tokens), (gamma, prompt.shape, max_new_tokens)
+            assert result.tokens.shape == (max_new_tokens,)
+            assert result.stats.new_tokens == max_new_tokens
+
+
+def test_partial_acceptance_exercises_rollback(target, draft):
+    # the perturbed draft must neither always agree nor always disagree, otherwise the tests above would not
+    # cover both the rejection (crop) and the all-accepted (catch-up token) paths
+    result = speculative_generate(target, draft, prompts(1)[0], 48, gamma=4)
+    counts = result.stats.accepted_per_round
+    assert 0 in counts or min(counts) < 4
+    assert 4 in counts
+    assert 0.2 < result.stats.alpha < 0.95
+
+
+def test_stats_are_consistent(target, draft):
+    result = speculative_generate(target, draft, prompts(3)[2], 30, gamma=3)
+    s = result.stats
+    assert s.rounds == len(s.accepted_per_round) == s.target_forwards - 1  # minus the prefill
+    assert s.proposed == sum(s.gamma_per_round)
+    assert s.accepted == sum(s.accepted_per_round)
+    assert s.new_tokens == 30 == s.accepted + s.rounds  # each round: accepted drafts + one target token
+    assert s.acceptance_rate == pytest.approx(s.accepted / s.proposed)
+    rejections = sum(k < g for k, g in zip(s.accepted_per_round, s.gamma_per_round))
+    assert s.rejections == rejections
+    assert s.alpha == pytest.approx(s.accepted / (s.accepted + rejections))
+    assert s.alpha >= s.acceptance_rate
+    assert s.mean_accepted_per_round == pytest.approx(s.accepted / s.rounds)
+    assert s.time_total_s == pytest.approx(s.time_prefill_s + s.time_draft_s + s.time_verify_s + s.time_other_s)
+    row = s.as_dict()
+    assert "accepted_per_round" not in row and row["tokens_per_second"] > 0
+
+
+def first_occurrence_eos(tokens: list[int], index: int) -> int | None:
+    token = tokens[index]
+    return token if token not in tokens[:index] else None
+
+
+def test_eos_inside_a_drafted_block(target):
+    prompt = prompts(3)[2]
+    baseline = autoregressive_generate(target, prompt, 20).tokens.tolist()
+    # a model drafting for itself accepts every draft, so with gamma = 5 the tokens 0..4 of round 1 are drafts
+    index = next(i for i in range(1, 5) if first_occurrence_eos(baseline, i) is not None)
+    eos = baseline[index]
+    result = speculative_generate(target, target, prompt, 20, gamma=5, eos_token_id=eos)
+    assert result.tokens.tolist() == baseline[: index + 1]
+    assert result.stats.rounds == 1
+    stopped = autoregressive_generate(target, prompt, 20, eos_token_id=eos)
+    assert stopped.tokens.tolist() == baseline[: index + 1]
+
+
+def test_eos_anywhere_with_partial_acceptance(target, draft):
+    prompt = prompts(2)[1]
+    baseline = autoregressive_generate(target, prompt, 40).tokens.tolist()
+    for index in range(1, 40, 3):
+        eos = first_occurrence_eos(baseline, index)
+        if eos is None:
+            continue
+        for gamma in (2, 5):
+            result = speculative_generate(target, draft, prompt, 40, gamma, eos_token_id=eos)
+            assert result.tokens.tolist() == baseline[: index + 1]
+
+
+def test_eos_from_generation_config(target):
+    prompt = prompts(1)[0]
+    baseline = autoregressive_generate(target, prompt, 10).tokens.tolist()
+    model = copy.deepcopy(target)
+    model.generation_config.eos_token_id = [baseline[0]]
+    assert speculative_generate(model, model, prompt, 10, gamma=3).tokens.tolist() == baseline[:1]
+    assert autoregressive_generate(model, prompt, 10).tokens.tolist() == baseline[:1]
+
+
+# --- a model drafting for itself --------------------------------------------------------------------------
+
+
+def test_self_draft_accepts_everything(target):
+    prompt = prompts(4)[3]
+    greedy = speculative_generate(target, target, prompt, 25, gamma=4)
+    assert greedy.stats.accepted == greedy.stats.proposed > 0
+    assert greedy.stats.alpha == 1.0 and greedy.stats.acceptance_rate == 1.0
+    assert greedy.stats.rounds == 5  # 25 tokens = 5 rounds of 4 drafts + 1 bonus
+    sampled = speculative_generate(target, target, prompt, 25, gamma=4, temperature=1.0, seed=0)
+    # identical distributions: q/p = 1 up to rounding (the verify forward has other shapes than the draft's)
+    assert sampled.stats.acceptance_rate >= 0.99
+
+
+# --- sampling: the output follows the target's distribution --------------------------------------------------
+
+
+def exact_joint(model, prompt: torch.Tensor, temperature: float) -> np.ndarray:
+    """P(x1, x2 | prompt) under the model: a (V, V) table, computed with V + 1 forwards."""
+    vocab = model.config.vocab_size
+    with torch.inference_mode():
+        first = torch.softmax(model(input_ids=prompt).logits[0, -1].double() / temperature, -1)
+        pairs = torch.cat([prompt.expand(vocab, -1), torch.arange(vocab)[:, None]], dim=1)
+        second = torch.softmax(model(input_ids=pairs).logits[:, -1].double() / temperature, -1)
+    return (first[:, None] * second).numpy()
+
+
+def test_sampling_preserves_target_distribution():
+    """Chen et al., Theorem 1: the first two tokens are jointly distributed as under the target alone.
+
+    16-token vocabulary, an independent random draft (so about half of the drafts are rejected and the
+    residual distribution max(0, q - p) is sampled often), gamma = 2 (so the second token comes from any of:
+    a rejection in round 1 then round 2, a residual at draft 2, or an accepted draft), 3000 seeds.
+    Tolerances: total variation <= 0.06 (its sampling noise here is about 0.03) and a chi-square test on the
+    256 cells (cells expected < 5 pooled) with p > 1e-3; the runs are seeded, so the test is deterministic.
+    """
+    vocab, temperature, samples = 16, 1.0, 3000
+    target = tiny_model(10, vocab=vocab, layers=1)
+    draft = tiny_model(11, vocab=vocab, layers=1)
+    prompt = torch.tensor([[3, 1, 4]])
+    expected = exact_joint(target, prompt, temperature)
+
+    counts = np.zeros((vocab, vocab))
+    proposed = accepted = 0
+    for seed in range(samples):
+        result = speculative_generate(target, draft, prompt, 3, gamma=2, temperature=temperature, seed=seed)
+        x1, x2 = result.tokens[:2].tolist()
+        counts[x1, x2] += 1
+        proposed += result.stats.proposed
+        accepted += result.stats.accepted
+    assert 0.1 < accepted / proposed < 0.9  # both the accept and the residual path are exercised
+
+    empirical = counts / samples
+    total_variation = 0.5 * np.abs(empirical - expected).sum()
+    print(f"total variation {total_variation:.4f}")
+    assert total_variation <= 0.06, total_variation
+    # the test has power: the draft's own joint is far from the target's
+    assert 0.5 * np.abs(exact_joint(draft, prompt, temperature) - expected).sum() > 0.3
+
+    expected_counts = expected.ravel() * samples
+    observed = counts.ravel()
+    small = expected_counts < 5
+    f_exp = np.append(expected_counts[~small], expected_counts[small].sum())
+    f_obs = np.append(observed[~small], observed[small].sum())
+    assert scipy_stats.chisquare(f_obs, f_exp * f_obs.sum() / f_exp.sum()).pvalue > 1e-3
+
+
+def test_sampling_is_reproducible(target, draft):
+    prompt = prompts(2)[1]
+    first = speculative_generate(target, draft, prompt, 20, gamma=3, temperature=0.8, seed=5)
+    again = speculative_generate(target, draft, prompt, 20, gamma=3, temperature=0.8, seed=5)
+    assert torch.equal(first.tokens, again.tokens)
+    torch.manual_seed(42)
+    global_rng = speculative_generate(target, draft, prompt, 20, gamma=3, temperature=0.8)
+    torch.manual_seed(42)
+    assert torch.equal(speculative_generate(target, draft, prompt, 20, gamma=3, temperature=0.8).tokens,
+                       global_rng.tokens)
+    torch.manual_seed(42)
+    baseline = autoregressive_generate(target, prompt, 20, temperature=0.8)
+    torch.manual_seed(42)
+    assert torch.equal(autoregressive_generate(target, prompt, 20, temperature=0.8).tokens, baseline.tokens)
+
+
+# --- invalid arguments -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gamma", [0, -2, 2.5, True, "3"])
+def test_invalid_gamma(target, draft, gamma):
+    with pytest.raises(ValueError, match="gamma"):
+        speculative_generate(target, draft, prompts(1)[0], 5, gamma)
+
+
+@pytest.mark.parametrize("temperature", [-0.5, float("nan"), float("inf"), "hot"])
+def test_invalid_temperature(target, draft, temperature):
+    with pytest.raises(ValueError, match="temperature"):
+        speculative_generate(target, draft, prompts(1)[0], 5, 2, temperature=temperature)
+    with pytest.raises(ValueError, match="temperature"):
+        autoregressive_generate(target, prompts(1)[0], 5, temperature=temperature)
+
+
+def test_vocabularies_must_match(target):
+    other = tiny_model(2, vocab=48)
+    with pytest.raises(ValueError, match="vocabularies differ"):
+        speculative_generate(target, other, prompts(1)[0], 5, 2)
+
+
+@pytest.mark.parametrize("bad", [torch.zeros(5, dtype=torch.long), torch.zeros(2, 5, dtype=torch.long),
+                                 torch.zeros(1, 0, dtype=torch.long)])
+def test_invalid_input_ids(target, draft, bad):
+    with pytest.raises(ValueError, match="input_ids"):
+        speculative_generate(target, draft, bad, 5, 2)
+
+
+@pytest.mark.parametrize("max_new_tokens", [0, -1, 2.0])
+def test_invalid_max_new_tokens(target, draft, max_new_tokens):
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        speculative_generate(target, draft, prompts(1)[0], max_new_tokens, 2)
