@@ -1,6 +1,6 @@
 """KV cache: greedy generation with vs without the cache on the minimal decoder (``helpers.kv_cache``).
 
-    python -m helpers.bench kv_cache                      # CPU pair target, 256 new tokens, 2 threads
+    python -m helpers.bench kv_cache                      # CPU pair target, 256 new tokens, 1 thread
     python -m helpers.bench kv_cache --device cuda --model Qwen/Qwen3-0.6B --weights random
 
 Goal on the 2-core CPU with the CPU pair's target: cached generation of 256 new tokens at least 5x faster
@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=1, help="sequences per batch (equal length)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs before timing")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per mode")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (recorded with the result)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads, recorded with the result (1: robust to other load on a small CPU)")
     parser.add_argument("--device", default="cpu", help="'cpu' or 'cuda'")
     parser.add_argument("--dtype", default=None, help="float32 (CPU default) or bfloat16 (CUDA default)")
     parser.add_argument("--skip-transformers", action="store_true", help="do not time transformers' generate")

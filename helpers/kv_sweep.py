@@ -5,7 +5,8 @@ and the minimal decoder alike.
   (``pydoc_data.topics``), tokenized with the model's own tokenizer (no prompt file in the repo).
 - :class:`ForwardTokenCounter`: records how many tokens each forward pass processes, the proof that
   "without cache" recomputes the whole prefix and "with cache" feeds one token per step.
-- :func:`sweep_output_lengths`: times generation for 1, 2, 4, ... new tokens, with a cap on the slow mode.
+- :func:`paired_sweep`: times generation for 1, 2, 4, ... new tokens in several modes, interleaved, with a cap
+  on the slow mode.
 - :func:`fit_growth` / :func:`extrapolate`: least-squares polynomial in the output length (quadratic for
   no-cache, where step i reprocesses prompt + i tokens; linear for the cache), used to fill in capped points.
 """
@@ -16,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from .timing import measure
+from .timing import Timing, measure
 
 
 @lru_cache(maxsize=1)
@@ -95,32 +96,46 @@ def output_lengths(max_new_tokens: int) -> list[int]:
     return [1 << k for k in range(max_new_tokens.bit_length())]
 
 
-def sweep_output_lengths(generate_fn, lengths, *, warmup: int, repeats: int, device, max_length=None, progress=None):
-    """Time ``generate_fn(n)`` for every n in ``lengths`` up to ``max_length`` (None: all of them).
+def paired_sweep(generate_fns: dict, lengths, *, repeats: int, device, caps: dict | None = None, progress=None):
+    """Time every mode's ``generate_fns[mode](n)`` for each n in ``lengths``; returns one row per (mode, n).
 
-    Returns one dict per measured length: new_tokens, time_s_mean/std/median/samples. One untimed call
-    of 2 tokens comes first so that the very first call's allocations never land in a measurement.
+    The modes' repeats are interleaved (cached, uncached, cached, ...), so that a change in machine load hits
+    all modes alike instead of biasing whichever ran later. ``caps[mode]`` stops a slow mode at that n. Each
+    mode first runs once untimed (2 tokens), so that first-call allocations never land in a measurement.
+    Rows: mode, new_tokens, time_s_mean/std/median/samples.
     """
-    generate_fn(2)  # warm-up: first-call allocations, thread-pool start, (on GPU) kernels and handles
+    caps = caps or {}
+    for generate in generate_fns.values():
+        generate(2)  # warm-up: first-call allocations, thread pools, (on GPU) kernels and handles
     rows = []
     for n in lengths:
-        if max_length is not None and n > max_length:
+        active = [mode for mode in generate_fns if caps.get(mode) is None or n <= caps[mode]]
+        if not active:
             break
-        timing = measure(lambda: generate_fn(n), warmup=warmup, repeats=repeats, device=device)
-        rows.append({"new_tokens": n, **timing.as_dict()})
+        samples = {mode: [] for mode in active}
+        for _ in range(repeats):
+            for mode in active:
+                samples[mode] += measure(lambda: generate_fns[mode](n), warmup=0, repeats=1, device=device).samples
+        rows += [{"mode": mode, "new_tokens": n, **Timing(samples[mode]).as_dict()} for mode in active]
         if progress is not None:
-            progress.update(1)
+            progress.update(len(active))
     return rows
 
 
 def fit_growth(lengths, seconds, degree: int) -> np.ndarray:
-    """Coefficients c0..c_degree of t(n) = sum c_k n^k, least squares on RELATIVE error (times span decades)."""
+    """Coefficients c0..c_degree >= 0 of t(n) = sum c_k n^k, least squares on RELATIVE error (times span decades).
+
+    Non-negative because each term is a cost (fixed, per step, growth of the step with the prefix); an
+    unconstrained fit to noisy points can bend down and extrapolate to nonsense.
+    """
+    from scipy.optimize import nnls
+
     n = np.asarray(lengths, dtype=float)
     t = np.asarray(seconds, dtype=float)
     if len(n) < degree + 1:
         raise ValueError(f"a degree-{degree} fit needs at least {degree + 1} points, got {len(n)}")
     design = np.vander(n, degree + 1, increasing=True) / t[:, None]
-    coefficients, *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
+    coefficients, _ = nnls(design, np.ones_like(t))
     return coefficients
 
 

@@ -80,11 +80,23 @@ def test_fit_recovers_a_quadratic_and_extrapolates():
         kv_sweep.fit_growth([1, 2], [0.1, 0.2], degree=2)
 
 
-def test_sweep_respects_the_cap():
+def test_paired_sweep_interleaves_modes_and_respects_the_cap():
     calls = []
-    rows = kv_sweep.sweep_output_lengths(calls.append, [1, 2, 4, 8], warmup=0, repeats=2, device="cpu", max_length=4)
-    assert [row["new_tokens"] for row in rows] == [1, 2, 4]
-    assert calls == [2, 1, 1, 2, 2, 4, 4]  # one warm-up call, then 2 timed calls per length
+    fns = {"cached": lambda n: calls.append(("c", n)), "uncached": lambda n: calls.append(("u", n))}
+    rows = kv_sweep.paired_sweep(fns, [1, 2, 4, 8], repeats=2, device="cpu", caps={"uncached": 2})
+    assert [(r["mode"], r["new_tokens"]) for r in rows] == [
+        ("cached", 1), ("uncached", 1), ("cached", 2), ("uncached", 2), ("cached", 4), ("cached", 8)]
+    assert all(len(r["time_s_samples"]) == 2 for r in rows)
+    assert calls[:6] == [("c", 2), ("u", 2), ("c", 1), ("u", 1), ("c", 1), ("u", 1)]  # warm-ups, then interleaved
+
+
+def test_fit_stays_non_negative_on_noisy_linear_data():
+    """Noise on a straight line must not produce a negative n^2 term that bends the extrapolation down."""
+    n = np.array([1, 2, 4, 8, 16])
+    seconds = np.array([1.00, 2.02, 3.96, 8.05, 15.9])
+    fitted = kv_sweep.fit_growth(n, seconds, degree=2)
+    assert (fitted >= 0).all()
+    assert kv_sweep.extrapolate(fitted, [512])[0] > 400
 
 
 def test_benchmark_runs_and_reports(capsys):
