@@ -133,3 +133,40 @@ def summarize(result: RunResult) -> dict:
     out["mean_prefill_batch"] = float(np.mean([b["size"] for b in result.batches]))
     out["prefill_busy_fraction"] = sum(b["t_end"] - b["t_start"] for b in result.batches) / makespan
     return out
+
+
+def step_time_by_batch(model, batch_sizes: list[int], *, prompt_len: int = 64, steps: int = 16,
+                       warmup: int = 3) -> list[dict]:
+    """Seconds per decode step at each batch size (same context for every row): the cost of batching."""
+    import torch
+
+    from .model_ops import DecodeBatch, prefill
+
+    rows = []
+    for size in batch_sizes:
+        requests = [Request(i, [(7 * i + j) % 97 + 3 for j in range(prompt_len)], steps + warmup + 1)
+                    for i in range(size)]
+        first_tokens, kvs = prefill(model, requests)
+        for request, token in zip(requests, first_tokens):
+            request.generated.append(token)
+        batch = DecodeBatch(model)
+        batch.add(requests, kvs)
+        for i in range(warmup + steps):
+            if i == warmup:
+                start = time.perf_counter()
+            for request, token in zip(requests, batch.step()):
+                request.generated.append(token)
+        if model.device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = (time.perf_counter() - start) / steps
+        rows.append({"batch": size, "step_s": seconds, "tok_s": size / seconds})
+    return rows
+
+
+def timeline_frame(result: RunResult):
+    """The decode timeline as a DataFrame with the policy attached (for plotting)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(result.timeline)
+    frame["policy"] = result.policy
+    return frame
