@@ -1,0 +1,350 @@
+"""Speculative decoding vs plain decoding vs transformers' assisted generation, on one target/draft pair.
+
+``python -m helpers.bench specdec`` runs the CPU pair greedily over the CPU prompts: our autoregressive
+baseline (``ar``), our speculative decoding for each gamma (``sd``) and ``target.generate(assistant_model=
+draft)`` (``assisted``, the peer) with the same gammas and with its own default schedule. It prints a table,
+the Eq. 5 terms (alpha, c = T_D/T_T, T_V(gamma)/T_T) and returns the headline figures as one JSON line.
+
+Notebook 07 runs :func:`measure_pair` per pair and stores :func:`gamma_rows` in
+``results/<profile>/07_speculative_decoding.jsonl``: ONE ROW PER (pair, gamma), for our speculative decoding,
+with the AR baseline and the assisted-generation peer of the same prompts in columns (so every row has an
+integer ``gamma``). Columns, besides the metadata of ``run_metadata`` (device_name, device_memory_bytes, ...):
+
+- config: ``pair`` ("target / draft"), ``target``, ``draft``, ``gamma``, ``temperature``, ``max_new_tokens``,
+  ``prompt_ids`` (the prompts, in order), ``repeats``;
+- ours: ``alpha`` (truncated-geometric MLE pooled over prompts: Σaccepted / (Σaccepted + Σrejections)),
+  ``acceptance_rate`` (accepted / proposed), ``mean_accepted_per_round``, ``tokens_per_round``, ``rounds``,
+  ``proposed``, ``accepted``, ``rejections``, ``new_tokens``, ``time_s`` (sum over prompts of the fastest of
+  ``repeats`` runs), ``tokens_per_s``, ``time_prefill_s``, ``time_draft_s``, ``time_verify_s``,
+  ``time_other_s``, ``identical_to_ar`` (all outputs equal the AR outputs; expected True when greedy);
+- baseline: ``ar_time_s``, ``ar_tokens_per_s``, ``speedup`` (AR time / our time on the same prompts; the
+  ratio of tokens/s when sampling ends prompts at different lengths);
+- peer: ``assisted_time_s``, ``assisted_tokens_per_s`` (transformers' assisted generation with
+  ``num_assistant_tokens = gamma``, constant), ``assisted_identical_to_ar``, ``speedup_vs_assisted``,
+  ``assisted_default_tokens_per_s`` (its default adaptive schedule; the same in every row of a pair);
+  null when the peer was not run;
+- Eq. 5 terms measured on the device (:func:`helpers.specdec_costs.measure_costs`): ``T_T_s``, ``T_D_s``,
+  ``c`` = T_D/T_T, ``T_V_s`` and ``verify_ratio`` = T_V(gamma)/T_T;
+- ``per_prompt``: a list with one dict per prompt (``prompt_id``, ``source``, ``prompt_tokens``,
+  ``new_tokens``, ``ar_time_s``, ``time_s``, ``assisted_time_s``, ``accepted``, ``rejections``, ``rounds``,
+  ``identical_to_ar``) for per-source breakdowns.
+
+:func:`measure_pair` itself returns one row per method x gamma x prompt (``method`` "ar", "sd" or "assisted";
+``gamma`` null for ar and for assisted's default schedule); :func:`summarise` aggregates those per
+(pair, method, gamma) for the benchmark's table.
+"""
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+
+from helpers.specdec import GenerationStats, autoregressive_generate, speculative_generate
+
+SD_STAT_COLUMNS = ("rounds", "proposed", "accepted", "rejections", "acceptance_rate", "alpha",
+                   "mean_accepted_per_round", "tokens_per_round", "time_prefill_s", "time_draft_s",
+                   "time_verify_s", "time_other_s")
+
+
+def select_prompts(rows: list[dict], count: int) -> list[dict]:
+    """``count`` prompts taken round-robin over their sources (every source early), in file order within one."""
+    if count <= 0 or count >= len(rows):
+        return list(rows)
+    by_source: dict[str, list[dict]] = {}
+    for row in rows:
+        by_source.setdefault(row["source"], []).append(row)
+    picked, depth = [], 0
+    while len(picked) < count:
+        for group in by_source.values():
+            if depth < len(group) and len(picked) < count:
+                picked.append(group[depth])
+        depth += 1
+    return picked
+
+
+def encode_prompts(tokenizer, rows: list[dict], device, max_prompt_tokens: int | None = None) -> list[dict]:
+    """Prompt rows (``helpers.prompts``) with ``input_ids`` (1, n) on ``device``; raw text, no chat template."""
+    cases = []
+    for row in rows:
+        ids = tokenizer(row["prompt"], return_tensors="pt")["input_ids"]
+        if max_prompt_tokens is not None:
+            ids = ids[:, -max_prompt_tokens:]
+        cases.append({**row, "input_ids": ids.to(device)})
+    return cases
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def assisted_generate(target, draft, input_ids, max_new_tokens: int, gamma: int | None = None,
+                      temperature: float = 0.0, eos_token_id=None) -> torch.Tensor:
+    """transformers' assisted generation: the new tokens (1-D, CPU).
+
+    ``gamma`` = None keeps transformers' default schedule (adaptive number of drafts and draft confidence
+    threshold); an int fixes ``num_assistant_tokens`` with a constant schedule and no early stop. The draft's
+    generation config is restored after the call, because the adaptive schedule writes its state there.
+    """
+    saved = copy.deepcopy(draft.generation_config)
+    options = {}
+    if gamma is not None:
+        options = {"num_assistant_tokens": gamma, "num_assistant_tokens_schedule": "constant",
+                   "assistant_confidence_threshold": 0.0}
+    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 else {
+        "do_sample": False}
+    if eos_token_id is not None:
+        sampling["eos_token_id"] = eos_token_id
+    try:
+        out = target.generate(
+            input_ids, attention_mask=torch.ones_like(input_ids), assistant_model=draft,
+            max_new_tokens=max_new_tokens, min_new_tokens=0, pad_token_id=target.config.pad_token_id or 0,
+            **options, **sampling,
+        )
+    finally:
+        draft.generation_config = saved
+    return out[0, input_ids.shape[1]:].cpu()
+
+
+def _row(case: dict, method: str, gamma, times: list[float], tokens: torch.Tensor, reference, stats) -> dict:
+    best = min(times)
+    row = {
+        "method": method, "gamma": gamma, "prompt_id": case["id"], "source": case["source"],
+        "prompt_tokens": int(case["input_ids"].shape[1]), "new_tokens": int(tokens.numel()),
+        "time_s": best, "time_s_runs": times, "tokens_per_s": tokens.numel() / best,
+        "identical_to_ar": reference is None or torch.equal(tokens, reference),
+    }
+    sd = stats.as_dict() if isinstance(stats, GenerationStats) and method == "sd" else {}
+    row.update({column: sd.get(column) for column in SD_STAT_COLUMNS})
+    return row
+
+
+def measure_pair(target, draft, cases: list[dict], gammas, max_new_tokens: int, *, repeats: int = 1,
+                 temperature: float = 0.0, seed: int = 42, peer: bool = True, peer_default: bool = True,
+                 eos_token_id=None, progress: bool = False) -> list[dict]:
+    """AR, speculative decoding per gamma and (``peer``) assisted generation, prompt by prompt.
+
+    For each prompt the methods run one after another, ``repeats`` times, so a slow phase of a shared machine
+    hits all of them alike; the fastest run of each is kept. Every speculative or assisted run uses the same
+    seed as the AR run (``seed``: private generators for ours, ``torch.manual_seed`` for transformers').
+    One untimed warm-up of every method precedes the first prompt.
+    """
+    from tqdm.auto import tqdm
+
+    device = next(target.parameters()).device
+    gammas = [int(g) for g in gammas]
+    methods = [("ar", None)] + [("sd", g) for g in gammas]
+    if peer:
+        methods += [("assisted", g) for g in gammas] + ([("assisted", None)] if peer_default else [])
+
+    def call(method, gamma, ids, tokens=max_new_tokens):
+        if method == "ar":
+            result = autoregressive_generate(target, ids, tokens, temperature, seed, eos_token_id=eos_token_id)
+            return result.tokens, result.stats
+        if method == "sd":
+            result = speculative_generate(target, draft, ids, tokens, gamma, temperature, seed,
+                                          eos_token_id=eos_token_id, time_phases=device.type != "cuda")
+            return result.tokens, result.stats
+        torch.manual_seed(seed)
+        return assisted_generate(target, draft, ids, tokens, gamma, temperature, eos_token_id), None
+
+    for method, gamma in methods:  # warm-up: allocator, kernels, lazy imports of generate()
+        call(method, gamma, cases[0]["input_ids"], min(8, max_new_tokens))
+
+    rows = []
+    for case in tqdm(cases, desc="prompts", disable=not progress):
+        times = {m: [] for m in methods}
+        outputs = {}
+        for _ in range(repeats):
+            for method, gamma in methods:
+                _sync(device)
+                start = time.perf_counter()
+                tokens, stats = call(method, gamma, case["input_ids"])
+                _sync(device)
+                times[(method, gamma)].append(time.perf_counter() - start)
+                fastest = min(times[(method, gamma)]) == times[(method, gamma)][-1]
+                if fastest or (method, gamma) not in outputs:
+                    outputs[(method, gamma)] = (tokens, stats)
+        reference = outputs[("ar", None)][0]
+        for method, gamma in methods:
+            tokens, stats = outputs[(method, gamma)]
+            rows.append(_row(case, method, gamma, times[(method, gamma)], tokens,
+                             None if method == "ar" else reference, stats))
+    for row in rows:
+        row.update(temperature=temperature, max_new_tokens=max_new_tokens)
+    return rows
+
+
+def summarise(rows, by=("pair", "method", "gamma")):
+    """Per configuration over the same prompts: totals, tokens/s, speedup over AR, pooled alpha.
+
+    ``rows``: a list of row dicts or a DataFrame. ``speedup`` is the AR time over the configuration's time on
+    the same prompts when the outputs are identical (greedy), else the ratio of tokens/s.
+    """
+    import pandas as pd
+
+    frame = pd.DataFrame(rows).copy()
+    by = [c for c in by if c in frame.columns]
+    frame["gamma_key"] = frame["gamma"].astype("Int64").astype(str)
+    keys = [("gamma_key" if c == "gamma" else c) for c in by]
+    ar = frame[frame["method"] == "ar"]
+    ar_keys = [k for k in keys if k not in ("method", "gamma_key")]
+    ar_totals = ar.groupby(ar_keys, dropna=False).agg(ar_time_s=("time_s", "sum"), ar_tokens=("new_tokens", "sum"))
+
+    def pooled(group):
+        accepted = group["accepted"].sum(min_count=1)
+        rejections = group["rejections"].sum(min_count=1)
+        tested = accepted + rejections
+        return pd.Series({
+            "gamma": group["gamma"].iloc[0],
+            "prompts": len(group),
+            "new_tokens": group["new_tokens"].sum(),
+            "time_s": group["time_s"].sum(),
+            "tokens_per_s": group["new_tokens"].sum() / group["time_s"].sum(),
+            "identical_to_ar": bool(group["identical_to_ar"].all()),
+            "alpha": accepted / tested if tested > 0 else float("nan"),
+            "acceptance_rate": accepted / group["proposed"].sum(min_count=1),
+            "mean_accepted_per_round": accepted / group["rounds"].sum(min_count=1),
+            "tokens_per_round": group["new_tokens"].sum() / group["rounds"].sum(min_count=1),
+            "time_draft_s": group["time_draft_s"].sum(min_count=1),
+            "time_verify_s": group["time_verify_s"].sum(min_count=1),
+        })
+
+    summary = frame.groupby(keys, dropna=False, sort=False).apply(pooled, include_groups=False).reset_index()
+    summary = summary.join(ar_totals, on=ar_keys) if ar_keys else summary.assign(**ar_totals.iloc[0].to_dict())
+    same = summary["identical_to_ar"] & (summary["new_tokens"] == summary["ar_tokens"])
+    summary["speedup"] = (summary["ar_time_s"] / summary["time_s"]).where(
+        same, summary["tokens_per_s"] / (summary["ar_tokens"] / summary["ar_time_s"]))
+    return summary.drop(columns=["gamma_key"])
+
+
+def gamma_rows(rows: list[dict], costs: dict | None = None) -> list[dict]:
+    """One row per gamma of our speculative decoding, with the baseline and the peer in columns (see above)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    ar = frame[frame["method"] == "ar"].set_index("prompt_id")
+    peer = frame[frame["method"] == "assisted"]
+    peer_default = peer[peer["gamma"].isna()]
+    out = []
+    for gamma, sd in frame[frame["method"] == "sd"].groupby("gamma"):
+        gamma = int(gamma)
+        sd = sd.set_index("prompt_id")
+        accepted, rejections = int(sd["accepted"].sum()), int(sd["rejections"].sum())
+        identical = bool(sd["identical_to_ar"].all())
+        time_s, ar_time_s = float(sd["time_s"].sum()), float(ar.loc[sd.index, "time_s"].sum())
+        new_tokens, ar_tokens = int(sd["new_tokens"].sum()), int(ar.loc[sd.index, "new_tokens"].sum())
+        row = {
+            "gamma": gamma, "temperature": float(sd["temperature"].iloc[0]),
+            "max_new_tokens": int(sd["max_new_tokens"].iloc[0]), "prompt_ids": list(sd.index),
+            "alpha": accepted / (accepted + rejections) if accepted + rejections else None,
+            "acceptance_rate": accepted / int(sd["proposed"].sum()),
+            "mean_accepted_per_round": accepted / int(sd["rounds"].sum()),
+            "tokens_per_round": new_tokens / int(sd["rounds"].sum()),
+            "rounds": int(sd["rounds"].sum()), "proposed": int(sd["proposed"].sum()), "accepted": accepted,
+            "rejections": rejections, "new_tokens": new_tokens, "time_s": time_s, "tokens_per_s": new_tokens / time_s,
+            **{column: float(sd[column].sum()) for column in ("time_prefill_s", "time_draft_s", "time_verify_s",
+                                                               "time_other_s")},
+            "identical_to_ar": identical, "ar_time_s": ar_time_s, "ar_tokens_per_s": ar_tokens / ar_time_s,
+            "speedup": ar_time_s / time_s if identical else (new_tokens / time_s) / (ar_tokens / ar_time_s),
+        }
+        same_gamma = peer[peer["gamma"] == gamma].set_index("prompt_id")
+        if len(same_gamma):
+            row.update(
+                assisted_time_s=float(same_gamma["time_s"].sum()),
+                assisted_tokens_per_s=float(same_gamma["new_tokens"].sum() / same_gamma["time_s"].sum()),
+                assisted_identical_to_ar=bool(same_gamma["identical_to_ar"].all()),
+            )
+            row["speedup_vs_assisted"] = row["tokens_per_s"] / row["assisted_tokens_per_s"]
+        if len(peer_default):
+            row["assisted_default_tokens_per_s"] = float(peer_default["new_tokens"].sum() / peer_default["time_s"].sum())
+        if costs is not None:
+            row.update(T_T_s=costs["T_T"], T_D_s=costs["T_D"], c=costs["T_D"] / costs["T_T"],
+                       T_V_s=costs["T_V"].get(gamma), verify_ratio=costs["T_V"].get(gamma, float("nan")) / costs["T_T"])
+        row["per_prompt"] = [
+            {"prompt_id": pid, "source": sd.loc[pid, "source"], "prompt_tokens": int(sd.loc[pid, "prompt_tokens"]),
+             "new_tokens": int(sd.loc[pid, "new_tokens"]), "ar_time_s": float(ar.loc[pid, "time_s"]),
+             "time_s": float(sd.loc[pid, "time_s"]),
+             "assisted_time_s": float(same_gamma.loc[pid, "time_s"]) if pid in same_gamma.index else None,
+             "accepted": int(sd.loc[pid, "accepted"]), "rejections": int(sd.loc[pid, "rejections"]),
+             "rounds": int(sd.loc[pid, "rounds"]), "identical_to_ar": bool(sd.loc[pid, "identical_to_ar"])}
+            for pid in sd.index]
+        out.append(row)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ benchmark
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--draft", default="draft", help="CPU pair draft: 'draft' (1 layer) or 'draft-2l'")
+    parser.add_argument("--gammas", type=int, nargs="+", default=[2, 3, 4, 5, 7], help="draft tokens per round")
+    parser.add_argument("--prompts", type=int, default=10, help="number of CPU prompts (data/prompts.jsonl)")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per configuration; the fastest is kept")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--no-peer", action="store_true", help="skip transformers' assisted generation")
+
+
+def _print_table(summary, costs: dict) -> None:
+    c = costs["T_D"] / costs["T_T"]
+    print(f"\nT_T = {costs['T_T'] * 1e3:.2f} ms, T_D = {costs['T_D'] * 1e3:.2f} ms, c = T_D/T_T = {c:.3f}")
+    print(f"{'method':<10}{'gamma':>6}{'tok/s':>9}{'speedup':>9}{'alpha':>7}{'acc.rate':>9}{'acc/round':>10}"
+          f"{'T_V/T_T':>8}{'c':>7}{'same':>6}")
+    for row in summary.itertuples():
+        gamma = "-" if row.gamma != row.gamma or row.gamma is None else int(row.gamma)
+        verify = costs["T_V"].get(gamma, float("nan")) / costs["T_T"] if row.method == "sd" else float("nan")
+        cost_ratio = c if row.method != "ar" else float("nan")
+        print(f"{row.method:<10}{gamma!s:>6}{row.tokens_per_s:>9.1f}{row.speedup:>8.2f}x{row.alpha:>7.3f}"
+              f"{row.acceptance_rate:>9.3f}{row.mean_accepted_per_round:>10.2f}{verify:>8.2f}{cost_ratio:>7.3f}"
+              f"{'yes' if row.identical_to_ar else 'NO':>6}")
+
+
+def run(args) -> dict:
+    from helpers.models import load_cpu_pair
+    from helpers.prompts import load_prompts
+    from helpers.specdec_costs import measure_costs
+    from helpers.specdec_model import predicted_speedup
+
+    torch.set_num_threads(args.threads)
+    target, draft, tokenizer = load_cpu_pair(args.draft)
+    cases = encode_prompts(tokenizer, select_prompts(load_prompts("cpu"), args.prompts), "cpu")
+    rows = measure_pair(target, draft, cases, args.gammas, args.max_new_tokens, repeats=args.repeats,
+                        peer=not args.no_peer, progress=False)
+    summary = summarise([{**row, "pair": "cpu"} for row in rows])
+    context = cases[0]["input_ids"]
+    costs = measure_costs(target, draft, context, args.gammas, repeats=20)
+    _print_table(summary, costs)
+
+    sd = summary[summary["method"] == "sd"]
+    best = sd.loc[sd["speedup"].idxmax()]
+    gamma = int(best["gamma"])
+    c = costs["T_D"] / costs["T_T"]
+    verify_ratio = costs["T_V"][gamma] / costs["T_T"]
+    figures = {
+        "benchmark": "specdec", "pair": f"cpu-pair/target / cpu-pair/{args.draft}", "threads": args.threads,
+        "prompts": len(cases), "max_new_tokens": args.max_new_tokens, "best_gamma": gamma,
+        "speedup_vs_ar": float(best["speedup"]), "tokens_per_s_sd": float(best["tokens_per_s"]),
+        "tokens_per_s_ar": float(summary.loc[summary["method"] == "ar", "tokens_per_s"].iloc[0]),
+        "identical_to_ar": bool(sd["identical_to_ar"].all()), "alpha": float(best["alpha"]),
+        "acceptance_rate": float(best["acceptance_rate"]),
+        "mean_accepted_per_round": float(best["mean_accepted_per_round"]), "c": c,
+        "verify_ratio": verify_ratio,
+        "eq5_predicted_speedup": float(predicted_speedup(gamma, float(best["alpha"]), c, verify_ratio)),
+    }
+    peer = summary[summary["method"] == "assisted"]
+    if len(peer):
+        best_peer = peer.loc[peer["tokens_per_s"].idxmax()]
+        figures.update(
+            tokens_per_s_assisted=float(best_peer["tokens_per_s"]),
+            assisted_gamma=None if best_peer["gamma"] != best_peer["gamma"] else int(best_peer["gamma"]),
+            assisted_identical_to_ar=bool(peer["identical_to_ar"].all()),
+            speedup_vs_assisted=float(best["tokens_per_s"] / best_peer["tokens_per_s"]),
+        )
+    print(f"\nbest: gamma={gamma}, {figures['speedup_vs_ar']:.2f}x over AR"
+          + (f", {figures['speedup_vs_assisted']:.2f}x over assisted generation" if len(peer) else "")
+          + f"; Eq. 5 predicts {figures['eq5_predicted_speedup']:.2f}x from alpha={figures['alpha']:.3f}, "
+            f"c={c:.3f}, T_V/T_T={verify_ratio:.2f}")
+    return figures
