@@ -1,0 +1,77 @@
+"""helpers.specdec_bench: the comparison loop, its rows and aggregates (tiny random models, no CPU pair)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers.specdec_bench import assisted_generate, gamma_rows, measure_pair, select_prompts, summarise
+from test_specdec import one_thread, perturbed_copy, tiny_model  # noqa: F401 (fixture)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny_model(0)
+    return target, perturbed_copy(target, sigma=0.3, seed=1)
+
+
+@pytest.fixture(scope="module")
+def cases():
+    generator = torch.Generator().manual_seed(0)
+    return [{"id": f"p{i}", "source": source, "input_ids": torch.randint(0, 64, (1, 4 + i), generator=generator)}
+            for i, source in enumerate(["code", "docs", "code"])]
+
+
+@pytest.fixture(scope="module")
+def rows(pair, cases):
+    return measure_pair(*pair, cases, [2, 3], 12, repeats=2)
+
+
+def test_select_prompts_round_robin_over_sources():
+    rows = [{"id": i, "source": s} for i, s in enumerate("aaabbc")]
+    assert [r["id"] for r in select_prompts(rows, 4)] == [0, 3, 5, 1]
+    assert select_prompts(rows, 0) == rows
+
+
+def test_assisted_generation_is_greedy_exact(pair, cases):
+    target, draft = pair
+    for case in cases:
+        reference = target.generate(case["input_ids"], max_new_tokens=10, do_sample=False)[0, case["input_ids"].shape[1]:]
+        assert torch.equal(assisted_generate(target, draft, case["input_ids"], 10, gamma=3), reference)
+
+
+def test_measure_pair_rows(rows, cases):
+    methods = [(r["method"], r["gamma"]) for r in rows]
+    assert len(rows) == len(cases) * (1 + 2 + 2 + 1)  # ar, sd x2, assisted x2, assisted default
+    assert ("assisted", None) in methods and ("sd", 3) in methods
+    assert all(r["identical_to_ar"] for r in rows)  # greedy: every method reproduces AR
+    assert all(len(r["time_s_runs"]) == 2 and r["time_s"] == min(r["time_s_runs"]) for r in rows)
+    sd = [r for r in rows if r["method"] == "sd"]
+    assert all(r["rounds"] > 0 and r["alpha"] is not None for r in sd)
+    assert all(r["rounds"] is None for r in rows if r["method"] != "sd")
+
+
+def test_gamma_rows_pool_counts_and_compare(rows, cases):
+    costs = {"T_T": 2.0, "T_D": 0.5, "T_V": {2: 2.2, 3: 2.4}}
+    per_gamma = gamma_rows(rows, costs)
+    assert [r["gamma"] for r in per_gamma] == [2, 3]
+    for row in per_gamma:
+        sd = [r for r in rows if r["method"] == "sd" and r["gamma"] == row["gamma"]]
+        ar = [r for r in rows if r["method"] == "ar"]
+        accepted, rejections = sum(r["accepted"] for r in sd), sum(r["rejections"] for r in sd)
+        assert row["alpha"] == pytest.approx(accepted / (accepted + rejections))
+        assert row["speedup"] == pytest.approx(sum(r["time_s"] for r in ar) / sum(r["time_s"] for r in sd))
+        assert row["c"] == 0.25 and row["verify_ratio"] == pytest.approx(costs["T_V"][row["gamma"]] / 2.0)
+        assert row["speedup_vs_assisted"] == pytest.approx(row["tokens_per_s"] / row["assisted_tokens_per_s"])
+        assert [p["prompt_id"] for p in row["per_prompt"]] == [c["id"] for c in cases]
+        assert row["identical_to_ar"] and row["assisted_identical_to_ar"]
+
+
+def test_summarise_matches_gamma_rows(rows):
+    summary = summarise([{**r, "pair": "tiny"} for r in rows])
+    per_gamma = {r["gamma"]: r for r in gamma_rows(rows)}
+    ar = summary[summary["method"] == "ar"].iloc[0]
+    assert ar["speedup"] == pytest.approx(1.0)
+    for gamma, row in per_gamma.items():
+        line = summary[(summary["method"] == "sd") & (summary["gamma"] == gamma)].iloc[0]
+        assert line["speedup"] == pytest.approx(row["speedup"])
+        assert line["alpha"] == pytest.approx(row["alpha"])
