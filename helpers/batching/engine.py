@@ -153,6 +153,8 @@ def step_time_by_batch(model, batch_sizes: list[int], *, prompt_len: int = 64, s
         batch.add(requests, kvs)
         for i in range(warmup + steps):
             if i == warmup:
+                if model.device.type == "cuda":
+                    torch.cuda.synchronize()
                 start = time.perf_counter()
             for request, token in zip(requests, batch.step()):
                 request.generated.append(token)
