@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from helpers.hardware import cpu_name
 from helpers.paths import DATA_DIR
 
 CPU_PAIR_DIR = DATA_DIR / "cpu_pair"
@@ -488,7 +489,7 @@ def main(argv: list[str] | None = None) -> dict:
         "models": results,
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
                         "transformers": transformers.__version__, "device": str(device),
-                        "cpu": platform.processor() or platform.machine(), "threads": args.threads},
+                        "cpu": cpu_name(), "threads": args.threads},
         "stored_megabytes": round(stored / 1e6, 2),
         "total_minutes": round((time.time() - t_start) / 60, 1),
     }

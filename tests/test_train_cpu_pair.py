@@ -1,0 +1,128 @@
+"""helpers.train_cpu_pair: the pieces of the recipe on tiny models and texts (the full run takes an hour)."""
+import pytest
+import torch
+
+from helpers import train_cpu_pair as tcp
+
+TEXTS = [
+    'def add(a, b):\n    """Return the sum of a and b."""\n    return a + b\n',
+    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n",
+    "The for statement is used to iterate over the elements of a sequence.\n",
+] * 20
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models: threads only add synchronisation (and stall on a busy machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return tcp.train_tokenizer(TEXTS, vocab_size=300)
+
+
+@pytest.fixture(scope="module")
+def stream(tokenizer):
+    return tcp.encode_documents(tokenizer, TEXTS)
+
+
+def tiny(tokenizer, layers=1, seed=0):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True)
+    return Qwen3ForCausalLM(config)
+
+
+def test_heldout_split_is_deterministic_and_about_one_in_twenty():
+    names = [f"lib/module_{i}.py" for i in range(2000)]
+    held = [n for n in names if tcp._is_heldout(n)]
+    assert held == [n for n in names if tcp._is_heldout(n)]
+    assert 60 < len(held) < 140
+
+
+def test_tokenizer_is_byte_level_and_round_trips(tokenizer):
+    for text in ["x = {'é': 1}  # ünïcode\n\tindent", TEXTS[0], "\x00\x7f"]:
+        ids = tokenizer(text).input_ids
+        assert tokenizer.decode(ids) == text
+    assert tokenizer.eos_token == tcp.EOS_TOKEN
+
+
+def test_encode_documents_separates_with_eos(tokenizer, stream):
+    eos = tokenizer.convert_tokens_to_ids(tcp.EOS_TOKEN)
+    assert stream.dtype == torch.int32 and (stream == eos).sum() == len(TEXTS) and stream[-1] == eos
+
+
+def test_lr_schedule_warms_up_and_decays():
+    peak = 1e-3
+    assert tcp.lr_at(0.0, peak) == 0
+    assert tcp.lr_at(0.03, peak) == pytest.approx(peak)
+    assert tcp.lr_at(1.0, peak) == pytest.approx(0.1 * peak)
+    assert tcp.lr_at(0.5, peak) > tcp.lr_at(0.9, peak)
+
+
+def test_batches_are_seeded(stream):
+    a, b = tcp.batches(stream, 8, 2, seed=3), tcp.batches(stream, 8, 2, seed=3)
+    first = next(a)
+    assert first.shape == (2, 9) and torch.equal(first, next(b))
+
+
+def test_training_and_distillation_lower_their_losses(tokenizer, stream):
+    target = tiny(tokenizer, layers=2)
+    windows = tcp.heldout_windows(stream, 16, 4)
+    before = tcp.heldout_loss(target, windows)
+    stage = tcp.train_target(target, stream, minutes=5, seq_len=16, batch_size=8, lr=1e-2, seed=0,
+                             device=torch.device("cpu"), log=lambda m: None, max_steps=20)
+    assert stage["steps"] == 20 and stage["tokens"] == 20 * 8 * 16
+    after = tcp.heldout_loss(target, windows)
+    assert after < before
+
+    draft = tiny(tokenizer, layers=1, seed=1)
+    kl_before = kl_to_target(target, draft, windows)
+    tcp.distill_drafts(target, {"draft": draft}, stream, minutes=5, seq_len=16, batch_size=8, lr=1e-2, seed=0,
+                       device=torch.device("cpu"), log=lambda m: None, max_steps=25)
+    assert kl_to_target(target, draft, windows) < kl_before
+    prompts = tcp.heldout_windows(stream, 7, 3)
+    assert 0 <= tcp.greedy_agreement(target, draft, prompts, new_tokens=8) <= 1
+    assert tcp.greedy_agreement(target, target, prompts, new_tokens=8) == 1.0
+
+
+@torch.no_grad()
+def kl_to_target(target, draft, windows):
+    t = torch.log_softmax(target(windows[:, :-1]).logits, -1)
+    d = torch.log_softmax(draft(windows[:, :-1]).logits, -1)
+    return (t.exp() * (t - d)).sum(-1).mean().item()
+
+
+def test_save_in_bf16_and_load_back_as_float32(tokenizer, tmp_path):
+    model = tiny(tokenizer)
+    tcp.save_model(model, tmp_path / "m")
+    assert next(model.parameters()).dtype == torch.float32  # the in-memory model is left in float32
+    loaded = tcp.load_saved(tmp_path / "m")
+    assert next(loaded.parameters()).dtype == torch.float32
+    assert torch.equal(loaded.lm_head.weight, model.lm_head.weight.to(torch.bfloat16).float())
+    assert tcp.decode_step_seconds(loaded, torch.tensor([[1, 2, 3]]), steps=2, repeats=1) > 0
+
+
+def test_card_renders_every_measured_figure(tmp_path):
+    model = {"layers": 1, "hidden_size": 32, "parameters": 1000, "training_tokens": 500, "heldout_loss": 3.2,
+             "decode_ms_per_token": 1.0}
+    card = {
+        "seed": 0, "vocab_size": 300,
+        "corpus": {"train_documents": 3, "heldout_documents": 1, "train_tokens": 100, "heldout_tokens": 10},
+        "stages": {"target": {"steps": 1, "tokens": 500, "seconds": 60}, "draft": {"steps": 1, "tokens": 500, "seconds": 30}},
+        "eval": {"loss_windows": 4, "seq_len": 16, "agreement_prompts": 2, "agreement_prompt_len": 8,
+                 "agreement_new_tokens": 8},
+        "models": {"target": model, "draft": {**model, "cost_ratio": 0.07, "greedy_agreement": 0.71}},
+        "environment": {"python": "3.11", "torch": "2", "transformers": "5", "device": "cpu", "cpu": "x", "threads": 1},
+        "stored_megabytes": 20.0,
+    }
+    tcp.write_card(card, tmp_path)
+    text = (tmp_path / "MODEL_CARD.md").read_text()
+    assert "0.070" in text and "0.710" in text and "3.200" in text and "1,000" in text
+    assert (tmp_path / "card.json").exists()
