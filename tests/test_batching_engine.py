@@ -10,7 +10,7 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from helpers.batching.engine import WorkerFailed, run_continuous, run_static_baseline, summarize
-from helpers.batching.model_ops import PretrainedDir, generate_alone
+from helpers.batching.model_ops import PretrainedDir, divergence_margin, generate_alone
 from helpers.batching.request import Request
 from helpers.batching.workers import EngineConfig
 
@@ -112,3 +112,13 @@ def test_impossible_requests_are_refused_before_starting(tiny):
         run_continuous(source, [Request(0, [1] * 100, output_length=40)], cfg)
     with pytest.raises(ValueError, match="unique"):
         run_continuous(source, [Request(0, [1], 1), Request(0, [2], 1)], cfg)
+
+
+def test_divergence_margin_locates_the_first_difference(tiny):
+    model, _ = tiny
+    prompt = [5, 6, 7]
+    reference = generate_alone(model, prompt, 6)
+    assert divergence_margin(model, prompt, reference, reference) is None
+    wrong = reference[:2] + [(reference[2] + 1) % 256] + reference[3:]
+    index, gap = divergence_margin(model, prompt, wrong, reference)
+    assert index == 2 and gap > 1e-3  # the scaled LM head leaves no near-ties: this difference would be a bug

@@ -139,6 +139,19 @@ def generate_alone(model, prompt: list[int], max_new_tokens: int, eos_token_id: 
         logits = model(input_ids=torch.tensor([[token]], device=device), past_key_values=cache).logits[0, -1]
 
 
+@torch.inference_mode()
+def divergence_margin(model, prompt: list[int], produced: list[int], reference: list[int]) -> tuple[int, float] | None:
+    """Where a batched output first differs from the single-request one, and the gap between the reference's top
+    two logits there (None if they are equal). A gap at float-noise level means a near-tie that the reduction order
+    of a padded batch may decide either way; a large gap means a bug."""
+    if produced == reference:
+        return None
+    index = next((i for i, (a, b) in enumerate(zip(produced, reference)) if a != b), min(len(produced), len(reference)))
+    ids = torch.tensor([prompt + reference[:index]], device=model.device)
+    top2 = model(input_ids=ids, logits_to_keep=1).logits[0, -1].float().topk(2).values
+    return index, float(top2[0] - top2[1])
+
+
 class PretrainedDir:
     """A picklable model source for worker processes: loads a saved transformers model from a directory."""
 
