@@ -35,7 +35,9 @@ PAIR_PREFIX = "cpu-pair/"
 # Analogs divide depth by DEPTH_SCALE and every width (hidden, head size, MLP) by WIDTH_SCALE, and keep the
 # head counts. Vocabulary is divided by DEPTH_SCALE * WIDTH_SCALE so that the LM head keeps its share of
 # the parameters (body ~ layers * hidden^2, head ~ vocab * hidden): the relative depth, width, vocabulary
-# and KV-head differences between the handout models survive the scaling.
+# and KV-head differences between the handout models survive the scaling. (The KV cache per token shrinks only
+# with width, by WIDTH_SCALE, while the weights shrink by DEPTH_SCALE * WIDTH_SCALE**2, so at equal sequence
+# lengths the cache is a larger share of the bytes an analog reads than of the real model's.)
 DEPTH_SCALE = 4
 WIDTH_SCALE = 16
 
