@@ -47,7 +47,7 @@ class EngineConfig:
     eos_token_id: int | None = None  # stop token; None: stop on length only
     threads_per_worker: int = 1  # torch threads in each worker process
     device: str = "cpu"
-    timeout_s: float = 60.0  # longest silence from the peer before a worker gives up on it
+    timeout_s: float = 300.0  # longest a worker waits on a live but silent peer (a dead one is noticed at once)
     crash_worker: str | None = None  # testing hook: "prefill" or "decode" kills itself (SIGKILL) mid-run ...
     crash_after: int = 1  # ... after this many of its prefill batches or decode steps
 
