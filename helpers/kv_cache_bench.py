@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt-len", type=int, default=32, help="prompt length in tokens")
     parser.add_argument("--batch-size", type=int, default=1, help="sequences per batch (equal length)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs before timing")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per mode")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per mode (interleaved; medians reported)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads, recorded with the result (1: robust to other load on a small CPU)")
     parser.add_argument("--device", default="cpu", help="'cpu' or 'cuda'")
@@ -66,15 +66,21 @@ def make_prompt(tokenizer, prompt_len: int, batch_size: int, vocab_size: int, de
     return torch.randint(0, vocab_size, (batch_size, prompt_len), generator=generator).to(device)
 
 
-def time_generation(generate_fn, *, warmup: int, repeats: int, device) -> tuple[Timing, torch.Tensor]:
-    """Time ``generate_fn()`` (warm-up first, never timed) and return its tokens from the last run."""
-    result = {}
+def time_interleaved(modes: dict, *, warmup: int, repeats: int, device) -> tuple[dict, dict]:
+    """Warm every mode up, then time them in turn (A, B, C, A, B, C, ...) so that a change in machine load hits
+    all modes alike. Returns ``({mode: Timing}, {mode: tokens of its last run})``."""
+    tokens = {}
+    for name, generate in modes.items():
+        for _ in range(warmup):
+            tokens[name] = generate()
+    samples = {name: [] for name in modes}
+    for _ in range(repeats):
+        for name, generate in modes.items():
+            def call(name=name, generate=generate):
+                tokens[name] = generate()
 
-    def call():
-        result["tokens"] = generate_fn()
-
-    timing = measure(call, warmup=warmup, repeats=repeats, device=device)
-    return timing, result["tokens"]
+            samples[name] += measure(call, warmup=0, repeats=1, device=device).samples
+    return {name: Timing(values) for name, values in samples.items()}, tokens
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -106,17 +112,16 @@ def run(args: argparse.Namespace) -> dict:
           f"parameters), {info['device_name']}, {info['cpu_threads']} threads, {dtype}")
     print(f"batch {args.batch_size}, prompt {args.prompt_len} tokens, {n} new tokens, "
           f"warm-up {args.warmup}, repeats {args.repeats}")
-    timings, tokens = {}, {}
-    for name, fn in modes.items():
-        timings[name], tokens[name] = time_generation(fn, warmup=args.warmup, repeats=args.repeats, device=device)
+    timings, tokens = time_interleaved(modes, warmup=args.warmup, repeats=args.repeats, device=device)
 
-    uncached = timings["minimal, without cache"].mean
-    print(f"\n{'mode':<26} {'time (s)':>16} {'ms/token':>9} {'tokens/s':>9} {'vs uncached':>12}")
+    # Medians: one run disturbed by other load on the machine must not decide the result.
+    uncached = timings["minimal, without cache"].median
+    print(f"\n{'mode':<26} {'median (s)':>10} {'mean ± std (s)':>17} {'ms/token':>9} {'tokens/s':>9} {'vs uncached':>12}")
     for name, timing in timings.items():
-        print(f"{name:<26} {timing.mean:>9.3f} ± {timing.std:<5.3f}{1000 * timing.mean / n:>9.2f}"
-              f"{args.batch_size * n / timing.mean:>10.1f}{uncached / timing.mean:>11.2f}x")
+        print(f"{name:<26} {timing.median:>10.3f} {timing.mean:>9.3f} ± {timing.std:<5.3f}{1000 * timing.median / n:>9.2f}"
+              f"{args.batch_size * n / timing.median:>10.1f}{uncached / timing.median:>11.2f}x")
 
-    speedup = uncached / timings["minimal, with cache"].mean
+    speedup = uncached / timings["minimal, with cache"].median
     identical = torch.equal(tokens["minimal, with cache"], tokens["minimal, without cache"])
     matches_transformers = (torch.equal(tokens["minimal, with cache"], tokens["transformers, with cache"])
                             if "transformers, with cache" in tokens else None)
@@ -135,7 +140,7 @@ def run(args: argparse.Namespace) -> dict:
         "batch_size": args.batch_size,
         "prompt_len": args.prompt_len,
         "new_tokens": n,
-        "cached_s": timings["minimal, with cache"].mean,
+        "cached_s": timings["minimal, with cache"].median,
         "uncached_s": uncached,
         "speedup": speedup,
         "identical_tokens": identical,
@@ -143,7 +148,7 @@ def run(args: argparse.Namespace) -> dict:
         "goal_met": goal_met,
     }
     if "transformers, with cache" in timings:
-        figures["transformers_cached_s"] = timings["transformers, with cache"].mean
+        figures["transformers_cached_s"] = timings["transformers, with cache"].median
         figures["matches_transformers"] = matches_transformers
     if args.report_profile:
         write_report(args.report_profile, figures, timings)
@@ -157,8 +162,8 @@ def write_report(profile: str, figures: dict, timings: dict) -> None:
     from . import tables
 
     n, batch = figures["new_tokens"], figures["batch_size"]
-    rows = [{"mode": name, "time (s)": t.mean, "std (s)": t.std, "ms/token": 1000 * t.mean / n,
-             "tokens/s": batch * n / t.mean, "vs uncached": figures["uncached_s"] / t.mean}
+    rows = [{"mode": name, "median (s)": t.median, "mean (s)": t.mean, "std (s)": t.std,
+             "ms/token": 1000 * t.median / n, "tokens/s": batch * n / t.median, "vs uncached": figures["uncached_s"] / t.median}
             for name, t in timings.items()]
     tables.write_table(pd.DataFrame(rows), "04_kv_bench", profile, float_format="{:.3g}",
                        caption=f"python -m helpers.bench kv_cache: {figures['model']} ({figures['weights']} weights), "
