@@ -350,6 +350,8 @@ def render_card(card: dict) -> str:
     timing = "\n".join(f"| {name} | {info['decode_ms_per_token']:.2f} |" for name, info in m.items())
     env = card["environment"]
     stages = card["stages"]
+    cycles = stages["target"].get("cycles", 1)
+    cycles_note = f" over {cycles} cosine cycles (`--continue-target`)" if cycles > 1 else ""
     return f"""# The CPU pair: model card
 
 A small Qwen3-architecture target and two drafts that share one byte-level BPE tokenizer
@@ -376,7 +378,7 @@ library's source and `pydoc_data.topics` (Python {env['python']}). Load them wit
 |---|---|
 {timing}
 
-- **Training**: target {stages['target']['steps']} steps in {stages['target']['seconds']/60:.1f} min
+- **Training**: target {stages['target']['steps']} steps in {stages['target']['seconds']/60:.1f} min{cycles_note}
   (cross-entropy, AdamW, cosine schedule over the time budget); drafts {stages['draft']['steps']} steps in
   {stages['draft']['seconds']/60:.1f} min, distilled from the frozen target (forward KL to its logits).
   Device: {env['device']}; seed {card['seed']}; torch {env['torch']}, transformers {env['transformers']}.
@@ -395,12 +397,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="auto", help="'auto' (cuda if available), 'cpu' or 'cuda'")
     parser.add_argument("--threads", type=int, default=1,
                         help="CPU threads for training and timing (1: robust on a busy machine)")
-    parser.add_argument("--target-minutes", type=float, default=None, help="target budget (CPU 38, GPU 20)")
-    parser.add_argument("--draft-minutes", type=float, default=None, help="distillation budget (CPU 13, GPU 8)")
+    parser.add_argument("--target-minutes", type=float, default=None, help="target budget (CPU 40, GPU 20)")
+    parser.add_argument("--draft-minutes", type=float, default=None, help="distillation budget (CPU 12, GPU 8)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=None, help="sequences per step (CPU 8, GPU 64)")
     parser.add_argument("--skip-target", action="store_true", help="reuse the target already in --out")
+    parser.add_argument("--continue-target", type=float, default=0.0, metavar="MINUTES",
+                        help="train the target already in --out for MINUTES more (a second, lower cosine cycle) "
+                             "before distilling the drafts again")
     parser.add_argument("--reuse-tokenizer", action="store_true", help="reuse the tokenizer already in --out")
     parser.add_argument("--smoke", action="store_true", help="tiny budgets, writes to /tmp/cpu_pair_smoke")
     args = parser.parse_args(argv)
@@ -411,8 +416,8 @@ def main(argv: list[str] | None = None) -> dict:
     on_gpu = device.type == "cuda"
     if args.smoke:
         args.out = Path("/tmp/cpu_pair_smoke")
-    target_minutes = args.target_minutes or (0.5 if args.smoke else 20 if on_gpu else 38)
-    draft_minutes = args.draft_minutes or (0.3 if args.smoke else 8 if on_gpu else 13)
+    target_minutes = args.target_minutes or (0.5 if args.smoke else 20 if on_gpu else 40)
+    draft_minutes = args.draft_minutes or (0.3 if args.smoke else 8 if on_gpu else 12)
     batch_size = args.batch_size or (64 if on_gpu else 8)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -423,7 +428,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     corpus = load_corpus()
     log(f"corpus: {len(corpus.train)} training and {len(corpus.heldout)} held-out documents")
-    if args.skip_target or (args.reuse_tokenizer and (out / "tokenizer" / "tokenizer.json").exists()):
+    resume = args.skip_target or args.continue_target > 0
+    if resume or (args.reuse_tokenizer and (out / "tokenizer" / "tokenizer.json").exists()):
         from transformers import AutoTokenizer
         tokenizer = AutoTokenizer.from_pretrained(out / "tokenizer")
     else:
@@ -434,9 +440,18 @@ def main(argv: list[str] | None = None) -> dict:
     log(f"tokenizer: {len(tokenizer)} entries; {len(train_ids):,} training and {len(heldout_ids):,} held-out tokens")
 
     common = dict(seq_len=args.seq_len, batch_size=batch_size, device=device, log=log)
-    if args.skip_target:
+    if resume:
         target = load_saved(out / "target")
         target_stage = json.loads((out / "card.json").read_text())["stages"]["target"]
+        if args.continue_target > 0:
+            more = train_target(target, train_ids, minutes=args.continue_target, lr=6e-4 if not on_gpu else 5e-4,
+                                seed=args.seed + 100, **common)
+            target_stage = {"steps": target_stage["steps"] + more["steps"],
+                            "tokens": target_stage["tokens"] + more["tokens"],
+                            "seconds": round(target_stage["seconds"] + more["seconds"], 1),
+                            "cycles": target_stage.get("cycles", 1) + 1}
+            save_model(target, out / "target")
+            target = load_saved(out / "target")
     else:
         target = make_model("target", tokenizer, args.seed)
         log(f"target: {param_count(target):,} parameters")
@@ -444,8 +459,16 @@ def main(argv: list[str] | None = None) -> dict:
                                     seed=args.seed, **common)
         save_model(target, out / "target")
         target = load_saved(out / "target")  # continue with the bf16-rounded weights that ship
-    drafts = {name: make_model(name, tokenizer, args.seed + 1 + i) for i, name in enumerate(DRAFT_NAMES)}
-    draft_stage = distill_drafts(target, drafts, train_ids, minutes=draft_minutes, lr=3e-3, seed=args.seed, **common)
+    # After --continue-target the drafts continue from their saved weights (they already match the earlier target).
+    warm = args.continue_target > 0 and all((out / n / "model.safetensors").exists() for n in DRAFT_NAMES)
+    drafts = {name: load_saved(out / name).train() if warm else make_model(name, tokenizer, args.seed + 1 + i)
+              for i, name in enumerate(DRAFT_NAMES)}
+    previous_draft = json.loads((out / "card.json").read_text())["stages"]["draft"] if warm else None
+    draft_stage = distill_drafts(target, drafts, train_ids, minutes=draft_minutes, lr=1.5e-3 if warm else 3e-3,
+                                 seed=args.seed + (100 if warm else 0), **common)
+    if previous_draft:
+        draft_stage = {k: round(previous_draft[k] + draft_stage[k], 1) if k == "seconds" else previous_draft[k] + draft_stage[k]
+                       for k in ("steps", "tokens", "seconds")}
     for name in DRAFT_NAMES:
         save_model(drafts[name], out / name)
 
@@ -483,6 +506,7 @@ def main(argv: list[str] | None = None) -> dict:
                    "train_tokens": len(train_ids), "heldout_tokens": len(heldout_ids)},
         "stages": {"target": target_stage, "draft": draft_stage,
                    "target_minutes": target_minutes, "draft_minutes": draft_minutes,
+                   "continue_target_minutes": args.continue_target,
                    "batch_size": batch_size, "seq_len": args.seq_len},
         "eval": {"loss_windows": len(windows), "seq_len": args.seq_len, "agreement_prompts": n_prompts,
                  "agreement_prompt_len": prompt_len, "agreement_new_tokens": new_tokens},
