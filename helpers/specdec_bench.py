@@ -47,6 +47,19 @@ SD_STAT_COLUMNS = ("rounds", "proposed", "accepted", "rejections", "acceptance_r
                    "time_verify_s", "time_other_s")
 
 
+def weights_tag(model_name: str) -> str:
+    """What identifies a model's weights in a result's config: a hash of the CPU pair's file (it may be
+    retrained, and old rows must then not count as measured), else the name (pretrained / random)."""
+    import hashlib
+
+    from helpers.models import CPU_PAIR_DIR, PAIR_PREFIX
+
+    if not model_name.startswith(PAIR_PREFIX):
+        return model_name
+    path = CPU_PAIR_DIR / model_name[len(PAIR_PREFIX):] / "model.safetensors"
+    return hashlib.sha1(path.read_bytes()).hexdigest()[:12]
+
+
 def select_prompts(rows: list[dict], count: int) -> list[dict]:
     """``count`` prompts taken round-robin over their sources (every source early), in file order within one."""
     if count <= 0 or count >= len(rows):
@@ -279,11 +292,12 @@ def gamma_rows(rows: list[dict], costs: dict | None = None) -> list[dict]:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--draft", default="draft", help="CPU pair draft: 'draft' (1 layer) or 'draft-2l'")
+    parser.add_argument("--drafts", nargs="+", default=["draft", "draft-2l"],
+                        help="CPU pair drafts to pair with the target: 'draft' (1 layer) and/or 'draft-2l'")
     parser.add_argument("--gammas", type=int, nargs="+", default=[2, 3, 4, 5, 7], help="draft tokens per round")
     parser.add_argument("--prompts", type=int, default=10, help="number of CPU prompts (data/prompts.jsonl)")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per configuration; the fastest is kept")
+    parser.add_argument("--repeats", type=int, default=2, help="runs per configuration; the fastest is kept")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (1: these small models gain nothing from a second thread, and on "
                              "a busy 2-core machine two threads wait for each other)")
@@ -309,21 +323,9 @@ def _print_table(summary, costs: dict) -> None:
               f"{row.tokens_per_round:>10.2f}{cost_ratio:>7.3f}{verify:>8.2f}{'yes' if row.identical_to_ar else 'NO':>6}")
 
 
-def run(args) -> dict:
-    from helpers.models import load_cpu_pair
-    from helpers.prompts import load_prompts
-    from helpers.specdec_costs import measure_costs
+def _pair_figures(summary, costs: dict, draft_name: str) -> dict:
+    """The headline of one pair: its best gamma against AR and against assisted generation's best setting."""
     from helpers.specdec_model import predicted_speedup
-
-    torch.set_num_threads(args.threads)
-    target, draft, tokenizer = load_cpu_pair(args.draft)
-    cases = encode_prompts(tokenizer, select_prompts(load_prompts("cpu"), args.prompts), "cpu")
-    rows = measure_pair(target, draft, cases, args.gammas, args.max_new_tokens, repeats=args.repeats,
-                        peer=not args.no_peer, progress=False)
-    summary = summarise([{**row, "pair": "cpu"} for row in rows])
-    context = cases[0]["input_ids"]
-    costs = measure_costs(target, draft, context, args.gammas, repeats=20)
-    _print_table(summary, costs)
 
     sd = summary[summary["method"] == "sd"]
     best = sd.loc[sd["speedup"].idxmax()]
@@ -331,14 +333,12 @@ def run(args) -> dict:
     c = costs["T_D"] / costs["T_T"]
     verify_ratio = costs["T_V"][gamma] / costs["T_T"]
     figures = {
-        "benchmark": "specdec", "pair": f"cpu-pair/target / cpu-pair/{args.draft}", "threads": args.threads,
-        "prompts": len(cases), "max_new_tokens": args.max_new_tokens, "best_gamma": gamma,
+        "pair": f"cpu-pair/target / cpu-pair/{draft_name}", "best_gamma": gamma,
         "speedup_vs_ar": float(best["speedup"]), "tokens_per_s_sd": float(best["tokens_per_s"]),
         "tokens_per_s_ar": float(summary.loc[summary["method"] == "ar", "tokens_per_s"].iloc[0]),
         "identical_to_ar": bool(sd["identical_to_ar"].all()), "alpha": float(best["alpha"]),
         "acceptance_rate": float(best["acceptance_rate"]),
-        "mean_accepted_per_round": float(best["mean_accepted_per_round"]), "c": c,
-        "verify_ratio": verify_ratio,
+        "mean_accepted_per_round": float(best["mean_accepted_per_round"]), "c": c, "verify_ratio": verify_ratio,
         "eq5_predicted_speedup": float(predicted_speedup(gamma, float(best["alpha"]), c, verify_ratio)),
     }
     peer = summary[summary["method"] == "assisted"]
@@ -350,8 +350,33 @@ def run(args) -> dict:
             assisted_identical_to_ar=bool(peer["identical_to_ar"].all()),
             speedup_vs_assisted=float(best["tokens_per_s"] / best_peer["tokens_per_s"]),
         )
-    print(f"\nbest: gamma={gamma}, {figures['speedup_vs_ar']:.2f}x over AR"
-          + (f", {figures['speedup_vs_assisted']:.2f}x over assisted generation" if len(peer) else "")
+    print(f"best for {figures['pair']}: gamma={gamma}, {figures['speedup_vs_ar']:.2f}x over AR"
+          + (f", {figures['speedup_vs_assisted']:.2f}x over assisted generation's best setting" if len(peer) else "")
           + f"; Eq. 5 predicts {figures['eq5_predicted_speedup']:.2f}x from alpha={figures['alpha']:.3f}, "
             f"c={c:.3f}, T_V/T_T={verify_ratio:.2f}")
     return figures
+
+
+def run(args) -> dict:
+    from helpers.models import load_cpu_model, load_cpu_tokenizer
+    from helpers.prompts import load_prompts
+    from helpers.specdec_costs import measure_costs
+
+    torch.set_num_threads(args.threads)
+    target, tokenizer = load_cpu_model("target"), load_cpu_tokenizer()
+    cases = encode_prompts(tokenizer, select_prompts(load_prompts("cpu"), args.prompts), "cpu")
+    per_pair = []
+    for draft_name in args.drafts:
+        draft = load_cpu_model(draft_name)
+        rows = measure_pair(target, draft, cases, args.gammas, args.max_new_tokens, repeats=args.repeats,
+                            peer=not args.no_peer, progress=False)
+        summary = summarise([{**row, "pair": draft_name} for row in rows])
+        costs = measure_costs(target, draft, cases[0]["input_ids"], args.gammas, repeats=20)
+        print(f"\n== cpu-pair/target / cpu-pair/{draft_name} ({len(cases)} prompts, {args.max_new_tokens} new tokens, "
+              f"greedy, {args.threads} thread(s))")
+        _print_table(summary, costs)
+        per_pair.append(_pair_figures(summary, costs, draft_name))
+    best = max(per_pair, key=lambda f: f["speedup_vs_ar"])
+    return {"benchmark": "specdec", "threads": args.threads, "prompts": len(cases),
+            "max_new_tokens": args.max_new_tokens, **best,
+            "pairs": {f["pair"]: {k: v for k, v in f.items() if k != "pair"} for f in per_pair}}
