@@ -94,6 +94,9 @@ def compare_batched(target, draft, prompts, max_new_tokens: int, gamma: int, *, 
         "ar_tokens_per_s": new_tokens / ar_s,
         "sd_tokens_per_s": new_tokens / sd_s,
         "rounds": sd.stats["rounds"],
+        # the batch runs until its slowest row is done: max/mean rounds per row is the straggler factor
+        "rounds_per_row_mean": statistics.fmean(len(row) for row in sd.stats["accepted"]),
+        "rounds_per_row_max": max(len(row) for row in sd.stats["accepted"]),
         "mean_accepted_per_round": sd.stats["mean_accepted_per_round"],
         "alpha": estimate_alpha(accepted, gamma),
         "rows_identical": sum(a == b for a, b in zip(ar.tokens, sd.tokens)) / len(prompts),
@@ -126,20 +129,27 @@ def heldout_source_prompts(tokenizer, count: int, length: int) -> list[list[int]
     raise ValueError(f"only {len(prompts)} held-out files are long enough for {count} prompts of {length} tokens")
 
 
-def _least_disturbed(fn, repeats: int):
-    """Run ``fn`` ``repeats`` times; the result of the fastest run (on a shared machine, the closest to
-    the true cost) and its seconds from ``stats.time_total_s``."""
-    results = [fn() for _ in range(repeats)]
-    return min(results, key=lambda r: r.stats.time_total_s)
+def _least_disturbed_pair(run_a, run_b, repeats: int):
+    """Run ``run_a`` and ``run_b`` alternately ``repeats`` times; the fastest result of each.
+
+    On a shared machine the least-disturbed run is closest to the true cost, and alternating makes both see
+    the same phases of load, so their ratio is meaningful even when the load drifts."""
+    a_runs, b_runs = [], []
+    for _ in range(repeats):
+        a_runs.append(run_a())
+        b_runs.append(run_b())
+    fastest = lambda runs: min(runs, key=lambda r: r.stats.time_total_s)  # noqa: E731
+    return fastest(a_runs), fastest(b_runs)
 
 
 def speedup_sweep(target, draft, prompts, gammas, max_new_tokens: int, *, repeats: int = 2) -> dict:
     """Single-sequence greedy AR vs speculative decoding over ``prompts`` for each gamma.
 
-    Returns ``{"ar": {...}, "gammas": {gamma: {...}}}``: summed least-disturbed seconds, the end-to-end speedup
-    and the decode-only speedup (prefill excluded: what Eq. 5 models), alpha (maximum likelihood over every
-    round of every prompt), tokens per round, and whether every output equals the AR output (greedy
-    speculative decoding is lossless).
+    For every gamma and prompt, AR and speculative decoding run alternately (see ``_least_disturbed_pair``).
+    Returns ``{"ar": {...}, "gammas": {gamma: {...}}}``: summed seconds, the end-to-end speedup and the
+    decode-only speedup (prefill excluded: what Eq. 5 models), alpha (maximum likelihood over every round of
+    every prompt), tokens per round, and whether every output equals the AR output (greedy speculative
+    decoding is lossless).
     """
     from helpers.specdec import autoregressive_generate, speculative_generate
 
@@ -148,16 +158,15 @@ def speedup_sweep(target, draft, prompts, gammas, max_new_tokens: int, *, repeat
     inputs = [torch.tensor([p], device=device) for p in prompts]
     eos = -1  # run every prompt to max_new_tokens, so that all configurations generate the same tokens
     autoregressive_generate(target, inputs[0], 4, eos_token_id=eos)  # warm-up
-    ar = [_least_disturbed(lambda x=x: autoregressive_generate(target, x, max_new_tokens, eos_token_id=eos), repeats)
-          for x in inputs]
-    ar_seconds = sum(r.stats.time_total_s for r in ar)
-    ar_decode = ar_seconds - sum(r.stats.time_prefill_s for r in ar)
-    out = {"ar": {"seconds": ar_seconds, "decode_seconds": ar_decode, "new_tokens": sum(r.stats.new_tokens for r in ar)},
-           "gammas": {}}
+    out = {"gammas": {}}
     for gamma in gammas:
-        sd = [_least_disturbed(lambda x=x: speculative_generate(target, draft, x, max_new_tokens, gamma,
-                                                                eos_token_id=eos, time_phases=not cuda), repeats)
-              for x in inputs]
+        pairs = [_least_disturbed_pair(
+            lambda x=x: autoregressive_generate(target, x, max_new_tokens, eos_token_id=eos),
+            lambda x=x: speculative_generate(target, draft, x, max_new_tokens, gamma, eos_token_id=eos,
+                                             time_phases=not cuda), repeats) for x in inputs]
+        ar, sd = [a for a, _ in pairs], [s for _, s in pairs]
+        ar_seconds = sum(r.stats.time_total_s for r in ar)
+        ar_decode = ar_seconds - sum(r.stats.time_prefill_s for r in ar)
         accepted = [n for r in sd for n in r.stats.accepted_per_round]
         round_gammas = [g for r in sd for g in r.stats.gamma_per_round]
         seconds = sum(r.stats.time_total_s for r in sd)
@@ -166,6 +175,8 @@ def speedup_sweep(target, draft, prompts, gammas, max_new_tokens: int, *, repeat
         out["gammas"][int(gamma)] = {
             "seconds": seconds,
             "decode_seconds": decode,
+            "ar_seconds": ar_seconds,
+            "ar_decode_seconds": ar_decode,
             "speedup": ar_seconds / seconds,
             "decode_speedup": ar_decode / decode,
             "alpha": estimate_alpha(accepted, round_gammas),
@@ -175,4 +186,6 @@ def speedup_sweep(target, draft, prompts, gammas, max_new_tokens: int, *, repeat
             "verify_seconds": sum(r.stats.time_verify_s for r in sd),
             "lossless": all(torch.equal(a.tokens, s.tokens) for a, s in zip(ar, sd)),
         }
+    ar_runs = [row["ar_seconds"] for row in out["gammas"].values()]
+    out["ar"] = {"seconds": statistics.fmean(ar_runs), "new_tokens": sum(r.stats.new_tokens for r in ar)}
     return out
