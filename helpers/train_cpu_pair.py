@@ -5,8 +5,8 @@
     python -m helpers.train_cpu_pair --device cuda   # GPU recipe (bf16 autocast, bigger batches)
     python -m helpers.train_cpu_pair --continue-target 20   # optional: 20 more target minutes, drafts refined
 
-The committed weights are the default CPU run (57 min on a shared 2-core machine) followed by
-``--continue-target 20`` (35 min), which lowered the target's held-out loss from 3.59 to 3.30.
+The committed weights are the default CPU run (53 min on a shared 2-core machine) followed by
+``--continue-target 20`` (33 min), which lowered the target's held-out loss from 3.59 to 3.30.
 
 The corpus is text that every Python installation carries: the standard library's ``*.py`` source and
 ``pydoc_data.topics``. Documents go to the held-out split by a hash of their name (about 5%), so the split
