@@ -17,6 +17,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from .memory import cache_tensor_bytes
 from .timing import Timing, measure
 
 
@@ -146,9 +147,4 @@ def extrapolate(coefficients: np.ndarray, lengths) -> np.ndarray:
 
 def cache_bytes_of(past_key_values) -> int:
     """Bytes held by a transformers cache object (keys + values of every layer), as allocated."""
-    total = 0
-    for layer in past_key_values.layers:
-        for tensor in (layer.keys, layer.values):
-            if tensor is not None:
-                total += tensor.numel() * tensor.element_size()
-    return total
+    return cache_tensor_bytes(past_key_values)

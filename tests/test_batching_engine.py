@@ -17,15 +17,6 @@ from helpers.batching.workers import EngineConfig
 MAX_LEN = 128
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """References and the static baseline run here; one thread keeps them quick on a busy 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A 2-layer random Qwen3 saved to disk (the worker processes load it from there).

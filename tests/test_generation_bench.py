@@ -7,15 +7,6 @@ from helpers import memory, models
 from helpers.results import MemoryBudgetExceeded, ResultStore, run_metadata
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: extra threads only add synchronisation (and stall on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def tiny():
     config = memory.miniature_config("Qwen/Qwen3-1.7B", num_layers=1, vocab_size=64)

@@ -7,15 +7,6 @@ import torch
 from helpers import memory, models
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: extra threads only add synchronisation (and stall on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_unknown_name_lists_the_known_ones():
     with pytest.raises(ValueError) as err:
         models.load_model("Qwen/Qwen3-9B")

@@ -47,15 +47,6 @@ def greedy_reference(model, prompt, max_new_tokens, eos_token_id=None):
     return out
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest single-threaded (and the CI machine has only two cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def target():
     return tiny_qwen3(0)

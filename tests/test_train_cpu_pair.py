@@ -11,15 +11,6 @@ TEXTS = [
 ] * 20
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: threads only add synchronisation (and stall on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def tokenizer():
     return tcp.train_tokenizer(TEXTS, vocab_size=300)
