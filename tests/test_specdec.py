@@ -16,15 +16,6 @@ from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
 from helpers.specdec import autoregressive_generate, speculative_generate
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from threads, and on a busy 2-core machine OpenMP threads wait for each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def tiny_model(seed: int, vocab: int = 64, layers: int = 2, hidden: int = 64, peak: float = 10.0):
     torch.manual_seed(seed)
     config = Qwen3Config(
