@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from helpers.specdec_bench import assisted_generate, gamma_rows, measure_pair, select_prompts, summarise
-from test_specdec import one_thread, perturbed_copy, tiny_model  # noqa: F401 (fixture)
+from test_specdec import perturbed_copy, tiny_model
 
 
 @pytest.fixture(scope="module")
