@@ -188,17 +188,24 @@ def _autocast(device: torch.device):
         "cpu", enabled=False)
 
 
+def _budget(minutes: float, max_steps: int | None):
+    """Yield the fraction of the time budget spent before each step, until it (or ``max_steps``) runs out."""
+    start, budget, step = time.time(), minutes * 60, 0
+    while True:
+        progress = (time.time() - start) / budget
+        if progress >= 1 or (max_steps is not None and step >= max_steps):
+            return
+        yield progress
+        step += 1
+
+
 def train_target(model, data, *, minutes, seq_len, batch_size, lr, seed, device, log, max_steps=None):
     """Next-token cross-entropy until the time budget (or ``max_steps``) is spent."""
     model.to(device).train()
     opt = _optimizer(list(model.parameters()), lr)
     stream = batches(data, seq_len, batch_size, seed)
     start, step, tokens = time.time(), 0, 0
-    budget = minutes * 60
-    while True:
-        progress = (time.time() - start) / budget
-        if progress >= 1 or (max_steps is not None and step >= max_steps):
-            break
+    for progress in _budget(minutes, max_steps):
         for group in opt.param_groups:
             group["lr"] = lr_at(progress, lr)
         batch = next(stream).to(device)
@@ -227,11 +234,7 @@ def distill_drafts(target, drafts: dict, data, *, minutes, seq_len, batch_size, 
         opts[name] = _optimizer(list(draft.parameters()), lr)
     stream = batches(data, seq_len, batch_size, seed + 1)
     start, step, tokens = time.time(), 0, 0
-    budget = minutes * 60
-    while True:
-        progress = (time.time() - start) / budget
-        if progress >= 1 or (max_steps is not None and step >= max_steps):
-            break
+    for progress in _budget(minutes, max_steps):
         batch = next(stream).to(device)
         with torch.no_grad(), _autocast(device):
             teacher = F.log_softmax(target(input_ids=batch[:, :-1]).logits.float(), -1).flatten(0, 1)
