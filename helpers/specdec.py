@@ -5,9 +5,10 @@ Leviathan et al.). Both generators take transformers causal LMs and one prompt o
 
 What keeps the speculative path fast (DESIGN.md, "what fast means here"):
 
-* Both models keep a ``DynamicCache`` for the whole generation. After a round the caches are rolled back by
-  length with ``crop(-n)`` (transformers 5.x takes a NEGATIVE count of tokens to remove) — nothing is
-  recomputed.
+* Both models keep a KV cache for the whole generation. After a round the caches are rolled back by length
+  — nothing is recomputed. The cache and the forward come from :mod:`helpers.cached_decoder`: the minimal
+  Qwen3 decoder with a preallocated cache where it applies (less per-call overhead, which matters most for
+  the small draft), else transformers' forward with a ``DynamicCache`` (``runtime=`` chooses).
 * The target sees the pending token and all gamma drafts in ONE forward: gamma + 1 positions, the last one
   giving the bonus token when every draft is accepted.
 * Acceptance is computed on the device with tensor ops; the round ends with ONE host sync (a single
@@ -17,8 +18,8 @@ What keeps the speculative path fast (DESIGN.md, "what fast means here"):
   draft token, so it is fed together with the pending token in the next round's first draft forward (the
   catch-up token) — one forward of two tokens instead of an extra forward.
 
-The autoregressive baseline uses the same cache discipline (a ``DynamicCache``, one token per forward,
-``logits_to_keep=1``) so that the comparison measures speculation, not implementation quality.
+The autoregressive baseline uses the same runtime and cache discipline (one token per forward, last logits
+only) so that the comparison measures speculation, not implementation quality.
 """
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ import time
 from dataclasses import asdict, dataclass, field
 
 import torch
-from transformers import DynamicCache
 
+from helpers.cached_decoder import cached_decoder, resolve_runtime
 from helpers.specdec_model import estimate_alpha
 
 __all__ = ["GenerationResult", "GenerationStats", "autoregressive_generate", "speculative_generate"]
@@ -44,6 +45,7 @@ class GenerationStats:
     accepted / proposed is smaller, because drafts after a rejection are counted as proposed but never tested.
     """
 
+    runtime: str = ""  # "minimal" or "transformers" (helpers.cached_decoder)
     new_tokens: int = 0
     rounds: int = 0
     proposed: int = 0
@@ -113,6 +115,11 @@ def _check_common(model, input_ids, max_new_tokens: int, temperature: float) -> 
     model_device = next(model.parameters()).device
     if input_ids.device != model_device:
         raise ValueError(f"input_ids is on {input_ids.device} but the model is on {model_device}; move one of them")
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit and input_ids.shape[1] + max_new_tokens > limit:
+        raise ValueError(
+            f"the prompt ({input_ids.shape[1]} tokens) plus max_new_tokens ({max_new_tokens}) exceeds the model's "
+            f"context of {limit} tokens; shorten the prompt or lower max_new_tokens")
 
 
 def _vocab_size(model) -> int:
@@ -171,17 +178,18 @@ def autoregressive_generate(
     seed: int | None = None,
     *,
     eos_token_id: int | list[int] | None = None,
+    runtime: str = "auto",
 ) -> GenerationResult:
     """Plain decoding with a KV cache: one target forward per new token (greedy when temperature == 0)."""
     _check_common(model, input_ids, max_new_tokens, temperature)
     device = input_ids.device
     eos = _eos_ids(model, eos_token_id)
     generator = _generator(seed, device)
-    stats = GenerationStats()
+    stats = GenerationStats(runtime=resolve_runtime(runtime, model))
     start = time.perf_counter()
 
-    cache = DynamicCache(config=model.config)
-    logits = model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+    decoder = cached_decoder(model, stats.runtime, input_ids.shape[1] + max_new_tokens)
+    logits = decoder.extend(input_ids)[:, -1]
     stats.target_forwards += 1
     _sync(device)
     stats.time_prefill_s = time.perf_counter() - start
@@ -197,7 +205,7 @@ def autoregressive_generate(
         if token in eos or len(tokens) == max_new_tokens:
             break
         tick = time.perf_counter()
-        logits = model(input_ids=next_token, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+        logits = decoder.extend(next_token)[:, -1]
         stats.target_forwards += 1
         stats.time_verify_s += time.perf_counter() - tick  # "verify" = target forwards, for a like-for-like split
 
@@ -277,11 +285,13 @@ def speculative_generate(
     *,
     eos_token_id: int | list[int] | None = None,
     time_phases: bool = True,
+    runtime: str = "auto",
 ) -> GenerationResult:
     """Speculative decoding with γ drafts per round; exact greedy output at temperature 0, target samples above.
 
     ``time_phases`` splits wall time into draft / verify / rest; on CUDA that needs a synchronize at each
-    phase boundary, so pass False for headline GPU throughput (on the CPU it costs nothing).
+    phase boundary, so pass False for headline GPU throughput (on the CPU it costs nothing). ``runtime``:
+    see :mod:`helpers.cached_decoder` (both models use the same one).
     """
     _check_common(target, input_ids, max_new_tokens, temperature)
     _check_pair(target, draft, gamma)
@@ -289,7 +299,7 @@ def speculative_generate(
     eos = _eos_ids(target, eos_token_id)
     generator = _generator(seed, device)
     greedy = temperature == 0
-    stats = GenerationStats()
+    stats = GenerationStats(runtime=resolve_runtime(runtime, target, draft))
     clock = time.perf_counter
 
     def phase_mark() -> float:
@@ -298,14 +308,16 @@ def speculative_generate(
         return clock()
 
     start = clock()
-    target_cache = DynamicCache(config=target.config)
-    draft_cache = DynamicCache(config=draft.config)
+    # never more than prompt + max_new_tokens tokens in a cache: a round drafts at most the tokens still due
+    capacity = input_ids.shape[1] + max_new_tokens
+    target_cache = cached_decoder(target, stats.runtime, capacity)
+    draft_cache = cached_decoder(draft, stats.runtime, capacity)
     # Prefill everything but the last prompt token, which becomes the pending token of round 1 (Algorithm 2
     # verifies the pending token's position together with the drafts).
     if input_ids.shape[1] > 1:
         context = input_ids[:, :-1]
-        target(input_ids=context, past_key_values=target_cache, use_cache=True, logits_to_keep=1)
-        draft(input_ids=context, past_key_values=draft_cache, use_cache=True, logits_to_keep=1)
+        target_cache.extend(context)
+        draft_cache.extend(context)
         stats.target_forwards += 1
         stats.draft_forwards += 1
     pending = input_ids[:, -1:]  # (1, 1): committed, not yet in the target cache
@@ -321,9 +333,7 @@ def speculative_generate(
         drafts, draft_probs = [], []
         draft_input = draft_pending
         for _ in range(round_gamma):
-            logits = draft(
-                input_ids=draft_input, past_key_values=draft_cache, use_cache=True, logits_to_keep=1
-            ).logits[:, -1]
+            logits = draft_cache.extend(draft_input)[:, -1]
             if greedy:
                 draft_input = logits.argmax(dim=-1, keepdim=True)
             else:
@@ -336,9 +346,7 @@ def speculative_generate(
         tock = phase_mark()
         stats.time_draft_s += tock - tick
 
-        target_logits = target(
-            input_ids=torch.cat([pending, draft_tokens], dim=1), past_key_values=target_cache, use_cache=True
-        ).logits[0]  # (γ_r + 1, V)
+        target_logits = target_cache.extend(torch.cat([pending, draft_tokens], dim=1), last_only=False)[0]  # (γ_r+1, V)
         stats.target_forwards += 1
         tick = phase_mark()
         stats.time_verify_s += tick - tock
@@ -355,14 +363,12 @@ def speculative_generate(
         emitted = host[1 : 1 + accepted] + [host[-1]]
 
         # roll back: the target saw pending + γ_r drafts and keeps pending + accepted ones
-        if round_gamma > accepted:
-            target_cache.crop(-(round_gamma - accepted))
+        target_cache.rollback(round_gamma - accepted)
         # the draft saw draft_pending + d1..d(γ_r - 1)
         if round_gamma == 0:
             draft_pending = torch.cat([draft_pending, next_token.view(1, 1)], dim=1)
         elif accepted < round_gamma:
-            if round_gamma - 1 > accepted:
-                draft_cache.crop(-(round_gamma - 1 - accepted))
+            draft_cache.rollback(round_gamma - 1 - accepted)
             draft_pending = next_token.view(1, 1)
         else:  # all accepted: the last draft is the catch-up token of the next draft forward
             draft_pending = torch.cat([draft_tokens[:, -1:], next_token.view(1, 1)], dim=1)

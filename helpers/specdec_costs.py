@@ -3,7 +3,9 @@
 Every cost is one forward over ``new_tokens`` positions on top of a KV cache already holding ``context``,
 exactly the call speculative decoding makes (T_T, T_D: one new token; T_V(gamma): the pending token plus
 gamma drafts, gamma + 1 positions, all logits kept). The cache is cropped back after each call, so every
-repeat sees the same context length.
+repeat sees the same context length. The forwards go through :mod:`helpers.cached_decoder` on the same runtime
+that :func:`helpers.specdec.speculative_generate` picks (``runtime="auto"``), so the terms describe the
+generation they predict.
 """
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import DynamicCache
+
+from helpers.cached_decoder import cached_decoder, resolve_runtime
 
 from helpers.specdec_batched import batched_autoregressive_generate, batched_speculative_generate
 from helpers.specdec_model import estimate_alpha
@@ -22,32 +25,36 @@ from helpers.timing import Timing, measure
 
 @torch.inference_mode()
 def forward_time(model, context: torch.Tensor, new_tokens: int, *, all_logits: bool = False,
-                 warmup: int = 2, repeats: int = 10) -> Timing:
+                 warmup: int = 2, repeats: int = 10, runtime: str = "auto") -> Timing:
     """Seconds for one forward of ``new_tokens`` positions per row after a cached ``context`` (B, S)."""
     if context.dim() != 2 or context.shape[1] < 1:
         raise ValueError(f"context must be a (batch, seq_len >= 1) tensor of token ids, got {tuple(context.shape)}")
     device = context.device
-    cache = DynamicCache(config=model.config)
-    model(input_ids=context, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    decoder = cached_decoder(model, resolve_runtime(runtime, model), context.shape[1] + new_tokens, context.shape[0])
+    decoder.extend(context)
     ids = context[:, -new_tokens:].clone() if context.shape[1] >= new_tokens else context[:, :1].repeat(1, new_tokens)
 
     def step():
-        model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=0 if all_logits else 1)
-        cache.crop(-new_tokens)
+        decoder.extend(ids, last_only=not all_logits)
+        decoder.rollback(new_tokens)
 
     return measure(step, warmup=warmup, repeats=repeats, device=device)
 
 
-def measure_costs(target, draft, context: torch.Tensor, gammas, *, warmup: int = 2, repeats: int = 10) -> dict:
-    """Mean seconds: ``T_T``, ``T_D`` (one token) and ``T_V`` {gamma: target forward over gamma + 1 positions}.
+def measure_costs(target, draft, context: torch.Tensor, gammas, *, warmup: int = 2, repeats: int = 10,
+                  runtime: str = "auto") -> dict:
+    """Mean seconds: ``T_T``, ``T_D`` (one token) and ``T_V`` {gamma: target forward over gamma + 1 positions},
+    plus the ``runtime`` they were measured on (the one speculative decoding uses for this pair).
 
     The mean, not the median: a generation's wall time is a sum of forwards, stalls included, so the mean is
     what Eq. 5 must be fed to predict it (on a quiet machine the two agree)."""
+    runtime = resolve_runtime(runtime, target, draft)
+    timing = dict(warmup=warmup, repeats=repeats, runtime=runtime)
     return {
-        "T_T": forward_time(target, context, 1, warmup=warmup, repeats=repeats).mean,
-        "T_D": forward_time(draft, context, 1, warmup=warmup, repeats=repeats).mean,
-        "T_V": {int(g): forward_time(target, context, int(g) + 1, all_logits=True, warmup=warmup,
-                                     repeats=repeats).mean for g in gammas},
+        "T_T": forward_time(target, context, 1, **timing).mean,
+        "T_D": forward_time(draft, context, 1, **timing).mean,
+        "T_V": {int(g): forward_time(target, context, int(g) + 1, all_logits=True, **timing).mean for g in gammas},
+        "runtime": runtime,
     }
 
 

@@ -1,12 +1,10 @@
 """Train the CPU pair: a small Qwen3 target and two Qwen3 drafts that share one BPE tokenizer.
 
-    python -m helpers.train_cpu_pair                 # CPU recipe, about an hour on 2 cores
+    python -m helpers.train_cpu_pair                 # CPU recipe, about an hour on an idle 2-core machine
     python -m helpers.train_cpu_pair --smoke         # 2-minute end-to-end check (writes to /tmp)
-    python -m helpers.train_cpu_pair --device cuda   # GPU recipe (bf16 autocast, bigger batches)
-    python -m helpers.train_cpu_pair --continue-target 20   # optional: 20 more target minutes, drafts refined
+    python -m helpers.train_cpu_pair --device cuda   # GPU recipe (bf16 autocast, batch 64, same step counts)
 
-The committed weights are the default CPU run (53 min on a shared 2-core machine) followed by
-``--continue-target 20`` (33 min), which lowered the target's held-out loss from 3.59 to 3.30.
+The committed weights are the default CPU run.
 
 The corpus is text that every Python installation carries: the standard library's ``*.py`` source and
 ``pydoc_data.topics``. Documents go to the held-out split by a hash of their name (about 5%), so the split
@@ -14,14 +12,15 @@ is the same on every machine with the same Python version. Stages:
 
 1. a byte-level BPE tokenizer (4096 entries) trained on the training split;
 2. the target, trained with next-token cross-entropy;
-3. the drafts, distilled from the frozen target (KL to its logits, which is what raises greedy agreement);
+3. the drafts, initialised from the target's embedding, first layer(s) and final norm (they share its width),
+   then distilled from the frozen target (KL to its logits, which is what raises greedy agreement);
 4. measurement: parameters, training tokens, held-out loss, the per-token decode cost of each draft
    relative to the target on CPU, and greedy agreement; written to ``card.json`` and ``MODEL_CARD.md``.
 
 Weights are stored as bf16 safetensors (the 30 MB budget) and loaded back as float32 by
-:func:`helpers.models.load_cpu_pair`. Seeds fix the initialisation and the data order; each stage stops on
-its time budget (``--target-minutes``, ``--draft-minutes``), so the step count depends on the machine and
-the card records it.
+:func:`helpers.models.load_cpu_pair`. Seeds fix the initialisation and the data order, and every stage runs a
+fixed number of steps (``--target-steps``, ``--draft-steps``), so a rerun with the same thread count repeats
+the same computation; only the wall time depends on the machine.
 """
 from __future__ import annotations
 
@@ -47,15 +46,16 @@ EOS_TOKEN = "<|endoftext|>"
 VOCAB_SIZE = 4096
 HELDOUT_EVERY = 20  # one document in 20 (by name hash) is held out
 
-# Shapes: the target is deep enough that its decode step costs several ms on CPU (so a 1-layer draft
-# costs under a tenth of it) and small enough to train in an hour; the drafts differ in depth and width.
+# Shapes: on a CPU a small model's decode step costs mostly per-layer overhead, so the cost ratio is set by
+# depth, not width. The target is deep (16 layers) so that a 1-layer draft of the SAME width costs about a
+# tenth of it, which lets the drafts start from the target's own embedding and first layers; it is narrow
+# (192) so that it trains in about 40 minutes on 2 cores. The drafts differ in depth: one layer (cheap) or two
+# (a second attention layer can copy from the context, "induction", so it agrees more, at about twice the cost).
+_WIDTH = dict(hidden_size=192, intermediate_size=576, num_attention_heads=3, num_key_value_heads=1, head_dim=64)
 MODEL_SHAPES: dict[str, dict] = {
-    "target": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=8,
-                   num_attention_heads=4, num_key_value_heads=1, head_dim=64),
-    "draft": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=1,
-                  num_attention_heads=2, num_key_value_heads=1, head_dim=64),
-    "draft-2l": dict(hidden_size=192, intermediate_size=512, num_hidden_layers=2,
-                     num_attention_heads=3, num_key_value_heads=1, head_dim=64),
+    "target": dict(_WIDTH, num_hidden_layers=16),
+    "draft": dict(_WIDTH, num_hidden_layers=1),
+    "draft-2l": dict(_WIDTH, num_hidden_layers=2),
 }
 DRAFT_NAMES = ("draft", "draft-2l")
 
@@ -152,6 +152,21 @@ def make_model(shape: str, tokenizer, seed: int):
     return Qwen3ForCausalLM(config)
 
 
+def init_from_target(draft, target) -> None:
+    """Copy the target's embedding (tied LM head), final norm and first ``n`` layers into an ``n``-layer draft.
+
+    The draft then starts out computing a truncated target (early exit after ``n`` layers), which distillation
+    turns into a good predictor much faster than training from random weights.
+    """
+    if draft.config.hidden_size != target.config.hidden_size:
+        raise ValueError(f"a draft initialised from the target needs its width ({target.config.hidden_size}), "
+                         f"got {draft.config.hidden_size}")
+    source = target.state_dict()  # the draft's layer i has the same parameter names as the target's layer i
+    with torch.no_grad():
+        for name, tensor in draft.state_dict().items():
+            tensor.copy_(source[name])
+
+
 def param_count(model) -> int:
     """Unique parameters (the tied LM head counts once)."""
     return sum(p.numel() for p in model.parameters())
@@ -188,24 +203,19 @@ def _autocast(device: torch.device):
         "cpu", enabled=False)
 
 
-def _budget(minutes: float, max_steps: int | None):
-    """Yield the fraction of the time budget spent before each step, until it (or ``max_steps``) runs out."""
-    start, budget, step = time.time(), minutes * 60, 0
-    while True:
-        progress = (time.time() - start) / budget
-        if progress >= 1 or (max_steps is not None and step >= max_steps):
-            return
-        yield progress
-        step += 1
+def _eta(start: float, step: int, steps: int) -> str:
+    elapsed = time.time() - start
+    return f"step {step}/{steps}, {elapsed / 60:.1f} min, ~{elapsed / step * (steps - step) / 60:.1f} min left"
 
 
-def train_target(model, data, *, minutes, seq_len, batch_size, lr, seed, device, log, max_steps=None):
-    """Next-token cross-entropy until the time budget (or ``max_steps``) is spent."""
+def train_target(model, data, *, steps, seq_len, batch_size, lr, seed, device, log):
+    """Next-token cross-entropy for ``steps`` steps (warm-up + cosine schedule over them)."""
     model.to(device).train()
     opt = _optimizer(list(model.parameters()), lr)
     stream = batches(data, seq_len, batch_size, seed)
     start, step, tokens = time.time(), 0, 0
-    for progress in _budget(minutes, max_steps):
+    for step_index in range(steps):
+        progress = step_index / steps
         for group in opt.param_groups:
             group["lr"] = lr_at(progress, lr)
         batch = next(stream).to(device)
@@ -219,14 +229,14 @@ def train_target(model, data, *, minutes, seq_len, batch_size, lr, seed, device,
         step += 1
         tokens += batch[:, 1:].numel()
         if step % 50 == 0 or step == 1:
-            log(f"target step {step} loss {loss.item():.3f} lr {opt.param_groups[0]['lr']:.2e} "
-                f"{tokens / (time.time() - start):.0f} tok/s ({progress:.0%} of budget)")
+            log(f"target loss {loss.item():.3f} lr {opt.param_groups[0]['lr']:.2e} "
+                f"{tokens / (time.time() - start):.0f} tok/s ({_eta(start, step, steps)})")
     return {"steps": step, "tokens": tokens, "seconds": round(time.time() - start, 1)}
 
 
-def distill_drafts(target, drafts: dict, data, *, minutes, seq_len, batch_size, lr, seed, device, log,
-                   max_steps=None):
-    """Train every draft on the frozen target's distribution (forward KL), sharing one target forward."""
+def distill_drafts(target, drafts: dict, data, *, steps, seq_len, batch_size, lr, seed, device, log):
+    """Train every draft on the frozen target's distribution (forward KL) for ``steps`` steps, sharing one
+    target forward per batch."""
     target.to(device).eval()
     opts = {}
     for name, draft in drafts.items():
@@ -234,7 +244,8 @@ def distill_drafts(target, drafts: dict, data, *, minutes, seq_len, batch_size, 
         opts[name] = _optimizer(list(draft.parameters()), lr)
     stream = batches(data, seq_len, batch_size, seed + 1)
     start, step, tokens = time.time(), 0, 0
-    for progress in _budget(minutes, max_steps):
+    for step_index in range(steps):
+        progress = step_index / steps
         batch = next(stream).to(device)
         with torch.no_grad(), _autocast(device):
             teacher = F.log_softmax(target(input_ids=batch[:, :-1]).logits.float(), -1).flatten(0, 1)
@@ -255,7 +266,7 @@ def distill_drafts(target, drafts: dict, data, *, minutes, seq_len, batch_size, 
         tokens += batch[:, 1:].numel()
         if step % 50 == 0 or step == 1:
             shown = " ".join(f"{k} KL {v:.3f}" for k, v in losses.items())
-            log(f"distill step {step} {shown} {tokens / (time.time() - start):.0f} tok/s ({progress:.0%})")
+            log(f"distill {shown} {tokens / (time.time() - start):.0f} tok/s ({_eta(start, step, steps)})")
     return {"steps": step, "tokens": tokens, "seconds": round(time.time() - start, 1)}
 
 
@@ -357,8 +368,6 @@ def render_card(card: dict) -> str:
     timing = "\n".join(f"| {name} | {info['decode_ms_per_token']:.2f} |" for name, info in m.items())
     env = card["environment"]
     stages = card["stages"]
-    cycles = stages["target"].get("cycles", 1)
-    cycles_note = f" over {cycles} cosine cycles (`--continue-target`)" if cycles > 1 else ""
     return f"""# The CPU pair: model card
 
 A small Qwen3-architecture target and two drafts that share one byte-level BPE tokenizer
@@ -378,18 +387,19 @@ library's source and `pydoc_data.topics` (Python {env['python']}). Load them wit
 - **Greedy agreement**: the target continues {card['eval']['agreement_prompts']} held-out prompts of
   {card['eval']['agreement_prompt_len']} tokens greedily for {card['eval']['agreement_new_tokens']} tokens;
   agreement is the fraction of those positions where the draft's argmax equals the target's token.
-- **Cost ratio**: per-token decode time (batch 1, float32, `DynamicCache`, {env['threads']} threads on
+- **Cost ratio**: per-token decode time (batch 1, float32, `DynamicCache`, 1 thread on
   {env['cpu']}) of the draft divided by the target's:
 
 | model | decode ms/token |
 |---|---|
 {timing}
 
-- **Training**: target {stages['target']['steps']} steps in {stages['target']['seconds']/60:.1f} min{cycles_note}
-  (cross-entropy, AdamW, cosine schedule over the time budget); drafts {stages['draft']['steps']} steps in
-  {stages['draft']['seconds']/60:.1f} min, distilled from the frozen target (forward KL to its logits).
-  Device: {env['device']}; seed {card['seed']}; torch {env['torch']}, transformers {env['transformers']}.
-  The stages stop on a time budget, so a rerun on another machine takes a different number of steps.
+- **Training** (batch {stages.get('batch_size', '?')} x {stages.get('seq_len', '?')} tokens): target {stages['target']['steps']} steps
+  in {stages['target']['seconds']/60:.1f} min (cross-entropy, AdamW, warm-up then cosine decay); drafts
+  initialised from the target's embedding, final norm and first layer(s), then {stages['draft']['steps']} steps in
+  {stages['draft']['seconds']/60:.1f} min distilled from the frozen target (forward KL to its logits).
+  Device: {env['device']}, {env['threads']} threads; seed {card['seed']}; torch {env['torch']},
+  transformers {env['transformers']}. The step counts are fixed, so only the wall time depends on the machine.
 - **Stored** as bf16 safetensors ({card['stored_megabytes']:.1f} MB in all); loaded back as float32.
 - **Limits**: tiny models on a narrow corpus; they continue Python code, docstrings and documentation
   prose, and nothing else well. Not for any use beyond timing and acceptance-rate experiments.
@@ -402,19 +412,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=CPU_PAIR_DIR, help="where to write tokenizer/, target/, drafts")
     parser.add_argument("--device", default="auto", help="'auto' (cuda if available), 'cpu' or 'cuda'")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="CPU threads for training and timing (1: robust on a busy machine)")
-    parser.add_argument("--target-minutes", type=float, default=None, help="target budget (CPU 40, GPU 20)")
-    parser.add_argument("--draft-minutes", type=float, default=None, help="distillation budget (CPU 12, GPU 8)")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads for training (timing always uses 1)")
+    parser.add_argument("--target-steps", type=int, default=None, help="target optimiser steps (default 2400)")
+    parser.add_argument("--draft-steps", type=int, default=None, help="distillation steps (default 1000)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=None, help="sequences per step (CPU 8, GPU 64)")
-    parser.add_argument("--skip-target", action="store_true", help="reuse the target already in --out")
-    parser.add_argument("--continue-target", type=float, default=0.0, metavar="MINUTES",
-                        help="train the target already in --out for MINUTES more (a second, lower cosine cycle) "
-                             "before distilling the drafts again")
-    parser.add_argument("--reuse-tokenizer", action="store_true", help="reuse the tokenizer already in --out")
-    parser.add_argument("--smoke", action="store_true", help="tiny budgets, writes to /tmp/cpu_pair_smoke")
+    parser.add_argument("--skip-target", action="store_true", help="reuse the target already in --out, redistil")
+    parser.add_argument("--smoke", action="store_true", help="tiny step counts, writes to /tmp/cpu_pair_smoke")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -423,8 +428,8 @@ def main(argv: list[str] | None = None) -> dict:
     on_gpu = device.type == "cuda"
     if args.smoke:
         args.out = Path("/tmp/cpu_pair_smoke")
-    target_minutes = args.target_minutes or (0.5 if args.smoke else 20 if on_gpu else 40)
-    draft_minutes = args.draft_minutes or (0.3 if args.smoke else 8 if on_gpu else 12)
+    target_steps = args.target_steps or (20 if args.smoke else 2400)
+    draft_steps = args.draft_steps or (10 if args.smoke else 1000)
     batch_size = args.batch_size or (64 if on_gpu else 8)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -435,8 +440,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     corpus = load_corpus()
     log(f"corpus: {len(corpus.train)} training and {len(corpus.heldout)} held-out documents")
-    resume = args.skip_target or args.continue_target > 0
-    if resume or (args.reuse_tokenizer and (out / "tokenizer" / "tokenizer.json").exists()):
+    if args.skip_target:
         from transformers import AutoTokenizer
         tokenizer = AutoTokenizer.from_pretrained(out / "tokenizer")
     else:
@@ -447,40 +451,26 @@ def main(argv: list[str] | None = None) -> dict:
     log(f"tokenizer: {len(tokenizer)} entries; {len(train_ids):,} training and {len(heldout_ids):,} held-out tokens")
 
     common = dict(seq_len=args.seq_len, batch_size=batch_size, device=device, log=log)
-    if resume:
+    if args.skip_target:
         target = load_saved(out / "target")
         target_stage = json.loads((out / "card.json").read_text())["stages"]["target"]
-        if args.continue_target > 0:
-            more = train_target(target, train_ids, minutes=args.continue_target, lr=6e-4 if not on_gpu else 5e-4,
-                                seed=args.seed + 100, **common)
-            target_stage = {"steps": target_stage["steps"] + more["steps"],
-                            "tokens": target_stage["tokens"] + more["tokens"],
-                            "seconds": round(target_stage["seconds"] + more["seconds"], 1),
-                            "cycles": target_stage.get("cycles", 1) + 1}
-            save_model(target, out / "target")
-            target = load_saved(out / "target")
     else:
         target = make_model("target", tokenizer, args.seed)
         log(f"target: {param_count(target):,} parameters")
-        target_stage = train_target(target, train_ids, minutes=target_minutes, lr=2e-3 if not on_gpu else 1.5e-3,
+        target_stage = train_target(target, train_ids, steps=target_steps, lr=2e-3 if not on_gpu else 1.5e-3,
                                     seed=args.seed, **common)
         save_model(target, out / "target")
         target = load_saved(out / "target")  # continue with the bf16-rounded weights that ship
-    # After --continue-target the drafts continue from their saved weights (they already match the earlier target).
-    warm = args.continue_target > 0 and all((out / n / "model.safetensors").exists() for n in DRAFT_NAMES)
-    drafts = {name: load_saved(out / name).train() if warm else make_model(name, tokenizer, args.seed + 1 + i)
-              for i, name in enumerate(DRAFT_NAMES)}
-    previous_draft = json.loads((out / "card.json").read_text())["stages"]["draft"] if warm else None
-    draft_stage = distill_drafts(target, drafts, train_ids, minutes=draft_minutes, lr=1.5e-3 if warm else 3e-3,
-                                 seed=args.seed + (100 if warm else 0), **common)
-    if previous_draft:
-        draft_stage = {k: round(previous_draft[k] + draft_stage[k], 1) if k == "seconds" else previous_draft[k] + draft_stage[k]
-                       for k in ("steps", "tokens", "seconds")}
+    drafts = {}
+    for i, name in enumerate(DRAFT_NAMES):
+        drafts[name] = make_model(name, tokenizer, args.seed + 1 + i)
+        init_from_target(drafts[name], target)
+    draft_stage = distill_drafts(target, drafts, train_ids, steps=draft_steps, lr=3e-3, seed=args.seed, **common)
     for name in DRAFT_NAMES:
         save_model(drafts[name], out / name)
 
-    # Measure what ships: reload every model from disk, on CPU, float32.
-    torch.set_num_threads(args.threads)
+    # Measure what ships: reload every model from disk, on CPU, float32; time with one thread, like the benchmarks.
+    torch.set_num_threads(1)
     models = {"target": load_saved(out / "target"), **{n: load_saved(out / n) for n in DRAFT_NAMES}}
     windows = heldout_windows(heldout_ids, args.seq_len, 16 if args.smoke else 64)
     prompt_len, new_tokens, n_prompts = 64, 64, (4 if args.smoke else 32)
@@ -511,16 +501,13 @@ def main(argv: list[str] | None = None) -> dict:
         "vocab_size": len(tokenizer),
         "corpus": {"train_documents": len(corpus.train), "heldout_documents": len(corpus.heldout),
                    "train_tokens": len(train_ids), "heldout_tokens": len(heldout_ids)},
-        "stages": {"target": target_stage, "draft": draft_stage,
-                   "target_minutes": target_minutes, "draft_minutes": draft_minutes,
-                   "continue_target_minutes": args.continue_target,
-                   "batch_size": batch_size, "seq_len": args.seq_len},
+        "stages": {"target": target_stage, "draft": draft_stage, "batch_size": batch_size, "seq_len": args.seq_len},
         "eval": {"loss_windows": len(windows), "seq_len": args.seq_len, "agreement_prompts": n_prompts,
                  "agreement_prompt_len": prompt_len, "agreement_new_tokens": new_tokens},
         "models": results,
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
                         "transformers": transformers.__version__, "device": str(device),
-                        "cpu": cpu_name(), "threads": args.threads},
+                        "cpu": cpu_name(), "threads": args.threads, "timing_threads": 1},
         "stored_megabytes": round(stored / 1e6, 2),
         "total_minutes": round((time.time() - t_start) / 60, 1),
     }

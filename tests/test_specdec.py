@@ -76,12 +76,14 @@ def test_dynamic_cache_crop_takes_negative_count_and_rolls_back(target):
 # --- greedy: token-for-token equality with the baseline -----------------------------------------------------
 
 
+@pytest.mark.parametrize("runtime", ["minimal", "transformers"])
 @pytest.mark.parametrize("gamma", [1, 2, 3, 5, 7])
-def test_greedy_equals_autoregressive(target, draft, gamma):
+def test_greedy_equals_autoregressive(target, draft, gamma, runtime):
     for prompt in prompts(8):
         for max_new_tokens in (1, 2, 13, 24):  # 13 and the short ones are not multiples of gamma + 1
-            baseline = autoregressive_generate(target, prompt, max_new_tokens)
-            result = speculative_generate(target, draft, prompt, max_new_tokens, gamma)
+            baseline = autoregressive_generate(target, prompt, max_new_tokens, runtime=runtime)
+            result = speculative_generate(target, draft, prompt, max_new_tokens, gamma, runtime=runtime)
+            assert result.stats.runtime == baseline.stats.runtime == runtime
             assert torch.equal(result.tokens, baseline.tokens), (gamma, prompt.shape, max_new_tokens)
             assert result.tokens.shape == (max_new_tokens,)
             assert result.stats.new_tokens == max_new_tokens
@@ -181,7 +183,8 @@ def exact_joint(model, prompt: torch.Tensor, temperature: float) -> np.ndarray:
     return (first[:, None] * second).numpy()
 
 
-def test_sampling_preserves_target_distribution():
+@pytest.mark.parametrize("runtime", ["minimal", "transformers"])
+def test_sampling_preserves_target_distribution(runtime):
     """Chen et al., Theorem 1: the first two tokens are jointly distributed as under the target alone.
 
     16-token vocabulary, an independent random draft (most drafts are rejected, so the residual distribution
@@ -201,7 +204,8 @@ def test_sampling_preserves_target_distribution():
     counts = np.zeros(vocab * vocab)
     proposed = accepted = 0
     for seed in range(samples):
-        result = speculative_generate(target, draft, prompt, 3, gamma=2, temperature=temperature, seed=seed)
+        result = speculative_generate(target, draft, prompt, 3, gamma=2, temperature=temperature, seed=seed,
+                                      runtime=runtime)
         x1, x2 = result.tokens[:2].tolist()
         counts[x1 * vocab + x2] += 1
         proposed += result.stats.proposed
@@ -297,3 +301,40 @@ def test_invalid_input_ids(target, draft, bad):
 def test_invalid_max_new_tokens(target, draft, max_new_tokens):
     with pytest.raises(ValueError, match="max_new_tokens"):
         speculative_generate(target, draft, prompts(1)[0], max_new_tokens, 2)
+
+
+def test_runtimes_agree_and_auto_picks_minimal_for_qwen3(target, draft):
+    prompt = prompts(4)[3]
+    minimal = speculative_generate(target, draft, prompt, 20, gamma=3)
+    assert minimal.stats.runtime == "minimal"
+    reference = speculative_generate(target, draft, prompt, 20, gamma=3, runtime="transformers")
+    assert torch.equal(minimal.tokens, reference.tokens)
+    assert minimal.stats.accepted_per_round == reference.stats.accepted_per_round
+
+
+def test_other_architectures_use_transformers():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
+                         bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    llama = LlamaForCausalLM(config).eval()
+    prompt = prompts(3)[2]
+    result = speculative_generate(llama, copy.deepcopy(llama), prompt, 10, gamma=2)
+    assert result.stats.runtime == "transformers"
+    assert torch.equal(result.tokens, autoregressive_generate(llama, prompt, 10).tokens)
+    with pytest.raises(ValueError, match="Qwen3"):
+        autoregressive_generate(llama, prompt, 10, runtime="minimal")
+    with pytest.raises(ValueError, match="unknown runtime"):
+        autoregressive_generate(llama, prompt, 10, runtime="fast")
+
+
+@pytest.mark.parametrize("runtime", ["minimal", "transformers"])
+def test_prompt_past_the_context_is_refused(target, draft, runtime):
+    long_prompt = torch.zeros(1, 250, dtype=torch.long)  # the tiny models hold 256 positions
+    with pytest.raises(ValueError, match="context of 256 tokens"):
+        speculative_generate(target, draft, long_prompt, 10, gamma=2, runtime=runtime)
+    with pytest.raises(ValueError, match="context of 256 tokens"):
+        autoregressive_generate(target, long_prompt, 10, runtime=runtime)
+    assert autoregressive_generate(target, long_prompt, 6, runtime=runtime).tokens.shape == (6,)

@@ -67,20 +67,40 @@ def test_training_and_distillation_lower_their_losses(tokenizer, stream):
     target = tiny(tokenizer, layers=2)
     windows = tcp.heldout_windows(stream, 16, 4)
     before = tcp.heldout_loss(target, windows)
-    stage = tcp.train_target(target, stream, minutes=5, seq_len=16, batch_size=8, lr=1e-2, seed=0,
-                             device=torch.device("cpu"), log=lambda m: None, max_steps=20)
+    stage = tcp.train_target(target, stream, steps=20, seq_len=16, batch_size=8, lr=1e-2, seed=0,
+                             device=torch.device("cpu"), log=lambda m: None)
     assert stage["steps"] == 20 and stage["tokens"] == 20 * 8 * 16
     after = tcp.heldout_loss(target, windows)
     assert after < before
 
     draft = tiny(tokenizer, layers=1, seed=1)
     kl_before = kl_to_target(target, draft, windows)
-    tcp.distill_drafts(target, {"draft": draft}, stream, minutes=5, seq_len=16, batch_size=8, lr=1e-2, seed=0,
-                       device=torch.device("cpu"), log=lambda m: None, max_steps=25)
+    tcp.distill_drafts(target, {"draft": draft}, stream, steps=25, seq_len=16, batch_size=8, lr=1e-2, seed=0,
+                       device=torch.device("cpu"), log=lambda m: None)
     assert kl_to_target(target, draft, windows) < kl_before
     prompts = tcp.heldout_windows(stream, 7, 3)
     assert 0 <= tcp.greedy_agreement(target, draft, prompts, new_tokens=8) <= 1
     assert tcp.greedy_agreement(target, target, prompts, new_tokens=8) == 1.0
+
+
+def test_draft_initialised_from_target_is_its_early_exit(tokenizer, stream):
+    target = tiny(tokenizer, layers=3)
+    draft = tiny(tokenizer, layers=1, seed=5)
+    tcp.init_from_target(draft, target)
+    assert torch.equal(draft.model.embed_tokens.weight, target.model.embed_tokens.weight)
+    assert torch.equal(draft.model.layers[0].mlp.up_proj.weight, target.model.layers[0].mlp.up_proj.weight)
+    # the draft computes the target's first layer, then its final norm and LM head (an early exit)
+    ids = stream[None, :12].long()
+    with torch.no_grad():
+        hidden = target(ids, output_hidden_states=True).hidden_states[1]
+        early_exit = target.lm_head(target.model.norm(hidden))
+        torch.testing.assert_close(draft(ids).logits, early_exit)
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    narrow = Qwen3ForCausalLM(Qwen3Config(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
+                                          num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1,
+                                          head_dim=16))
+    with pytest.raises(ValueError, match="width"):
+        tcp.init_from_target(narrow, target)
 
 
 @torch.no_grad()
@@ -106,7 +126,8 @@ def test_card_renders_every_measured_figure(tmp_path):
     card = {
         "seed": 0, "vocab_size": 300,
         "corpus": {"train_documents": 3, "heldout_documents": 1, "train_tokens": 100, "heldout_tokens": 10},
-        "stages": {"target": {"steps": 1, "tokens": 500, "seconds": 60}, "draft": {"steps": 1, "tokens": 500, "seconds": 30}},
+        "stages": {"target": {"steps": 1, "tokens": 500, "seconds": 60}, "draft": {"steps": 1, "tokens": 500, "seconds": 30},
+                   "batch_size": 8, "seq_len": 16},
         "eval": {"loss_windows": 4, "seq_len": 16, "agreement_prompts": 2, "agreement_prompt_len": 8,
                  "agreement_new_tokens": 8},
         "models": {"target": model, "draft": {**model, "cost_ratio": 0.07, "greedy_agreement": 0.71}},
