@@ -10,7 +10,8 @@ Notebook 07 runs :func:`measure_pair` per pair and stores :func:`gamma_rows` in
 with the AR baseline and the assisted-generation peer of the same prompts in columns (so every row has an
 integer ``gamma``). Columns, besides the metadata of ``run_metadata`` (device_name, device_memory_bytes, ...):
 
-- config: ``pair`` ("target / draft"), ``target``, ``draft``, ``gamma``, ``temperature``, ``max_new_tokens``,
+- config: ``pair`` ("target / draft"), ``target``, ``draft``, ``gamma``, ``runtime`` (``helpers.cached_decoder``'s
+  runtime of ours and the AR baseline), ``temperature``, ``max_new_tokens``,
   ``prompt_ids`` (the prompts, in order), ``repeats``;
 - ours: ``alpha`` (truncated-geometric MLE pooled over prompts: Σaccepted / (Σaccepted + Σrejections)),
   ``acceptance_rate`` (accepted / proposed), ``mean_accepted_per_round``, ``tokens_per_round``, ``rounds``,
@@ -128,6 +129,8 @@ def _row(case: dict, method: str, gamma, times: list[float], tokens: torch.Tenso
         "prompt_tokens": int(case["input_ids"].shape[1]), "new_tokens": int(tokens.numel()),
         "time_s": best, "time_s_runs": times, "tokens_per_s": tokens.numel() / best,
         "identical_to_ar": reference is None or torch.equal(tokens, reference),
+        # ours: helpers.cached_decoder's runtime; the peer always runs transformers' generate()
+        "runtime": stats.runtime if isinstance(stats, GenerationStats) else "transformers generate()",
     }
     sd = stats.as_dict() if isinstance(stats, GenerationStats) and method == "sd" else {}
     row.update({column: sd.get(column) for column in SD_STAT_COLUMNS})
@@ -250,7 +253,7 @@ def gamma_rows(rows: list[dict], costs: dict | None = None) -> list[dict]:
         time_s, ar_time_s = float(sd["time_s"].sum()), float(ar.loc[sd.index, "time_s"].sum())
         new_tokens, ar_tokens = int(sd["new_tokens"].sum()), int(ar.loc[sd.index, "new_tokens"].sum())
         row = {
-            "gamma": gamma, "temperature": float(sd["temperature"].iloc[0]),
+            "gamma": gamma, "runtime": str(sd["runtime"].iloc[0]), "temperature": float(sd["temperature"].iloc[0]),
             "max_new_tokens": int(sd["max_new_tokens"].iloc[0]), "prompt_ids": list(sd.index),
             "alpha": accepted / (accepted + rejections) if accepted + rejections else None,
             "acceptance_rate": accepted / int(sd["proposed"].sum()),
@@ -311,16 +314,23 @@ def _print_table(summary, costs: dict) -> None:
     c = costs["T_D"] / costs["T_T"]
     print(f"\nT_T = {costs['T_T'] * 1e3:.2f} ms, T_D = {costs['T_D'] * 1e3:.3f} ms, c = T_D/T_T = {c:.3f}; "
           f"T_V(gamma)/T_T = " + ", ".join(f"{g}: {t / costs['T_T']:.2f}" for g, t in sorted(costs["T_V"].items())))
-    print(f"{'method':<10}{'gamma':>6}{'tok/s':>9}{'speedup':>9}{'Eq.5':>7}{'alpha':>7}{'acc.rate':>9}"
-          f"{'acc/round':>10}{'tok/round':>10}{'c':>7}{'T_V/T_T':>8}{'same':>6}")
+    print("a draft forward inside a round (after the target's forward), c_round = T_D_round/T_T = "
+          + ", ".join(f"{g}: {t / costs['T_T']:.3f}" for g, t in sorted(costs["T_D_round"].items()))
+          + "\n(Eq.5: with c; Eq.5r: with c_round, the draft's cost as the round pays it)")
+    print(f"{'method':<10}{'gamma':>6}{'tok/s':>9}{'speedup':>9}{'Eq.5':>7}{'Eq.5r':>7}{'alpha':>7}{'acc.rate':>9}"
+          f"{'acc/round':>10}{'tok/round':>10}{'c':>7}{'c_round':>8}{'T_V/T_T':>8}{'same':>6}")
     for row in summary.itertuples():
         gamma = "-" if row.gamma is None or row.gamma != row.gamma else int(row.gamma)
-        verify = costs["T_V"].get(gamma, float("nan")) / costs["T_T"] if row.method == "sd" else float("nan")
-        predicted = float(predicted_speedup(gamma, row.alpha, c, verify)) if row.method == "sd" else float("nan")
+        sd = row.method == "sd"
+        verify = costs["T_V"].get(gamma, float("nan")) / costs["T_T"] if sd else float("nan")
+        c_round = costs["T_D_round"].get(gamma, float("nan")) / costs["T_T"] if sd else float("nan")
+        predicted = float(predicted_speedup(gamma, row.alpha, c, verify)) if sd else float("nan")
+        predicted_round = float(predicted_speedup(gamma, row.alpha, c_round, verify)) if sd else float("nan")
         cost_ratio = c if row.method != "ar" else float("nan")
         print(f"{row.method:<10}{gamma!s:>6}{row.tokens_per_s:>9.1f}{row.speedup:>8.2f}x{predicted:>7.2f}"
-              f"{row.alpha:>7.3f}{row.acceptance_rate:>9.3f}{row.mean_accepted_per_round:>10.2f}"
-              f"{row.tokens_per_round:>10.2f}{cost_ratio:>7.3f}{verify:>8.2f}{'yes' if row.identical_to_ar else 'NO':>6}")
+              f"{predicted_round:>7.2f}{row.alpha:>7.3f}{row.acceptance_rate:>9.3f}{row.mean_accepted_per_round:>10.2f}"
+              f"{row.tokens_per_round:>10.2f}{cost_ratio:>7.3f}{c_round:>8.3f}{verify:>8.2f}"
+              f"{'yes' if row.identical_to_ar else 'NO':>6}")
 
 
 def _pair_figures(summary, costs: dict, draft_name: str) -> dict:
@@ -340,7 +350,10 @@ def _pair_figures(summary, costs: dict, draft_name: str) -> dict:
         "acceptance_rate": float(best["acceptance_rate"]),
         "mean_accepted_per_round": float(best["mean_accepted_per_round"]), "c": c, "verify_ratio": verify_ratio,
         "eq5_predicted_speedup": float(predicted_speedup(gamma, float(best["alpha"]), c, verify_ratio)),
+        "c_round": costs["T_D_round"][gamma] / costs["T_T"],
     }
+    figures["eq5_round_predicted_speedup"] = float(predicted_speedup(gamma, figures["alpha"], figures["c_round"],
+                                                                     verify_ratio))
     peer = summary[summary["method"] == "assisted"]
     if len(peer):
         best_peer = peer.loc[peer["tokens_per_s"].idxmax()]
@@ -353,7 +366,8 @@ def _pair_figures(summary, costs: dict, draft_name: str) -> dict:
     print(f"best for {figures['pair']}: gamma={gamma}, {figures['speedup_vs_ar']:.2f}x over AR"
           + (f", {figures['speedup_vs_assisted']:.2f}x over assisted generation's best setting" if len(peer) else "")
           + f"; Eq. 5 predicts {figures['eq5_predicted_speedup']:.2f}x from alpha={figures['alpha']:.3f}, "
-            f"c={c:.3f}, T_V/T_T={verify_ratio:.2f}")
+            f"c={c:.3f}, T_V/T_T={verify_ratio:.2f} ({figures['eq5_round_predicted_speedup']:.2f}x with the in-round "
+            f"draft cost c_round={figures['c_round']:.3f})")
     return figures
 
 
@@ -373,10 +387,10 @@ def run(args) -> dict:
         summary = summarise([{**row, "pair": draft_name} for row in rows])
         costs = measure_costs(target, draft, cases[0]["input_ids"], args.gammas, repeats=20)
         print(f"\n== cpu-pair/target / cpu-pair/{draft_name} ({len(cases)} prompts, {args.max_new_tokens} new tokens, "
-              f"greedy, {args.threads} thread(s))")
+              f"greedy, {args.threads} thread(s); ours and AR on the {costs['runtime']} runtime)")
         _print_table(summary, costs)
         per_pair.append(_pair_figures(summary, costs, draft_name))
     best = max(per_pair, key=lambda f: f["speedup_vs_ar"])
-    return {"benchmark": "specdec", "threads": args.threads, "prompts": len(cases),
+    return {"benchmark": "specdec", "threads": args.threads, "prompts": len(cases), "runtime": costs["runtime"],
             "max_new_tokens": args.max_new_tokens, **best,
             "pairs": {f["pair"]: {k: v for k, v in f.items() if k != "pair"} for f in per_pair}}

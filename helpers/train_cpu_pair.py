@@ -414,7 +414,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="auto", help="'auto' (cuda if available), 'cpu' or 'cuda'")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for training (timing always uses 1)")
     parser.add_argument("--target-steps", type=int, default=None, help="target optimiser steps (default 2400)")
-    parser.add_argument("--draft-steps", type=int, default=None, help="distillation steps (default 1000)")
+    parser.add_argument("--draft-steps", type=int, default=None, help="distillation steps (default 2500)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=None, help="sequences per step (CPU 8, GPU 64)")
@@ -429,7 +429,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.smoke:
         args.out = Path("/tmp/cpu_pair_smoke")
     target_steps = args.target_steps or (20 if args.smoke else 2400)
-    draft_steps = args.draft_steps or (10 if args.smoke else 1000)
+    draft_steps = args.draft_steps or (10 if args.smoke else 2500)
     batch_size = args.batch_size or (64 if on_gpu else 8)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)

@@ -75,3 +75,21 @@ def test_summarise_matches_gamma_rows(rows):
         line = summary[(summary["method"] == "sd") & (summary["gamma"] == gamma)].iloc[0]
         assert line["speedup"] == pytest.approx(row["speedup"])
         assert line["alpha"] == pytest.approx(row["alpha"])
+
+
+def test_benchmark_table_and_headline(rows, capsys):
+    from helpers.specdec_bench import _pair_figures, _print_table
+    from helpers.specdec_model import predicted_speedup
+
+    summary = summarise([{**r, "pair": "tiny"} for r in rows])
+    costs = {"T_T": 2.0, "T_D": 0.2, "T_V": {2: 2.2, 3: 2.4}, "T_D_round": {2: 0.4, 3: 0.3}, "runtime": "minimal"}
+    _print_table(summary, costs)
+    figures = _pair_figures(summary, costs, "draft")
+    printed = capsys.readouterr().out
+    assert "c_round" in printed and "Eq.5r" in printed and "NO" not in printed
+    gamma = figures["best_gamma"]
+    assert figures["c"] == 0.1 and figures["c_round"] == costs["T_D_round"][gamma] / 2.0
+    assert figures["eq5_round_predicted_speedup"] == pytest.approx(
+        float(predicted_speedup(gamma, figures["alpha"], figures["c_round"], costs["T_V"][gamma] / 2.0)))
+    assert figures["eq5_round_predicted_speedup"] < figures["eq5_predicted_speedup"]  # a dearer draft predicts less
+    assert all(r["runtime"] == "minimal" for r in rows if r["method"] != "assisted")

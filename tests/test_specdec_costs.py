@@ -19,6 +19,11 @@ def test_measure_costs_shapes(pair):
     target, draft = pair
     costs = measure_costs(target, draft, torch.tensor([PROMPTS[0]]), [1, 3], warmup=1, repeats=2)
     assert costs["T_T"] > 0 and costs["T_D"] > 0 and set(costs["T_V"]) == {1, 3}
+    assert set(costs["T_D_round"]) == {1, 3} and min(costs["T_D_round"].values()) > 0
+    assert costs["runtime"] == "minimal"  # tiny Qwen3 models: the runtime speculative decoding picks
+    batched = measure_costs(target, draft, torch.tensor([PROMPTS[0], PROMPTS[0]]), [2], warmup=0, repeats=1,
+                            runtime="transformers")
+    assert batched["runtime"] == "transformers" and batched["T_D_round"][2] > 0
 
 
 def test_speedup_sweep_is_lossless_and_counts_rounds(pair):
