@@ -165,7 +165,7 @@ def _require_pair_files(*names: str) -> None:
             raise FileNotFoundError(
                 f"CPU pair weights missing: {', '.join(str(p) for p in missing)}. They are committed in the "
                 "repository (git checkout data/cpu_pair) or can be retrained with "
-                "`python -m helpers.train_cpu_pair` (about an hour on 2 CPU cores)."
+                "`python -m helpers.train_cpu_pair` (about 70 minutes on 2 idle CPU cores)."
             )
 
 
