@@ -98,11 +98,10 @@ def resolve_runtime(runtime: str, *models) -> str:
     if runtime == "auto":
         return "minimal" if all(minimal_supported(m) for m in models) else "transformers"
     if runtime == "minimal":
-        for model in models:
-            if not minimal_supported(model):
-                from helpers.kv_cache import DecoderConfig
+        from helpers.kv_cache import DecoderConfig
 
-                DecoderConfig.from_hf(model.config)  # raises the error that says what is unsupported
+        for model in models:
+            DecoderConfig.from_hf(model.config)  # raises the error that says what the minimal decoder lacks
     return runtime
 
 

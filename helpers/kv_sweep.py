@@ -17,7 +17,6 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from .memory import cache_tensor_bytes
 from .timing import Timing, measure
 
 
@@ -143,8 +142,3 @@ def fit_growth(lengths, seconds, degree: int) -> np.ndarray:
 def extrapolate(coefficients: np.ndarray, lengths) -> np.ndarray:
     n = np.asarray(lengths, dtype=float)
     return np.vander(n, len(coefficients), increasing=True) @ coefficients
-
-
-def cache_bytes_of(past_key_values) -> int:
-    """Bytes held by a transformers cache object (keys + values of every layer), as allocated."""
-    return cache_tensor_bytes(past_key_values)

@@ -17,7 +17,6 @@ from pathlib import Path
 import torch
 
 from helpers.cached_decoder import cached_decoder, resolve_runtime
-
 from helpers.specdec_batched import batched_autoregressive_generate, batched_speculative_generate
 from helpers.specdec_model import estimate_alpha
 from helpers.timing import Timing, measure
@@ -56,20 +55,19 @@ def draft_time_in_round(target, draft, context: torch.Tensor, gamma: int, *, war
     target_cache.extend(context)
     draft_cache.extend(context)
     block, ids = context[:, -1:].repeat(1, gamma + 1), context[:, -1:]
-    samples = []
-    for index in range(warmup + repeats):
-        target_cache.extend(block, last_only=False)
-        target_cache.rollback(gamma + 1)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
+
+    def drafts():
         for _ in range(gamma):
             draft_cache.extend(ids)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        if index >= warmup:
-            samples.append((time.perf_counter() - start) / gamma)
+
+    samples = []
+    for index in range(warmup + repeats):
+        target_cache.extend(block, last_only=False)  # untimed: it leaves the caches as a verification does
+        target_cache.rollback(gamma + 1)
+        seconds = measure(drafts, warmup=0, repeats=1, device=device).samples[0]
         draft_cache.rollback(gamma)
+        if index >= warmup:
+            samples.append(seconds / gamma)
     return statistics.fmean(samples)
 
 

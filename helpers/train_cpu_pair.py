@@ -213,9 +213,9 @@ def train_target(model, data, *, steps, seq_len, batch_size, lr, seed, device, l
     model.to(device).train()
     opt = _optimizer(list(model.parameters()), lr)
     stream = batches(data, seq_len, batch_size, seed)
-    start, step, tokens = time.time(), 0, 0
-    for step_index in range(steps):
-        progress = step_index / steps
+    start, tokens = time.time(), 0
+    for step in range(1, steps + 1):
+        progress = (step - 1) / steps  # the fraction of the schedule done before this step
         for group in opt.param_groups:
             group["lr"] = lr_at(progress, lr)
         batch = next(stream).to(device)
@@ -226,12 +226,11 @@ def train_target(model, data, *, steps, seq_len, batch_size, lr, seed, device, l
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        step += 1
         tokens += batch[:, 1:].numel()
         if step % 50 == 0 or step == 1:
             log(f"target loss {loss.item():.3f} lr {opt.param_groups[0]['lr']:.2e} "
                 f"{tokens / (time.time() - start):.0f} tok/s ({_eta(start, step, steps)})")
-    return {"steps": step, "tokens": tokens, "seconds": round(time.time() - start, 1)}
+    return {"steps": steps, "tokens": tokens, "seconds": round(time.time() - start, 1)}
 
 
 def distill_drafts(target, drafts: dict, data, *, steps, seq_len, batch_size, lr, seed, device, log):
@@ -243,9 +242,9 @@ def distill_drafts(target, drafts: dict, data, *, steps, seq_len, batch_size, lr
         draft.to(device).train()
         opts[name] = _optimizer(list(draft.parameters()), lr)
     stream = batches(data, seq_len, batch_size, seed + 1)
-    start, step, tokens = time.time(), 0, 0
-    for step_index in range(steps):
-        progress = step_index / steps
+    start, tokens = time.time(), 0
+    for step in range(1, steps + 1):
+        progress = (step - 1) / steps  # the fraction of the schedule done before this step
         batch = next(stream).to(device)
         with torch.no_grad(), _autocast(device):
             teacher = F.log_softmax(target(input_ids=batch[:, :-1]).logits.float(), -1).flatten(0, 1)
@@ -262,12 +261,11 @@ def distill_drafts(target, drafts: dict, data, *, steps, seq_len, batch_size, lr
             torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
             opt.step()
             losses[name] = loss.item()
-        step += 1
         tokens += batch[:, 1:].numel()
         if step % 50 == 0 or step == 1:
             shown = " ".join(f"{k} KL {v:.3f}" for k, v in losses.items())
             log(f"distill {shown} {tokens / (time.time() - start):.0f} tok/s ({_eta(start, step, steps)})")
-    return {"steps": step, "tokens": tokens, "seconds": round(time.time() - start, 1)}
+    return {"steps": steps, "tokens": tokens, "seconds": round(time.time() - start, 1)}
 
 
 # --------------------------------------------------------------------------- measurement

@@ -9,7 +9,7 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from helpers import kv_sweep
-from helpers.memory import kv_cache_bytes
+from helpers.memory import cache_tensor_bytes, kv_cache_bytes
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def test_transformers_without_cache_recomputes_the_prefix(tiny_hf):
 def test_transformers_cache_bytes_match_the_formula(tiny_hf):
     with torch.inference_mode():
         out = tiny_hf(torch.randint(0, 128, (2, 9)), use_cache=True)
-    assert kv_sweep.cache_bytes_of(out.past_key_values) == kv_cache_bytes(tiny_hf.config, 9, 2, bytes_per_elem=4)
+    assert cache_tensor_bytes(out.past_key_values) == kv_cache_bytes(tiny_hf.config, 9, 2, bytes_per_elem=4)
 
 
 def test_output_lengths():
