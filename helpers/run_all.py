@@ -94,6 +94,12 @@ def report_pdf_path(profile: str) -> Path:
     return paths.output_root() / "report" / ("report.pdf" if profile == "cpu" else f"report-{profile}.pdf")
 
 
+def texlive_install_command() -> str:
+    """The one apt line that gives the report everything it needs (CI, README and this advice share the list)."""
+    packages = (paths.REPORT_DIR / "texlive-packages.txt").read_text().split()
+    return "sudo apt-get install --no-install-recommends " + " ".join(packages)
+
+
 def build_report(profile: str, report_dir: Path | None = None) -> Path | None:
     """latexmk the report for ``profile``; returns the PDF, or None (with advice) when TeX is missing."""
     report_dir = report_dir or paths.output_root() / "report"
@@ -101,7 +107,7 @@ def build_report(profile: str, report_dir: Path | None = None) -> Path | None:
         print(
             "latexmk/pdflatex not found, so the PDF was not built (tables and figures are ready in "
             f"{report_dir / 'generated' / profile}). Install TeX Live, e.g. on Debian/Ubuntu:\n"
-            "  sudo apt-get install latexmk texlive-latex-recommended texlive-latex-extra\n"
+            f"  {texlive_install_command()}\n"
             "then run: python -m helpers.run_all --report-only"
         )
         return None

@@ -43,7 +43,7 @@ def test_report_compiles_from_this_run():
     if shutil.which("latexmk") is None:
         if os.environ.get("CI"):
             pytest.fail("latexmk is missing on CI: .ci/run must install TeX Live")
-        pytest.skip("TeX Live not installed (apt-get install latexmk texlive-latex-recommended texlive-latex-extra)")
+        pytest.skip(f"TeX Live not installed ({run_all.texlive_install_command()})")
     report = ROOT / "report"
     report.mkdir(parents=True, exist_ok=True)
     if report.resolve() != paths.REPORT_DIR.resolve():

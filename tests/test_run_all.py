@@ -1,8 +1,12 @@
+import re
+import shutil
+import subprocess
+
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from helpers import run_all
+from helpers import paths, run_all
 
 
 def test_failed_notebook_names_cell_and_error(tmp_path):
@@ -24,3 +28,22 @@ def test_profiles_and_selection():
         run_all.notebooks(["77"])
     assert run_all.report_pdf_path("cpu").name == "report.pdf"
     assert run_all.report_pdf_path("gpu").name == "report-gpu.pdf"
+
+
+def test_readme_tex_install_line_is_the_ci_list():
+    """README, .ci/run and run_all's advice install one list: a package left out on one of them broke CI once."""
+    readme = (paths.REPO_ROOT / "README.md").read_text()
+    assert run_all.texlive_install_command() in readme
+    assert "report/texlive-packages.txt" in (paths.REPO_ROOT / ".ci" / "run").read_text()
+
+
+@pytest.mark.skipif(shutil.which("kpsewhich") is None, reason="TeX Live not installed")
+def test_every_report_package_is_installed():
+    """Regression: lmodern.sty was missing with --no-install-recommends; name what is missing, not a LaTeX log."""
+    tex = (paths.REPORT_DIR / "report.tex").read_text()
+    packages = {name.strip() for group in re.findall(r"\\usepackage(?:\[[^\]]*\])?\{([^}]*)\}", tex)
+                for name in group.split(",")}
+    assert {"lmodern", "booktabs", "hyperref"} <= packages
+    missing = [name for name in sorted(packages)
+               if not subprocess.run(["kpsewhich", f"{name}.sty"], capture_output=True, text=True).stdout.strip()]
+    assert not missing, f"report.tex uses {missing}, not installed: add its Debian package to report/texlive-packages.txt"
