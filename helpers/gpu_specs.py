@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 
 from helpers import memory
@@ -80,3 +81,59 @@ def collect_results(notebook: str) -> pd.DataFrame:
             frame = ResultStore(directory.name, notebook).frame()
             frames.append(frame.assign(profile=directory.name))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def best_and_worst(rows: pd.DataFrame, metric: str = "speedup") -> pd.DataFrame:
+    """The rows with the highest and the lowest ``metric`` (status 'ok' rows only), with a ``which`` column."""
+    if rows.empty or metric not in rows:
+        raise ValueError(f"no rows with a {metric!r} column to pick the best and worst configuration from")
+    ok = rows[rows["status"] == "ok"] if "status" in rows else rows
+    ok = ok.dropna(subset=[metric])
+    if ok.empty:
+        raise ValueError(f"no successful rows with a {metric!r} value")
+    picked = ok.loc[[ok[metric].idxmax(), ok[metric].idxmin()]].copy()
+    picked.insert(0, "which", ["best", "worst"])
+    return picked.reset_index(drop=True)
+
+
+def fit_layer_cost(layers, seconds) -> tuple[float, float]:
+    """Least-squares fit ``seconds = fixed + per_layer * layers`` over models of different depth.
+
+    Returns ``(fixed_s, per_layer_s)``, each clipped at 0. Needs at least two distinct layer counts."""
+    x, y = np.asarray(layers, dtype=float), np.asarray(seconds, dtype=float)
+    if x.shape != y.shape or len(np.unique(x)) < 2:
+        raise ValueError(f"need times of models with at least two different layer counts, got layers={list(x)}")
+    per_layer, fixed = np.polyfit(x, y, 1)
+    return max(float(fixed), 0.0), max(float(per_layer), 0.0)
+
+
+def map_by_size(source: dict, dest: dict) -> dict:
+    """Map each ``source`` model to a ``dest`` model of the same size rank (both: id -> parameter count).
+
+    The smallest source model maps to the smallest destination model, the largest to the largest, and ranks
+    in between proportionally; used to carry a measured pair's drafts over to the handout's drafts."""
+    if not source or not dest:
+        raise ValueError("map_by_size needs at least one source and one destination model")
+    src, dst = sorted(source, key=source.get), sorted(dest, key=dest.get)
+    if len(src) == 1:
+        return {src[0]: dst[-1]}
+    return {name: dst[round(i * (len(dst) - 1) / (len(src) - 1))] for i, name in enumerate(src)}
+
+
+def eq5_prediction(target_config, draft_config, gpu: pd.Series, gamma: int, alpha: float, context_len: int,
+                   host_fixed_s: float = 0.0, host_per_layer_s: float = 0.0) -> dict:
+    """Eq. 5's speedup for one (target, draft, gamma) at batch 1 on a GPU, from the roofline (a model prediction).
+
+    Each forward takes max(roofline time, host time): kernel launches are asynchronous, so the host issuing a
+    forward's kernels (``host_fixed_s + host_per_layer_s * layers``) and the GPU running them overlap, and the
+    slower of the two sets the pace. With zero host time (a captured CUDA graph) only the roofline remains."""
+    from helpers.specdec_model import predicted_speedup
+
+    def step(config, tokens):
+        host = host_fixed_s + host_per_layer_s * config.num_hidden_layers
+        return max(roofline_seconds(config, gpu, 1, tokens, context_len), host)
+
+    t_t, t_d, t_v = step(target_config, 1), step(draft_config, 1), step(target_config, gamma + 1)
+    c, v = t_d / t_t, t_v / t_t
+    return {"T_T_s": float(t_t), "T_D_s": float(t_d), "T_V_s": float(t_v), "c": float(c), "v": float(v),
+            "speedup": float(predicted_speedup(gamma, alpha, c, v))}

@@ -149,6 +149,37 @@ def round_down(value: int, multiple: int = 10) -> int:
     return (value // multiple) * multiple
 
 
+def round_nearest(value: int, multiple: int = 10) -> int:
+    """Round to the nearest multiple, halves up (integer arithmetic, no banker's rounding)."""
+    return ((value + multiple // 2) // multiple) * multiple
+
+
+def seq_len_answer(config, gpu_bytes: int, batch_size: int, multiple: int = 10, bytes_per_elem: int = 2) -> dict:
+    """§1.2.2 for one reading of the GPU's memory: the exact longest sequence and its roundings, in tokens.
+
+    ``rounded_down`` is the answer (a multiple of ``multiple`` that still fits); ``rounded_nearest`` is what
+    plain nearest-``multiple`` rounding gives, with ``nearest_fits`` saying whether that length still fits
+    (it does not whenever rounding went up)."""
+    exact = max_seq_len(config, gpu_bytes, batch_size, bytes_per_elem)
+    nearest = round_nearest(exact, multiple)
+    fits = memory_breakdown(config, gpu_bytes, batch_size, nearest, bytes_per_elem)["headroom"] >= 0
+    return {"gpu_bytes": int(gpu_bytes), "free_for_kv": int(gpu_bytes) - weight_bytes(config, bytes_per_elem),
+            "exact": exact, "rounded_down": round_down(exact, multiple), "rounded_nearest": nearest,
+            "nearest_fits": bool(fits)}
+
+
+# Readings of the L40S's memory, in bytes, each with where it comes from. The datasheet's 48 GB (1e9 bytes) is
+# what §1.2.2 is answered with; the others show how much the answer moves with the reading.
+L40S_MEMORY_READINGS = (
+    ("datasheet: 48 GB", 48 * GB, "NVIDIA L40S datasheet: 48 GB GDDR6 with ECC"),
+    ("nvidia-smi total: 46,068 MiB", 46068 * 2**20,
+     "nvidia-smi --query-gpu=memory.total on an L40S, as posted in "
+     "github.com/akash-network/provider-configs/pull/99"),
+    ("45 GiB (nvidia-smi total, nearest GiB)", 45 * GiB, "the nvidia-smi total rounded to the nearest whole GiB (slightly above it)"),
+    ("48 GiB (GB misread as GiB)", 48 * GiB, "the datasheet's 48 read as 2^30-byte units: more than the card exposes"),
+)
+
+
 # Memory of common inference GPUs as sold, in GB (1e9 bytes) -- vendor datasheets. nvidia-smi shows a little
 # less (ECC and driver reservations), which is one reason the units matter.
 GPU_MEMORY_GB = {

@@ -42,3 +42,53 @@ def test_roofline_time_is_the_larger_bound_plus_overhead():
     compute_bound = 2 * param_count(config) * 4096 / 989e12  # 4096 tokens: far past the ridge point
     # matmuls alone give compute_bound; attention over the 4096 new tokens adds less than a fifth
     assert compute_bound < roofline_seconds(config, gpu, 1, 4096, 0) < 1.2 * compute_bound
+
+
+def test_best_and_worst_pick_ok_rows_by_speedup():
+    import pandas as pd
+
+    from helpers.gpu_specs import best_and_worst
+
+    rows = pd.DataFrame({"draft": ["a", "a", "b", "b"], "gamma": [2, 7, 2, 7], "speedup": [1.2, 1.5, 9.0, 1.1],
+                         "status": ["ok", "ok", "oom", "ok"]})
+    picked = best_and_worst(rows)
+    assert list(picked["which"]) == ["best", "worst"]
+    assert (picked.loc[0, "draft"], picked.loc[0, "gamma"]) == ("a", 7)  # the oom row's value is not a result
+    assert (picked.loc[1, "draft"], picked.loc[1, "gamma"]) == ("b", 7)
+    with pytest.raises(ValueError):
+        best_and_worst(rows.iloc[0:0])
+
+
+def test_fit_layer_cost_recovers_a_line_and_needs_two_depths():
+    from helpers.gpu_specs import fit_layer_cost
+
+    fixed, per_layer = fit_layer_cost([1, 2, 16], [0.1 + 0.3 * n for n in (1, 2, 16)])
+    assert fixed == pytest.approx(0.1) and per_layer == pytest.approx(0.3)
+    assert fit_layer_cost([1, 16], [0.3, 0.2])[1] == 0.0  # clipped: a cost cannot be negative
+    with pytest.raises(ValueError, match="two different layer counts"):
+        fit_layer_cost([16, 16], [1.0, 1.1])
+
+
+def test_map_by_size_matches_ranks():
+    from helpers.gpu_specs import map_by_size
+
+    assert map_by_size({"small": 1, "big": 2}, {"Q1.7": 17, "Q0.6": 6}) == {"small": "Q0.6", "big": "Q1.7"}
+    assert map_by_size({"only": 5}, {"x": 1, "y": 2}) == {"only": "y"}
+    three = map_by_size({"a": 1, "b": 2, "c": 3}, {"x": 1, "y": 2})
+    assert three["a"] == "x" and three["c"] == "y"
+
+
+def test_eq5_prediction_roofline_only_does_not_depend_on_the_gpu_but_host_cost_does():
+    """Regression (§4.5): with no host cost a batch-1 step is memory-bound on both GPUs, so c is a byte ratio and the
+    predicted speedup is the same; a per-layer host cost hurts the higher-bandwidth GPU more."""
+    from helpers.gpu_specs import eq5_prediction
+
+    target, draft = load_config("Qwen/Qwen3-8B"), load_config("Qwen/Qwen3-0.6B")
+    h100, l40s = gpu_spec("H100 SXM"), gpu_spec("L40S")
+    roof = [eq5_prediction(target, draft, g, 3, 0.7, 256) for g in (h100, l40s)]
+    assert roof[0]["speedup"] == pytest.approx(roof[1]["speedup"], rel=1e-3)
+    assert roof[0]["c"] == pytest.approx(param_count(draft) / param_count(target), rel=0.1)
+    assert roof[0]["v"] == pytest.approx(1.0, abs=0.01)
+    host = [eq5_prediction(target, draft, g, 3, 0.7, 256, host_per_layer_s=3e-4) for g in (h100, l40s)]
+    assert host[0]["speedup"] < host[1]["speedup"] < roof[1]["speedup"]
+    assert host[0]["T_T_s"] == pytest.approx(3e-4 * target.num_hidden_layers)  # host-bound: max(), not a sum

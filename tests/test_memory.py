@@ -82,3 +82,31 @@ def test_memory_breakdown_adds_up():
     cfg = memory.load_config("Qwen/Qwen3-14B")
     parts = memory.memory_breakdown(cfg, 48 * GB, 8, 1000)
     assert parts["weights"] + parts["kv_cache"] + parts["headroom"] == 48 * GB
+
+
+def test_rounding_to_ten_tokens():
+    assert memory.round_nearest(14086) == 14090 and memory.round_down(14086) == 14080
+    assert memory.round_nearest(14085) == 14090 and memory.round_nearest(14084) == 14080
+    assert memory.round_nearest(14080) == memory.round_down(14080) == 14080
+
+
+def test_seq_len_answer_rounds_down_because_nearest_does_not_fit():
+    """Regression (§1.2.2): one answer, from the datasheet's 48 GB; rounding to the nearest 10 would not fit."""
+    cfg = memory.load_config("Qwen/Qwen3-14B")
+    answer = memory.seq_len_answer(cfg, 48 * GB, 8)
+    assert (answer["exact"], answer["rounded_down"], answer["rounded_nearest"]) == (14086, 14080, 14090)
+    assert answer["nearest_fits"] is False
+    assert memory.memory_breakdown(cfg, 48 * GB, 8, answer["rounded_down"])["headroom"] >= 0
+    exact_fit = memory.seq_len_answer(cfg, memory.weight_bytes(cfg) + memory.kv_cache_bytes(cfg, 100, 8), 8)
+    assert exact_fit["exact"] == 100 and exact_fit["nearest_fits"] is True
+
+
+def test_l40s_readings_are_in_bytes_and_sourced():
+    readings = {label: (b, source) for label, b, source in memory.L40S_MEMORY_READINGS}
+    assert memory.L40S_MEMORY_READINGS[0][1] == 48 * GB  # the answer's reading comes first
+    smi = next(b for label, (b, _) in readings.items() if "nvidia-smi total" in label)
+    assert smi == 46068 * 2**20 and 45 * GiB - GiB // 50 < smi < 45 * GiB  # 46,068 MiB: just under 45 GiB, ~48.3 GB
+    assert all(len(source) > 10 for b, source in readings.values())
+    cfg = memory.load_config("Qwen/Qwen3-14B")
+    answers = [memory.seq_len_answer(cfg, b, 8)["rounded_down"] for _, b, _ in memory.L40S_MEMORY_READINGS]
+    assert answers[0] == min(answers)  # the datasheet reading is the most conservative one
