@@ -85,8 +85,10 @@ class KVCache:
     """Preallocated keys and values for every layer, filled up to ``length``.
 
     ``keys[layer]`` and ``values[layer]`` have shape ``(batch, kv_heads, capacity, head_dim)``. Slots
-    ``[0, length)`` hold the tokens seen so far; a forward pass writes the next ones in place, so a decode
-    step costs the same at any length and rolling back (speculative decoding) is just lowering ``length``.
+    ``[0, length)`` hold the tokens seen so far; a forward pass writes the next ones in place, so appending
+    never copies or reallocates and rolling back (speculative decoding) is just lowering ``length``. A decode
+    step still grows slightly with ``length``: its attention reads all stored keys and values (the projections
+    and the MLP, most of the work at short contexts, do not depend on it).
     """
 
     def __init__(self, config: DecoderConfig, batch_size: int, capacity: int, *, dtype: torch.dtype, device):
@@ -304,13 +306,15 @@ def generate(
     max_new_tokens: int,
     use_cache: bool = True,
     return_logits: bool = False,
+    step_times: list | None = None,
 ):
     """Greedy generation; returns the new token ids, shape (batch, max_new_tokens).
 
     With ``use_cache`` the prompt is prefilled once and each step feeds only the newest token; without it
     every step runs the whole sequence so far through the model. Both make exactly ``max_new_tokens``
     forward passes. ``return_logits=True`` also returns the logits that chose each token,
-    shape (batch, max_new_tokens, vocab).
+    shape (batch, max_new_tokens, vocab). ``step_times``: a list to which the wall-clock seconds of every
+    forward pass are appended (prefill first; synchronised on CUDA), for per-step cost measurements.
     """
     if input_ids.dim() != 2 or input_ids.shape[1] == 0:
         raise ValueError(f"input_ids must have shape (batch, prompt_len) with prompt_len >= 1, got {tuple(input_ids.shape)}")
@@ -324,6 +328,8 @@ def generate(
             f"context limit of {model.config.max_seq_len}; shorten the prompt or max_new_tokens"
         )
 
+    if step_times is not None:
+        model = _StepTimer(model, step_times)
     new_tokens, step_logits = [], []
     if use_cache:
         cache = model.new_cache(batch, capacity=total_len)  # the last token's slot stays unused
@@ -344,3 +350,26 @@ def generate(
             logits = model(sequence, last_only=True)[:, -1]  # the whole prefix, recomputed
     tokens = torch.cat(new_tokens, dim=1)
     return (tokens, torch.stack(step_logits, dim=1)) if return_logits else tokens
+
+
+class _StepTimer:
+    """Wraps a model for :func:`generate`: every call is timed (synchronised on CUDA) into ``times``."""
+
+    def __init__(self, model: MiniQwen3, times: list):
+        self.model, self.times = model, times
+        self.cuda = model.embed_tokens.weight.device.type == "cuda"
+
+    def new_cache(self, *args, **kwargs) -> KVCache:
+        return self.model.new_cache(*args, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        import time
+
+        if self.cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = self.model(*args, **kwargs)
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.times.append(time.perf_counter() - start)
+        return out

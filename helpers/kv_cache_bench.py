@@ -16,7 +16,7 @@ import torch
 
 from . import kv_cache
 from .hardware import device_info, resolve_device
-from .timing import Timing, measure
+from .timing import measure_interleaved
 
 GOAL_SPEEDUP = 5.0
 CPU_PAIR_TARGET = "cpu-pair/target"
@@ -67,20 +67,17 @@ def make_prompt(tokenizer, prompt_len: int, batch_size: int, vocab_size: int, de
 
 
 def time_interleaved(modes: dict, *, warmup: int, repeats: int, device) -> tuple[dict, dict]:
-    """Warm every mode up, then time them in turn (A, B, C, A, B, C, ...) so that a change in machine load hits
-    all modes alike. Returns ``({mode: Timing}, {mode: tokens of its last run})``."""
+    """Warm every mode up, then time them in turn (A, B, C, C, B, A, ...: :func:`helpers.timing.measure_interleaved`)
+    so that a change in machine load hits all modes alike. Returns ``({mode: Timing}, {mode: tokens of its last
+    run})``."""
     tokens = {}
-    for name, generate in modes.items():
-        for _ in range(warmup):
-            tokens[name] = generate()
-    samples = {name: [] for name in modes}
-    for _ in range(repeats):
-        for name, generate in modes.items():
-            def call(name=name, generate=generate):
-                tokens[name] = generate()
 
-            samples[name] += measure(call, warmup=0, repeats=1, device=device).samples
-    return {name: Timing(values) for name, values in samples.items()}, tokens
+    def call(name):
+        tokens[name] = modes[name]()
+
+    timings = measure_interleaved({name: (lambda name=name: call(name)) for name in modes},
+                                  warmup=warmup, repeats=repeats, device=device)
+    return timings, tokens
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -5,19 +5,23 @@ and the minimal decoder alike.
   (``pydoc_data.topics``), tokenized with the model's own tokenizer (no prompt file in the repo).
 - :class:`ForwardTokenCounter`: records how many tokens each forward pass processes, the proof that
   "without cache" recomputes the whole prefix and "with cache" feeds one token per step.
-- :func:`paired_sweep`: times generation for 1, 2, 4, ... new tokens in several modes, interleaved, with a cap
-  on the slow mode.
+- :func:`paired_sweep`: times generation for 1, 2, 4, ... new tokens in several modes, modes and lengths
+  interleaved, adaptive repeats, a flag on noisy points, a cap on the slow mode; :func:`monotonicity_violations`
+  finds points where a longer generation was timed faster than a shorter one.
+- :func:`step_costs`: per-step time of the minimal decoder against position, with the cache (every decode step
+  of a generation) and without it (one full forward over the prefix at chosen positions).
 - :func:`fit_growth` / :func:`extrapolate`: least-squares polynomial in the output length (quadratic for
   no-cache, where step i reprocesses prompt + i tokens; linear for the cache), used to fill in capped points.
 """
 from __future__ import annotations
 
+import time
 from functools import lru_cache
 
 import numpy as np
 import torch
 
-from .timing import Timing, measure
+from .timing import measure_interleaved
 
 
 @lru_cache(maxsize=1)
@@ -96,30 +100,61 @@ def output_lengths(max_new_tokens: int) -> list[int]:
     return [1 << k for k in range(max_new_tokens.bit_length())]
 
 
-def paired_sweep(generate_fns: dict, lengths, *, repeats: int, device, caps: dict | None = None, progress=None):
+def paired_sweep(generate_fns: dict, lengths, *, repeats: int, device, caps: dict | None = None, progress=None,
+                 max_repeats: int | None = None, max_spread: float | None = None, clock=time.perf_counter):
     """Time every mode's ``generate_fns[mode](n)`` for each n in ``lengths``; returns one row per (mode, n).
 
-    The modes' repeats are interleaved (cached, uncached, cached, ...), so that a change in machine load hits
-    all modes alike instead of biasing whichever ran later. ``caps[mode]`` stops a slow mode at that n. Each
-    mode first runs once untimed (2 tokens), so that first-call allocations never land in a measurement.
-    Rows: mode, new_tokens, time_s_mean/std/median/samples.
+    All (mode, n) points are timed together by :func:`helpers.timing.measure_interleaved`: every round runs
+    each point once (cached 1, uncached 1, cached 2, ..., then back), so the modes AND the lengths alternate
+    and a change in machine load cannot bias one mode or one end of the curve. A point gets more rounds while
+    its relative spread exceeds ``max_spread`` or while it contradicts a neighbour (a longer generation timed
+    faster than a shorter one, same mode), up to ``max_repeats``. ``caps[mode]`` stops a slow mode at that n.
+    Each mode first runs once untimed (2 tokens), so that first-call allocations never land in a measurement.
+
+    Rows: mode, new_tokens, time_s_mean/std/median/samples, time_s_spread (interquartile range / median),
+    repeats, and ``flagged`` (spread still above ``max_spread`` at the end). ``clock``: the host clock (tests).
     """
     caps = caps or {}
     for generate in generate_fns.values():
         generate(2)  # warm-up: first-call allocations, thread pools, (on GPU) kernels and handles
-    rows = []
-    for n in lengths:
-        active = [mode for mode in generate_fns if caps.get(mode) is None or n <= caps[mode]]
-        if not active:
-            break
-        samples = {mode: [] for mode in active}
-        for _ in range(repeats):
-            for mode in active:
-                samples[mode] += measure(lambda: generate_fns[mode](n), warmup=0, repeats=1, device=device).samples
-        rows += [{"mode": mode, "new_tokens": n, **Timing(samples[mode]).as_dict()} for mode in active]
+    points = {(mode, n): (lambda mode=mode, n=n: generate_fns[mode](n))
+              for n in lengths for mode in generate_fns if caps.get(mode) is None or n <= caps[mode]}
+
+    def on_call(_key):
         if progress is not None:
-            progress.update(len(active))
+            if progress.n >= progress.total:
+                progress.total += 1
+            progress.update(1)
+
+    def contradicting(samples: dict) -> set:
+        medians = {key: float(np.median(values)) for key, values in samples.items()}
+        return {key for violation in monotonicity_violations(medians) for key in violation[:2]}
+
+    timings = measure_interleaved(points, repeats=repeats, max_repeats=max_repeats, max_spread=max_spread,
+                                  needs_more=contradicting, device=device, on_call=on_call, clock=clock)
+    rows = []
+    for (mode, n), timing in timings.items():
+        rows.append({"mode": mode, "new_tokens": n, **timing.as_dict(), "time_s_spread": timing.spread,
+                     "repeats": len(timing.samples),
+                     "flagged": bool(max_spread is not None and timing.spread > max_spread)})
     return rows
+
+
+def monotonicity_violations(medians: dict) -> list:
+    """Pairs that contradict "a longer generation takes longer": ``medians`` maps (mode, n) -> seconds; returns
+    ``[((mode, n_short), (mode, n_long), t_short, t_long), ...]`` for every pair of neighbouring lengths of one
+    mode where the longer generation was timed faster (t_long < t_short). Neighbours suffice: a violation
+    between any two lengths implies one between some pair of neighbours."""
+    by_mode: dict = {}
+    for (mode, n), seconds in medians.items():
+        by_mode.setdefault(mode, []).append((n, seconds))
+    violations = []
+    for mode, points in by_mode.items():
+        points.sort()
+        for (n0, t0), (n1, t1) in zip(points, points[1:]):
+            if t1 < t0:
+                violations.append(((mode, n0), (mode, n1), t0, t1))
+    return violations
 
 
 def fit_growth(lengths, seconds, degree: int) -> np.ndarray:
@@ -142,3 +177,66 @@ def fit_growth(lengths, seconds, degree: int) -> np.ndarray:
 def extrapolate(coefficients: np.ndarray, lengths) -> np.ndarray:
     n = np.asarray(lengths, dtype=float)
     return np.vander(n, len(coefficients), increasing=True) @ coefficients
+
+
+def step_costs(model, input_ids: torch.Tensor, new_tokens: int, uncached_positions, *, repeats: int, device) -> dict:
+    """Per-step cost of the minimal decoder (``helpers.kv_cache``) against position, with and without the cache.
+
+    With the cache: ``repeats`` greedy generations of ``new_tokens`` tokens, each forward pass timed
+    (``kv_cache.generate(step_times=...)``); decode step i feeds one token and attends over ``P + i`` cached
+    positions (P = prompt length). Without the cache, the step that produces the token after position p is one
+    forward over the whole p-token prefix: timed at each of ``uncached_positions`` (prefixes of the sequence
+    the cached run generated). Rounds alternate the two (one cached generation, then each uncached position).
+
+    Returns ``{"positions": [P+1, ..., P+new_tokens-1] (keys attended by each decode step), "cached_s": median
+    seconds per decode step, "cached_samples": [[...] per repeat], "prefill_s": median prefill, "uncached_positions":
+    [...], "uncached_s": median seconds per uncached step, "uncached_samples": [[...] per position]}``.
+    """
+    from . import kv_cache
+
+    prompt_len = input_ids.shape[1]
+    positions = sorted(int(p) for p in uncached_positions)
+    if new_tokens < 2:
+        raise ValueError(f"new_tokens must be >= 2 (one prefill, then decode steps), got {new_tokens}")
+    if not positions or positions[0] < 1 or positions[-1] > prompt_len + new_tokens:
+        raise ValueError(f"uncached_positions must lie in [1, {prompt_len + new_tokens}], got {positions}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    tokens = kv_cache.generate(model, input_ids, new_tokens, use_cache=True)  # warm-up; also the sequence
+    sequence = torch.cat([input_ids, tokens], dim=1)
+    prefixes = {p: sequence[:, :p] for p in positions}
+
+    def uncached_step(p):
+        with torch.inference_mode():
+            model(prefixes[p], last_only=True)
+
+    for p in positions[:1]:
+        uncached_step(p)  # warm-up of the uncached path
+    cached_runs, uncached = [], {p: [] for p in positions}
+    for _ in range(repeats):
+        times: list[float] = []
+        kv_cache.generate(model, input_ids, new_tokens, use_cache=True, step_times=times)
+        cached_runs.append(times)
+        for p, timing in measure_interleaved({p: (lambda p=p: uncached_step(p)) for p in positions},
+                                             repeats=1, device=device).items():
+            uncached[p] += timing.samples
+    runs = np.asarray(cached_runs)  # (repeats, new_tokens): column 0 is the prefill
+    return {
+        "positions": list(range(prompt_len + 1, prompt_len + new_tokens)),
+        "cached_s": np.median(runs[:, 1:], axis=0).tolist(),
+        "cached_samples": runs[:, 1:].tolist(),
+        "prefill_s": float(np.median(runs[:, 0])),
+        "uncached_positions": positions,
+        "uncached_s": [float(np.median(uncached[p])) for p in positions],
+        "uncached_samples": [uncached[p] for p in positions],
+    }
+
+
+def fit_line(x, y) -> tuple[float, float]:
+    """Ordinary least squares ``y ≈ intercept + slope * x``; returns ``(intercept, slope)`` (the slope may be
+    negative: used to test whether a cost grows, not to extrapolate)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) < 2 or np.ptp(x) == 0:
+        raise ValueError("a line needs at least two distinct x values")
+    slope, intercept = np.polyfit(x, y, 1)
+    return float(intercept), float(slope)

@@ -3,13 +3,20 @@
 GPU work is asynchronous: reading a host clock without ``torch.cuda.synchronize()`` times the launch, not
 the work. On CUDA we synchronize around every sample (or use CUDA events when asked); on CPU we use
 ``time.perf_counter``. The first calls (allocation, autotuning, compilation) are never timed.
+
+- :func:`measure`: one function, warm-up then repeats.
+- :func:`measure_interleaved`: the ONE interleaved timer. Several functions (modes, lengths, ...) are timed in
+  rounds, each round calling every function once, so that a change in machine load hits all of them alike
+  instead of biasing whichever ran later; adaptive: a function whose samples still spread more than
+  ``max_spread`` (relative interquartile range, :func:`relative_spread`) gets more rounds, up to
+  ``max_repeats``.
 """
 from __future__ import annotations
 
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Hashable, Iterable, Mapping
 
 import torch
 
@@ -32,6 +39,11 @@ class Timing:
     def median(self) -> float:
         return statistics.median(self.samples)
 
+    @property
+    def spread(self) -> float:
+        """Relative spread of the samples: interquartile range / median (:func:`relative_spread`)."""
+        return relative_spread(self.samples)
+
     def as_dict(self, prefix: str = "time_s") -> dict:
         return {
             f"{prefix}_mean": self.mean,
@@ -41,8 +53,41 @@ class Timing:
         }
 
 
+def relative_spread(samples) -> float:
+    """Interquartile range / median; 0 for fewer than two samples.
+
+    Robust to a single disturbed run once there are a handful of samples (unlike max - min or the standard
+    deviation), so "repeat until the spread is small" converges when most runs agree. With three samples it
+    is half the range over the median.
+    """
+    values = sorted(float(v) for v in samples)
+    if len(values) < 2:
+        return 0.0
+    median = statistics.median(values)
+    if median <= 0:
+        raise ValueError(f"timings must be positive to have a relative spread, got median {median}")
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return (q3 - q1) / median
+
+
 def _is_cuda(device) -> bool:
     return device is not None and torch.device(device).type == "cuda"
+
+
+def _time_once(fn, *, cuda: bool, device, cuda_events: bool, clock) -> float:
+    """Seconds of one call of ``fn`` (synchronised on CUDA)."""
+    if cuda_events:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize(device)
+        return start.elapsed_time(end) / 1000.0
+    t0 = clock()
+    fn()
+    if cuda:
+        torch.cuda.synchronize(device)
+    return clock() - t0
 
 
 def measure(
@@ -70,22 +115,73 @@ def measure(
         fn()
     if cuda:
         torch.cuda.synchronize(device)
-    samples = []
-    for _ in range(repeats):
-        if cuda_events:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize(device)
-            samples.append(start.elapsed_time(end) / 1000.0)
-        else:
-            t0 = clock()
-            fn()
-            if cuda:
-                torch.cuda.synchronize(device)
-            samples.append(clock() - t0)
+    samples = [_time_once(fn, cuda=cuda, device=device, cuda_events=cuda_events, clock=clock) for _ in range(repeats)]
     return Timing(samples)
+
+
+def measure_interleaved(
+    fns: Mapping[Hashable, Callable[[], object]],
+    *,
+    repeats: int = 3,
+    max_repeats: int | None = None,
+    max_spread: float | None = None,
+    needs_more: Callable[[dict], Iterable[Hashable]] | None = None,
+    warmup: int = 0,
+    device: str | torch.device | None = None,
+    cuda_events: bool = False,
+    clock: Callable[[], float] = time.perf_counter,
+    on_call: Callable[[Hashable], None] | None = None,
+) -> dict:
+    """Time every ``fns[key]()`` in interleaved rounds; returns ``{key: Timing}``.
+
+    Each function is first called ``warmup`` times untimed. Then every round calls each still-active
+    function once, alternating the order (forward, backward, forward, ...) so that a drift in machine load
+    during a round is shared evenly. A function stays active until it has ``repeats`` samples and, if
+    ``max_spread`` is given, until its :func:`relative_spread` is at most ``max_spread`` — but never past
+    ``max_repeats`` samples (the cap that bounds the run time). ``needs_more(samples)`` (``{key: [seconds]}``)
+    may name further keys that need more samples (e.g. points that contradict each other), within the same
+    cap. ``on_call(key)`` is called after each timed call (progress bars).
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    max_repeats = repeats if max_repeats is None else max_repeats
+    if max_repeats < repeats:
+        raise ValueError(f"max_repeats ({max_repeats}) must be >= repeats ({repeats})")
+    if max_spread is not None and max_spread <= 0:
+        raise ValueError(f"max_spread must be positive, got {max_spread}")
+    cuda = _is_cuda(device)
+    if cuda_events and not cuda:
+        raise ValueError("cuda_events=True needs a CUDA device; pass device='cuda' or use the host clock on CPU")
+    keys = list(fns)
+    for key in keys:
+        for _ in range(warmup):
+            fns[key]()
+    if cuda:
+        torch.cuda.synchronize(device)
+    samples = {key: [] for key in keys}
+
+    def active_keys() -> list:
+        more = set(needs_more(samples)) if needs_more is not None and all(samples.values()) else set()
+        active = []
+        for key in keys:
+            count = len(samples[key])
+            if count < repeats:
+                active.append(key)
+            elif count < max_repeats and (
+                    key in more or (max_spread is not None and relative_spread(samples[key]) > max_spread)):
+                active.append(key)
+        return active
+
+    round_index = 0
+    while active := active_keys():
+        for key in (active if round_index % 2 == 0 else active[::-1]):
+            samples[key].append(_time_once(fns[key], cuda=cuda, device=device, cuda_events=cuda_events, clock=clock))
+            if on_call is not None:
+                on_call(key)
+        round_index += 1
+    return {key: Timing(values) for key, values in samples.items()}
 
 
 class Timer:

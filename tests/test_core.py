@@ -84,3 +84,68 @@ def test_booktabs_table_and_numbers(tmp_path, monkeypatch):
     assert "\\wbset{a}{3}" in numbers and "\\wbset{b}{0.5}" in numbers and "10^{-7}" in numbers and "x\\_y" in numbers
     with pytest.raises(ValueError):
         tables.write_numbers("01_x", "unit", {"bad key": 1})
+
+
+def test_relative_spread_is_robust_to_one_outlier():
+    assert timing.relative_spread([1.0]) == 0.0
+    assert timing.relative_spread([1.0, 1.0, 1.0]) == 0.0
+    assert timing.relative_spread([0.9, 1.0, 1.1]) == pytest.approx(0.1)  # three samples: half the range / median
+    # the disturbed 64-token point of an old sweep ([0.338, 0.106, 0.125]) is far too spread ...
+    assert timing.relative_spread([0.338, 0.106, 0.125]) > 0.5
+    # ... but one outlier among agreeing samples barely moves it
+    assert timing.relative_spread([0.338, 0.106, 0.125, 0.11, 0.12, 0.115, 0.108]) < 0.15
+    assert timing.Timing([0.9, 1.0, 1.1]).spread == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="positive"):
+        timing.relative_spread([0.0, 0.0])
+
+
+def _fake_clock(durations: dict, calls: list):
+    """A clock and functions whose k-th call of ``key`` "takes" ``durations[key][k]`` seconds (last value repeats)."""
+    now = [0.0]
+
+    def make(key):
+        def fn():
+            k = sum(1 for c in calls if c == key)
+            calls.append(key)
+            seq = durations[key]
+            now[0] += seq[min(k, len(seq) - 1)]
+        return fn
+
+    return {key: make(key) for key in durations}, (lambda: now[0])
+
+
+def test_measure_interleaved_alternates_order_and_warms_up():
+    calls = []
+    fns, clock = _fake_clock({"a": [1.0], "b": [2.0], "c": [3.0]}, calls)
+    result = timing.measure_interleaved(fns, repeats=3, warmup=1, clock=clock)
+    assert calls == ["a", "b", "c"] + ["a", "b", "c", "c", "b", "a", "a", "b", "c"]  # warm-ups, then rounds
+    assert {key: t.samples for key, t in result.items()} == {"a": [1.0] * 3, "b": [2.0] * 3, "c": [3.0] * 3}
+
+
+def test_measure_interleaved_repeats_noisy_points_until_they_settle_or_the_cap():
+    calls = []
+    # "noisy" is disturbed once, then steady; "wild" never settles; "calm" is steady from the start
+    fns, clock = _fake_clock({"calm": [1.0], "noisy": [3.0, 1.0],
+                              "wild": [1.0, 2.0, 4.0, 8.0]}, calls)
+    seen = []
+    result = timing.measure_interleaved(fns, repeats=3, max_repeats=9, max_spread=0.1, clock=clock, on_call=seen.append)
+    assert len(result["calm"].samples) == 3
+    assert 3 < len(result["noisy"].samples) < 9 and result["noisy"].spread <= 0.1 and result["noisy"].median == 1.0
+    assert len(result["wild"].samples) == 9 and result["wild"].spread > 0.1  # capped
+    assert seen == calls
+
+
+def test_measure_interleaved_needs_more_and_validation():
+    calls = []
+    fns, clock = _fake_clock({"a": [1.0], "b": [1.0]}, calls)
+    result = timing.measure_interleaved(fns, repeats=2, max_repeats=5, clock=clock,
+                                        needs_more=lambda samples: ["b"] if len(samples["b"]) < 4 else [])
+    assert len(result["a"].samples) == 2 and len(result["b"].samples) == 4
+    with pytest.raises(ValueError, match="max_repeats"):
+        timing.measure_interleaved(fns, repeats=3, max_repeats=2)
+    with pytest.raises(ValueError, match="repeats"):
+        timing.measure_interleaved(fns, repeats=0)
+    with pytest.raises(ValueError, match="max_spread"):
+        timing.measure_interleaved(fns, max_spread=0)
+    with pytest.raises(ValueError, match="CUDA"):
+        timing.measure_interleaved(fns, device="cpu", cuda_events=True)

@@ -198,3 +198,13 @@ def test_bad_arguments(pair):
         kv_cache.generate(model, random_prompt(1, 3, seed=0), 0)
     with pytest.raises(ValueError, match="input_ids"):
         kv_cache.generate(model, torch.zeros(3, dtype=torch.long), 2)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_step_times_records_one_time_per_forward_and_changes_nothing(pair, use_cache):
+    _, mini = pair
+    prompt = random_prompt(1, 5, seed=11)
+    times: list[float] = []
+    timed = kv_cache.generate(mini, prompt, 6, use_cache=use_cache, step_times=times)
+    assert torch.equal(timed, kv_cache.generate(mini, prompt, 6, use_cache=use_cache))
+    assert len(times) == 6 and all(t > 0 for t in times)  # prefill + 5 decode steps

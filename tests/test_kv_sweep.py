@@ -80,14 +80,62 @@ def test_fit_recovers_a_quadratic_and_extrapolates():
         kv_sweep.fit_growth([1, 2], [0.1, 0.2], degree=2)
 
 
-def test_paired_sweep_interleaves_modes_and_respects_the_cap():
+def test_paired_sweep_interleaves_modes_and_lengths_and_respects_the_cap():
     calls = []
     fns = {"cached": lambda n: calls.append(("c", n)), "uncached": lambda n: calls.append(("u", n))}
     rows = kv_sweep.paired_sweep(fns, [1, 2, 4, 8], repeats=2, device="cpu", caps={"uncached": 2})
     assert [(r["mode"], r["new_tokens"]) for r in rows] == [
         ("cached", 1), ("uncached", 1), ("cached", 2), ("uncached", 2), ("cached", 4), ("cached", 8)]
-    assert all(len(r["time_s_samples"]) == 2 for r in rows)
-    assert calls[:6] == [("c", 2), ("u", 2), ("c", 1), ("u", 1), ("c", 1), ("u", 1)]  # warm-ups, then interleaved
+    assert all(len(r["time_s_samples"]) == 2 and r["repeats"] == 2 and not r["flagged"] for r in rows)
+    round_ = [("c", 1), ("u", 1), ("c", 2), ("u", 2), ("c", 4), ("c", 8)]
+    # warm-ups, then rounds over every (mode, length), alternating direction: never one mode or length in a block
+    assert calls == [("c", 2), ("u", 2)] + round_ + round_[::-1]
+
+
+def fake_generate(durations: dict, clock: list):
+    """``generate(n)`` advancing a fake clock by ``durations[n][k]`` on its k-th timed call (last value repeats)."""
+    counts: dict = {}
+
+    def generate(n):
+        if n not in durations:  # the untimed warm-up call
+            return
+        k = counts.get(n, 0)
+        counts[n] = k + 1
+        clock[0] += durations[n][min(k, len(durations[n]) - 1)]
+
+    return generate
+
+
+def test_paired_sweep_remeasures_and_flags_noisy_points():
+    clock = [0.0]
+    # n = 4: disturbed twice, then steady; n = 8: never settles (alternates 8 s and 12 s)
+    generate = fake_generate({1: [1.0], 2: [2.0], 4: [9.0, 9.0, 4.0], 8: [8.0, 12.0] * 5}, clock)
+    rows = kv_sweep.paired_sweep({"cached": generate}, [1, 2, 4, 8], repeats=3, max_repeats=9, max_spread=0.1,
+                                 device="cpu", clock=lambda: clock[0])
+    by_n = {r["new_tokens"]: r for r in rows}
+    assert by_n[1]["repeats"] == 3 and by_n[1]["time_s_spread"] == 0 and not by_n[1]["flagged"]
+    assert by_n[4]["time_s_median"] == 4.0 and not by_n[4]["flagged"] and 3 < by_n[4]["repeats"] <= 9
+    assert by_n[8]["repeats"] == 9 and by_n[8]["flagged"] and by_n[8]["time_s_spread"] > 0.1
+    assert kv_sweep.monotonicity_violations({("cached", r["new_tokens"]): r["time_s_median"] for r in rows}) == []
+
+
+def test_paired_sweep_remeasures_points_that_contradict_each_other():
+    """No spread threshold: a 4-token run timed slower than an 8-token run gets more samples (both do)."""
+    clock = [0.0]
+    generate = fake_generate({4: [9.0, 9.0, 9.0, 4.0], 8: [8.0]}, clock)
+    rows = kv_sweep.paired_sweep({"cached": generate}, [4, 8], repeats=3, max_repeats=9, device="cpu",
+                                 clock=lambda: clock[0])
+    by_n = {r["new_tokens"]: r for r in rows}
+    assert by_n[4]["repeats"] == by_n[8]["repeats"] == 6
+    assert by_n[4]["time_s_median"] < by_n[8]["time_s_median"]
+    assert not any(r["flagged"] for r in rows)  # no threshold, no flag
+
+
+def test_monotonicity_violations_names_the_contradicting_pair():
+    medians = {("with", 1): 0.01, ("with", 16): 0.139, ("with", 64): 0.125, ("without", 1): 0.01,
+               ("without", 2): 0.02}
+    assert kv_sweep.monotonicity_violations(medians) == [(("with", 16), ("with", 64), 0.139, 0.125)]
+    assert kv_sweep.monotonicity_violations({("with", 1): 0.1, ("with", 2): 0.1}) == []  # equal is not faster
 
 
 def test_fit_stays_non_negative_on_noisy_linear_data():
@@ -112,3 +160,30 @@ def test_benchmark_runs_and_reports(capsys):
     assert figures["matches_transformers"] is True
     assert figures["new_tokens"] == 4 and figures["speedup"] > 0 and figures["weights"] == "random"
     assert "cached vs uncached" in capsys.readouterr().out
+
+
+def test_step_costs_cached_steps_and_uncached_positions():
+    from helpers import kv_cache
+
+    config = Qwen3Config(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=256)
+    torch.manual_seed(0)
+    mini = kv_cache.from_hf(Qwen3ForCausalLM(config).eval())
+    prompt = torch.randint(0, 128, (1, 4))
+    costs = kv_sweep.step_costs(mini, prompt, 10, [4, 8, 14], repeats=2, device="cpu")
+    assert costs["positions"] == list(range(5, 14))  # 9 decode steps after the prefill
+    assert len(costs["cached_s"]) == 9 and all(t > 0 for t in costs["cached_s"])
+    assert np.asarray(costs["cached_samples"]).shape == (2, 9) and costs["prefill_s"] > 0
+    assert costs["uncached_positions"] == [4, 8, 14] and [len(s) for s in costs["uncached_samples"]] == [2, 2, 2]
+    with pytest.raises(ValueError, match="uncached_positions"):
+        kv_sweep.step_costs(mini, prompt, 10, [15], repeats=1, device="cpu")
+    with pytest.raises(ValueError, match="new_tokens"):
+        kv_sweep.step_costs(mini, prompt, 1, [4], repeats=1, device="cpu")
+
+
+def test_fit_line():
+    intercept, slope = kv_sweep.fit_line([1, 2, 3, 4], [1.5, 2.0, 2.5, 3.0])
+    assert intercept == pytest.approx(1.0) and slope == pytest.approx(0.5)
+    assert kv_sweep.fit_line([1, 2, 3], [3, 2, 1])[1] == pytest.approx(-1.0)
+    with pytest.raises(ValueError, match="two distinct"):
+        kv_sweep.fit_line([2, 2], [1, 2])
