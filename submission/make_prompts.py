@@ -17,8 +17,9 @@ line where the prompt starts). Sources:
 Every prompt comes from the CPU pair's held-out documents (``helpers.train_cpu_pair.load_corpus``), so the
 acceptance rates measured on them are not inflated by memorised training text.
 
-``long_prompt.txt`` (handout §2.1): ``pydoc_data.topics`` entries in sorted order, whole entries up to
-``LONG_PROMPT_CHARS`` characters, about 32k tokens of the CPU pair's tokenizer (the script prints the count;
+``long_prompt.txt`` (handout §2.1): the ``pydoc_data.topics`` entries in sorted order (notebook 03's prompt
+text, ``helpers.kv_sweep.prompt_text``) up to the last paragraph end within ``LONG_PROMPT_CHARS`` characters,
+about 32k tokens of the CPU pair's tokenizer (the script prints the count;
 other tokenizers split the same text into a different number of tokens).
 
 Deterministic: the same Python version gives byte-identical files (``manifest.json`` records the version,
@@ -208,17 +209,17 @@ def build_prompts(documents: list[tuple[str, str]]) -> list[dict]:
 # --------------------------------------------------------------------------- the long prompt
 
 def build_long_prompt(max_chars: int = LONG_PROMPT_CHARS) -> str:
-    """Whole ``pydoc_data.topics`` entries in sorted order while they fit in ``max_chars`` characters."""
-    import pydoc_data.topics
+    """The start of :func:`helpers.kv_sweep.prompt_text` (the ``pydoc_data.topics`` entries in sorted order, the
+    text notebook 03 cuts its prompts from), cut at the last paragraph end within ``max_chars`` characters."""
+    if str(HERE.parent) not in sys.path:
+        sys.path.insert(0, str(HERE.parent))
+    from helpers.kv_sweep import prompt_text
 
-    parts, size = [], 0
-    for key in sorted(pydoc_data.topics.topics):
-        entry = pydoc_data.topics.topics[key].strip("\n") + "\n\n"
-        if size + len(entry) > max_chars:
-            continue  # a shorter later entry may still fit
-        parts.append(entry)
-        size += len(entry)
-    return "".join(parts)
+    text = prompt_text()
+    end = text.rfind("\n\n", 0, max_chars)
+    if end <= 0:
+        raise ValueError(f"no paragraph end within the first {max_chars} characters of the help topics")
+    return text[:end] + "\n"
 
 
 def count_tokens(text: str) -> int:

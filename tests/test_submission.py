@@ -1,0 +1,233 @@
+"""submission/: the handout's hand-in files (specdec.py, benchmark.py, prompts.jsonl, long_prompt.txt,
+kv-cache-implementation.py) run offline on the CPU pair and agree with the workbook's code."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import helpers.kv_cache
+import helpers.specdec
+from helpers.specdec import autoregressive_generate
+from submission import benchmark, make_prompts, specdec
+
+ROOT = Path(__file__).resolve().parent.parent
+SUBMISSION = ROOT / "submission"
+LONG_PROMPT_TOKENS = (30_000, 34_000)  # "about 32k tokens" (CPU pair tokenizer)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return specdec.load_models(device="cpu")  # (target, draft, tokenizer): the CPU pair
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return make_prompts.read_prompts()
+
+
+# --------------------------------------------------------------------------- every file carries the header
+
+@pytest.mark.parametrize("name", ["specdec.py", "benchmark.py", "kv-cache-implementation.py",
+                                  "kv_cache_implementation.py", "make_prompts.py"])
+def test_name_header(name):
+    assert (SUBMISSION / name).read_text(encoding="utf-8").startswith("# Name / Andrew ID:")
+
+
+# --------------------------------------------------------------------------- specdec.py: decode()
+
+def test_decode_greedy_equals_autoregressive(pair, rows):
+    target, draft, tokenizer = pair
+    for row in rows[:3]:
+        ids = specdec.encode(tokenizer, row["prompt"], "cpu")
+        for gamma in (1, 3):
+            result = specdec.decode(target, draft, ids, 12, gamma)
+            reference = autoregressive_generate(target, ids, 12)
+            assert torch.equal(result.tokens, reference.tokens), (row["id"], gamma)
+            assert 0.0 <= result.stats.alpha <= 1.0
+
+
+def test_decode_sampling_is_seeded(pair, rows):
+    target, draft, tokenizer = pair
+    ids = specdec.encode(tokenizer, rows[0]["prompt"], "cpu")
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(specdec.SEED)
+        runs.append(specdec.decode(target, draft, ids, 10, 3, temperature=1.0).tokens)
+    assert torch.equal(*runs)
+
+
+def test_decode_rejects_bad_input(pair):
+    target, draft, _ = pair
+    with pytest.raises(ValueError, match="gamma"):
+        specdec.decode(target, draft, torch.tensor([[1, 2]]), 4, 0)
+    with pytest.raises(ValueError, match="shape"):
+        specdec.decode(target, draft, torch.tensor([1, 2]), 4, 2)
+
+
+def test_decode_todo_lines_point_at_existing_code():
+    """Each TODO names the workbook code that answers it; every helpers.specdec name it cites must exist."""
+    source = (SUBMISSION / "specdec.py").read_text(encoding="utf-8")
+    assert len(re.findall(r"# TODO: ", source)) >= 5
+    for name in re.findall(r"helpers\.specdec\.(\w+)", source):
+        assert hasattr(helpers.specdec, name), name
+    code = Path(helpers.specdec.__file__).read_text(encoding="utf-8")
+    for fragment in ("for _ in range(round_gamma)", "target_cache.rollback", "draft_cache.rollback",
+                     "last_only=False", "accepted_per_round"):
+        assert fragment in code and fragment in source, fragment
+
+
+def test_specdec_main_runs_offline(capsys, rows):
+    figures = specdec.main(["--max-new-tokens", "6", "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert out.startswith(rows[0]["prompt"]) and "alpha=" in out
+    assert 1 <= len(figures["tokens"]) <= 6
+
+
+def test_unknown_model_tokenizer_refused():
+    with pytest.raises(ValueError, match="no tokenizer"):
+        specdec.load_models("cpu/Qwen3-0.6B", "cpu/Qwen3-0.6B", device="cpu")
+
+
+# --------------------------------------------------------------------------- benchmark.py
+
+def test_benchmark_small_run(pair, rows):
+    target, draft, tokenizer = pair
+    picked = [rows[0], rows[-1]]
+    report = benchmark.run_benchmark(target, draft, tokenizer, picked, gammas=(2, 3), max_new_tokens=8, verbose=False)
+    assert len(report["per_prompt"]) == 4
+    assert all(row["identical"] for row in report["per_prompt"])
+    for gamma in (2, 3):
+        total = report["total"][gamma]
+        assert total["prompts"] == 2 and total["identical"]
+        assert total["speedup"] == pytest.approx(total["ar_s"] / total["sd_s"])
+        assert 0.0 <= total["alpha"] <= 1.0
+        assert set(report["per_source"][gamma]) == {rows[0]["source"], rows[-1]["source"]}
+
+
+def test_benchmark_main_prints_json(tmp_path, capsys, rows):
+    small = tmp_path / "prompts.jsonl"
+    small.write_text(make_prompts.render_prompts(rows[:1]), encoding="utf-8")
+    benchmark.main(["--prompts", str(small), "--max-new-tokens", "4", "--device", "cpu"])
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert figures["total"]["3"]["identical"] is True
+
+
+# --------------------------------------------------------------------------- prompts.jsonl and long_prompt.txt
+
+def test_prompts_file(rows):
+    assert len(rows) == 20
+    assert len({row["id"] for row in rows}) == 20
+    sources = {row["source"] for row in rows}
+    assert len(sources) >= 4
+    assert sources == set(make_prompts.SOURCES)
+    for row in rows:
+        assert row["prompt"].strip() and len(row["prompt"]) <= make_prompts.MAX_PROMPT_CHARS
+        assert row["origin"]
+
+
+def test_manifest_matches_committed_files():
+    manifest = json.loads(make_prompts.MANIFEST_PATH.read_text(encoding="utf-8"))
+    prompts = make_prompts.PROMPTS_PATH.read_text(encoding="utf-8")
+    long_prompt = make_prompts.LONG_PROMPT_PATH.read_text(encoding="utf-8")
+    assert manifest["prompts_sha256"] == make_prompts._sha256(prompts)
+    assert manifest["long_prompt_sha256"] == make_prompts._sha256(long_prompt)
+    assert manifest["long_prompt_bytes"] == len(long_prompt.encode("utf-8")) < 200_000
+
+
+def test_long_prompt_token_count():
+    text = make_prompts.LONG_PROMPT_PATH.read_text(encoding="utf-8")
+    tokens = make_prompts.count_tokens(text)
+    assert LONG_PROMPT_TOKENS[0] <= tokens <= LONG_PROMPT_TOKENS[1]
+    manifest = json.loads(make_prompts.MANIFEST_PATH.read_text(encoding="utf-8"))
+    assert tokens == manifest["long_prompt_tokens_cpu_pair"]
+
+
+def _skip_unless_built_with_this_python():
+    manifest = json.loads(make_prompts.MANIFEST_PATH.read_text(encoding="utf-8"))
+    if manifest["python"] != platform.python_version():
+        pytest.skip(f"files built with Python {manifest['python']}; this is {platform.python_version()}, whose "
+                    "standard library text may differ")
+
+
+def test_long_prompt_is_the_start_of_notebook_03s_text():
+    from helpers.kv_sweep import prompt_text
+
+    _skip_unless_built_with_this_python()
+
+    text = make_prompts.LONG_PROMPT_PATH.read_text(encoding="utf-8")
+    assert prompt_text().startswith(text.rstrip("\n"))
+
+
+def test_long_prompt_exceeds_the_cpu_pair_context():
+    """The README says the long prompt is longer than the CPU pair's context window."""
+    manifest = json.loads(make_prompts.MANIFEST_PATH.read_text(encoding="utf-8"))
+    config = json.loads((ROOT / "data" / "cpu_pair" / "target" / "config.json").read_text(encoding="utf-8"))
+    assert manifest["long_prompt_tokens_cpu_pair"] > config["max_position_embeddings"]
+
+
+def test_readme_states_the_measured_token_count():
+    manifest = json.loads(make_prompts.MANIFEST_PATH.read_text(encoding="utf-8"))
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Handing in the homework"):]
+    assert f"{manifest['long_prompt_tokens_cpu_pair']:,}" in section
+
+
+def test_prompts_match_a_fresh_build():
+    """make_prompts.py rebuilds the committed files byte for byte (with the Python that built them)."""
+    _skip_unless_built_with_this_python()
+    assert make_prompts.check() == []
+
+
+def test_prompt_pickers_on_small_documents():
+    code = "def f(a, b):\n" + "".join(f"    x{i} = a + b * {i}  # step {i} of the computation\n" for i in range(16))
+    docs = [("pkg/mod.py", code), ("pkg/test/test_mod.py", code.replace("def f", "def test_f"))]
+    assert make_prompts._pick_code(*docs[0])[1].startswith("def f(a, b):\n")
+    assert make_prompts._pick_test(*docs[1])[1].startswith("def test_f")
+    assert make_prompts._pick_docstring(*docs[0]) is None  # no docstring
+    table = "table = (\n" + "".join(f"    '\\x{i:02x}'   #  0x{i:02x} -> CHARACTER {i}\n" for i in range(200)) + ")\n"
+    line, prompt = make_prompts._pick_data("codec.py", table)
+    assert line == 2 + 100 and prompt.count("\n") >= 8
+
+
+# --------------------------------------------------------------------------- kv-cache-implementation.py
+
+def _load_kv_file():
+    spec = importlib.util.spec_from_file_location("kv_cache_file_under_test", SUBMISSION / "kv-cache-implementation.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_kv_file_todo_lines_and_importable_twin():
+    source = (SUBMISSION / "kv-cache-implementation.py").read_text(encoding="utf-8")
+    assert len(re.findall(r"# TODO: ", source)) >= 5
+    for name in re.findall(r"helpers\.kv_cache\.(\w+)", source):
+        assert hasattr(helpers.kv_cache, name), name
+    from submission import kv_cache_implementation as twin
+
+    assert twin.generate.__doc__ == _load_kv_file().generate.__doc__
+
+
+def test_kv_file_cached_equals_uncached_and_workbook(rows):
+    kv = _load_kv_file()
+    model, tokenizer = kv.load(device="cpu")
+    ids = tokenizer([rows[0]["prompt"]] * 2, return_tensors="pt")["input_ids"]
+    out = kv.compare(model, ids, 10)
+    assert out["identical"] and out["cached"].shape == (2, 10)
+    assert torch.equal(out["cached"], helpers.kv_cache.generate(model, ids, 10))
+
+
+def test_kv_file_script_runs_offline():
+    """Run as a file (python submission/kv-cache-implementation.py), as the README says: finds the repository."""
+    out = subprocess.run([sys.executable, str(SUBMISSION / "kv-cache-implementation.py"), "--max-new-tokens", "6",
+                          "--device", "cpu"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "identical tokens: True" in out.stdout
