@@ -1,12 +1,14 @@
 """The workbook's prompt set, ``data/prompts.jsonl``: one JSON object per line.
 
 Fields: ``id`` (unique), ``profile`` ("gpu": the handout's heterogeneous requests — chat, code, math,
-summarisation, translation, QA; "cpu": text the CPU pair can continue — Python code, tests, docstrings,
-comments and documentation prose), ``source`` (the kind of request, for per-source breakdowns) and ``prompt``.
+summarisation, translation, QA; "cpu": text the CPU pair never trained on, built by :func:`build_cpu_prompts` —
+library code, docstrings, prose documentation and generated repetitive data), ``source`` (the kind of request, for
+per-source breakdowns) and ``prompt``; CPU rows also name their ``document``.
 """
 from __future__ import annotations
 
 import json
+import re
 
 from .paths import DATA_DIR
 
@@ -31,3 +33,199 @@ def load_prompts(profile: str | None = None, source: str | None = None, path=PRO
         raise ValueError(f"no prompts for profile {profile!r}; profiles in {path.name}: {sorted(profiles)}")
     return [row for row in rows
             if (profile is None or row["profile"] == profile) and (source is None or row["source"] == source)]
+
+
+# --------------------------------------------------------------------------------------- the CPU prompt set
+
+# The CPU profile's prompts are built from text the CPU pair never trained on, so that an acceptance rate measured
+# on them is not measured on training text. Four sources that differ in kind, PER_SOURCE prompts each, with prompt
+# lengths cycling through CPU_PROMPT_CHARS (heterogeneous request lengths, up to about 200 tokens: the pair was
+# trained on 256-token windows). ``python -m helpers.prompts`` rewrites the "cpu" lines of data/prompts.jsonl.
+CPU_SOURCES = ("code", "docstring", "prose", "data")
+PER_SOURCE = 12
+CPU_PROMPT_CHARS = (32, 128, 320, 640)
+# prose documentation outside the training corpus (which holds *.py files and pydoc_data.topics only)
+_PROSE_FILES = ("email/architecture.rst",)
+_SKIP_PARTS = ("test", "tests", "idle_test", "idlelib", "turtledemo", "tkinter", "encodings")  # not code of a module
+
+
+def heldout_documents() -> dict[str, str]:
+    """Name -> text of the CPU pair's held-out documents: its training script's own split
+    (:func:`helpers.train_cpu_pair.load_corpus`, one document in 20 by a hash of its name)."""
+    from helpers.train_cpu_pair import load_corpus
+
+    corpus = load_corpus()
+    return dict(zip(corpus.heldout_names, corpus.heldout))
+
+
+def _cut(text: str, budget: int, at: str = "\n") -> str:
+    """The longest prefix of ``text`` no longer than ``budget`` that ends at ``at`` (a line end or a space);
+    at least the first piece, so a prompt is never empty."""
+    if len(text) <= budget:
+        return text
+    end = text.rfind(at, 0, budget + 1)
+    if end <= 0:
+        end = text.find(at)
+        end = len(text) if end < 0 else end
+    return text[: end + (1 if at == "\n" else 0)]
+
+
+def _module_docs(documents: dict[str, str]) -> list[tuple[str, str]]:
+    """Held-out library modules (no tests, demos, GUI or codec tables), in name order."""
+    return [(name, text) for name, text in sorted(documents.items())
+            if name.endswith(".py") and not any(part in _SKIP_PARTS or part.startswith("test_")
+                                                for part in name.split("/"))]
+
+
+def _functions(text: str):
+    import ast
+
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return []
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                 ast.ClassDef))]
+
+
+def _code_prompts(documents, count: int) -> list[tuple[str, str]]:
+    """One function per module in turn (round-robin over modules, longest body first): its source without
+    the docstring, from the ``def`` line."""
+    import ast
+
+    per_module = []
+    for name, text in _module_docs(documents):
+        lines = text.splitlines(keepends=True)
+        candidates = []
+        for node in _functions(text):
+            if isinstance(node, ast.ClassDef) or node.end_lineno - node.lineno < 6:
+                continue
+            doc = node.body[0] if (node.body and isinstance(node.body[0], ast.Expr)
+                                   and isinstance(getattr(node.body[0], "value", None), ast.Constant)
+                                   and isinstance(node.body[0].value.value, str)) else None
+            skip = set(range(doc.lineno, doc.end_lineno + 1)) if doc else set()
+            body = [lines[i - 1] for i in range(node.lineno, node.end_lineno + 1) if i not in skip]
+            indent = len(body[0]) - len(body[0].lstrip())
+            candidates.append((-len(body), node.lineno, "".join(line[indent:] if line.strip() else line for line in body)))
+        per_module.append((name, [source for *_, source in sorted(candidates)]))
+    return _round_robin(per_module, count)
+
+
+def _docstring_prompts(documents, count: int) -> list[tuple[str, str]]:
+    """Functions and classes with a docstring of several lines, modules in reverse name order (so that they
+    are mostly other modules than the code prompts'): (signature down to the opening quotes, docstring text)."""
+    import ast
+
+    per_module = []
+    for name, text in reversed(_module_docs(documents)):
+        lines = text.splitlines(keepends=True)
+        candidates = []
+        for node in _functions(text):
+            docstring = ast.get_docstring(node, clean=False)
+            if not docstring or docstring.count("\n") < 3:
+                continue
+            doc = node.body[0]
+            source = "".join(lines[node.lineno - 1: doc.end_lineno])
+            indent = len(source) - len(source.lstrip())
+            source = "".join(line[indent:] if line.strip() else line for line in source.splitlines(keepends=True))
+            quote = re.search(r'[rbuRBU]?("""|\'\'\')', source)
+            if quote is None:
+                continue
+            candidates.append((node.lineno, (source[: quote.end()], source[quote.end():])))
+        per_module.append((name, [parts for _, parts in sorted(candidates)]))
+    return _round_robin(per_module, count)
+
+
+def _prose_prompts(documents, count: int) -> list[tuple[str, str]]:
+    """Held-out pydoc topics, then paragraphs of the standard library's prose documentation files."""
+    import sysconfig
+    from pathlib import Path
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    per_doc = [(name, [text.strip() + "\n"]) for name, text in sorted(documents.items())
+               if name.startswith("pydoc_data.topics/")]
+    for relative in _PROSE_FILES:
+        text = (stdlib / relative).read_text(encoding="utf-8")
+        paragraphs = [p.strip() + "\n" for p in text.split("\n\n") if len(p.strip()) >= 200 and p.strip()[0].isalpha()]
+        per_doc.append((relative, paragraphs))
+    return _round_robin(per_doc, count, each=None)
+
+
+def _data_prompts(count: int) -> list[tuple[str, str]]:
+    """Repetitive data: CSV tables and server logs, generated with fixed seeds (random.Random is stable)."""
+    import random
+
+    cities = ["Berlin", "Lisbon", "Oslo", "Madrid", "Vienna", "Dublin", "Prague", "Warsaw"]
+    paths = ["/", "/index.html", "/api/v1/items", "/api/v1/users", "/static/app.js", "/login", "/health"]
+    out = []
+    for index in range(count):
+        rng = random.Random(index)
+        if index % 2 == 0:
+            lines = ["date,city,temperature_c,humidity_pct,wind_kmh\n"]
+            for day in range(1, 60):
+                lines.append(f"2023-{1 + index % 12:02d}-{day % 28 + 1:02d},{rng.choice(cities)},"
+                             f"{rng.uniform(-5, 30):.1f},{rng.randint(30, 95)},{rng.randint(0, 40)}\n")
+            out.append((f"generated/weather-{index}.csv", "".join(lines)))
+        else:
+            lines, second = [], 0
+            for _ in range(60):
+                second += rng.randint(0, 4)
+                status = rng.choice([200, 200, 200, 200, 304, 404, 500])
+                level = "ERROR" if status == 500 else "WARNING" if status == 404 else "INFO"
+                lines.append(f"2023-05-{1 + index:02d} 12:{second // 60:02d}:{second % 60:02d},{rng.randint(0, 999):03d} "
+                             f"{level} http.server: 10.0.{rng.randint(0, 9)}.{rng.randint(1, 254)} "
+                             f"\"GET {rng.choice(paths)} HTTP/1.1\" {status} {rng.randint(200, 9000)}\n")
+            out.append((f"generated/server-{index}.log", "".join(lines)))
+    return out
+
+
+def _round_robin(groups: list[tuple[str, list[str]]], count: int, each: int | None = 1) -> list[tuple[str, str]]:
+    """``count`` (document, text) pairs taken one document at a time, in turn (at most ``each`` per document
+    while other documents still have some; None: no limit)."""
+    picked, depth = [], 0
+    while len(picked) < count:
+        took = False
+        for name, texts in groups:
+            if depth < len(texts) and len(picked) < count and (each is None or depth < each or not took):
+                picked.append((name, texts[depth]))
+                took = True
+        if not any(depth < len(texts) for _, texts in groups):
+            raise ValueError(f"only {len(picked)} candidate prompts, {count} wanted")
+        depth += 1
+    return picked
+
+
+def build_cpu_prompts(per_source: int = PER_SOURCE) -> list[dict]:
+    """The CPU profile's prompt rows (``id``, ``profile``, ``source``, ``document``, ``prompt``): ``per_source``
+    prompts of each of :data:`CPU_SOURCES`, the i-th of a source cut to ``CPU_PROMPT_CHARS[i % 4]`` characters
+    (at a line end; at a word for prose)."""
+    documents = heldout_documents()
+    candidates = {"code": _code_prompts(documents, per_source), "docstring": _docstring_prompts(documents, per_source),
+                  "prose": _prose_prompts(documents, per_source), "data": _data_prompts(per_source)}
+    rows = []
+    for source in CPU_SOURCES:
+        for index, (document, text) in enumerate(candidates[source]):
+            budget = CPU_PROMPT_CHARS[index % len(CPU_PROMPT_CHARS)]
+            if source == "docstring":  # the signature, then the docstring's opening (at most 2/3 of it)
+                head, docstring = text
+                prompt = head + _cut(docstring, min(budget, 2 * len(docstring) // 3), at=" ")
+            else:
+                prompt = _cut(text, budget, at=" " if source == "prose" else "\n")
+            rows.append({"id": f"cpu-{source}-{index + 1}", "profile": "cpu", "source": source, "document": document,
+                         "prompt": prompt})
+    return rows
+
+
+def write_cpu_prompts(path=PROMPTS_PATH) -> list[dict]:
+    """Replace the "cpu" rows of ``path`` with :func:`build_cpu_prompts` (other profiles' rows are kept)."""
+    kept = [row for row in load_prompts(path=path) if row["profile"] != "cpu"]
+    rows = build_cpu_prompts() + kept
+    with open(path, "w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return rows
+
+
+if __name__ == "__main__":
+    written = write_cpu_prompts()
+    print(f"wrote {sum(r['profile'] == 'cpu' for r in written)} cpu prompts to {PROMPTS_PATH}")

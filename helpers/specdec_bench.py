@@ -23,12 +23,15 @@ integer ``gamma``). Columns, besides the metadata of ``run_metadata`` (device_na
 - peer: ``assisted_time_s``, ``assisted_tokens_per_s`` (transformers' assisted generation with
   ``num_assistant_tokens = gamma``, constant), ``assisted_identical_to_ar``, ``speedup_vs_assisted``,
   ``assisted_default_tokens_per_s`` (its default adaptive schedule; the same in every row of a pair);
-  null when the peer was not run;
+  null (absent) when the peer was not run at that gamma (``measure_pair(peer_gammas=...)``);
+- ``handout_gamma`` (written by notebook 07): gamma is one of the handout's {2, 3, 5, 7} (the rows of its
+  Table 1, among which §4.5 picks the best and worst configurations);
 - Eq. 5 terms measured on the device (:func:`helpers.specdec_costs.measure_costs`): ``T_T_s``, ``T_D_s``,
   ``c`` = T_D/T_T, ``T_V_s`` and ``verify_ratio`` = T_V(gamma)/T_T;
 - ``per_prompt``: a list with one dict per prompt (``prompt_id``, ``source``, ``prompt_tokens``,
   ``new_tokens``, ``ar_time_s``, ``time_s``, ``assisted_time_s``, ``accepted``, ``rejections``, ``rounds``,
-  ``identical_to_ar``) for per-source breakdowns.
+  ``identical_to_ar``) for per-source breakdowns (:func:`source_breakdown`). Notebook 07 stores a row of the same
+  shape for the best configuration on the per-source prompt set in ``07_speculative_decoding_by_source.jsonl``.
 
 :func:`measure_pair` itself returns one row per method x gamma x prompt (``method`` "ar", "sd" or "assisted";
 ``gamma`` null for ar and for assisted's default schedule); :func:`summarise` aggregates those per
@@ -139,13 +142,14 @@ def _row(case: dict, method: str, gamma, times: list[float], tokens: torch.Tenso
 
 def measure_pair(target, draft, cases: list[dict], gammas, max_new_tokens: int, *, repeats: int = 1,
                  temperature: float = 0.0, seed: int = 42, peer: bool = True, peer_default: bool = True,
-                 eos_token_id=None, progress: bool = False) -> list[dict]:
+                 peer_gammas=None, eos_token_id=None, progress: bool = False) -> list[dict]:
     """AR, speculative decoding per gamma and (``peer``) assisted generation, prompt by prompt.
 
     For each prompt the methods run one after another, ``repeats`` times, so a slow phase of a shared machine
     hits all of them alike; the fastest run of each is kept. Every speculative or assisted run uses the same
     seed as the AR run (``seed``: private generators for ours, ``torch.manual_seed`` for transformers').
-    One untimed warm-up of every method precedes the first prompt.
+    One untimed warm-up of every method precedes the first prompt. ``peer_gammas``: the gammas of the peer
+    (default: ``gammas``).
     """
     from tqdm.auto import tqdm
 
@@ -153,7 +157,8 @@ def measure_pair(target, draft, cases: list[dict], gammas, max_new_tokens: int, 
     gammas = [int(g) for g in gammas]
     methods = [("ar", None)] + [("sd", g) for g in gammas]
     if peer:
-        methods += [("assisted", g) for g in gammas] + ([("assisted", None)] if peer_default else [])
+        methods += [("assisted", int(g)) for g in (gammas if peer_gammas is None else peer_gammas)]
+        methods += [("assisted", None)] if peer_default else []
 
     def call(method, gamma, ids, tokens=max_new_tokens):
         if method == "ar":
@@ -289,6 +294,95 @@ def gamma_rows(rows: list[dict], costs: dict | None = None) -> list[dict]:
             for pid in sd.index]
         out.append(row)
     return out
+
+
+# ------------------------------------------------------------------------------------- statistics per source
+
+
+def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion. For alpha it treats every acceptance test as
+    independent, which tokens of one prompt are not (easy tokens come in runs): too narrow for alpha, shown
+    next to the bootstrap over prompts to make that point."""
+    if trials <= 0 or not 0 <= successes <= trials:
+        raise ValueError(f"need 0 <= successes <= trials and trials > 0, got {successes}/{trials}")
+    p = successes / trials
+    denominator = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denominator
+    half = z * (p * (1 - p) / trials + z * z / (4 * trials * trials)) ** 0.5 / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def bootstrap_ratio_interval(numerators, denominators, *, level: float = 0.95, resamples: int = 2000,
+                             seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of sum(numerators) / sum(denominators), resampling whole prompts (the
+    per-prompt pairs) with replacement: the unit that varies independently is the prompt, not the token.
+    Deterministic for a given ``seed``."""
+    import numpy as np
+
+    num, den = np.asarray(numerators, dtype=float), np.asarray(denominators, dtype=float)
+    if num.shape != den.shape or num.ndim != 1 or len(num) < 2:
+        raise ValueError(f"need two equal-length 1-D sequences of at least 2 prompts, got {num.shape} and {den.shape}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    index = np.random.default_rng(seed).integers(0, len(num), size=(resamples, len(num)))
+    sums_num, sums_den = num[index].sum(axis=1), den[index].sum(axis=1)
+    ratios = sums_num[sums_den > 0] / sums_den[sums_den > 0]
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(ratios, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def source_breakdown(per_prompt, *, level: float = 0.95, resamples: int = 2000, seed: int = 0):
+    """Per source of a configuration's ``per_prompt`` list (see the module docstring): prompts, pooled alpha
+    with a bootstrap interval over prompts (and the narrower Wilson interval over acceptance tests), tokens
+    per round, the speedup (summed AR time / summed speculative time) with a bootstrap interval over prompts,
+    and the spread of the per-prompt speedups (min, median, max). Sorted by speedup, fastest first."""
+    import pandas as pd
+
+    frame = pd.DataFrame(list(per_prompt))
+    if frame.empty:
+        raise ValueError("per_prompt is empty")
+    out = []
+    for source, group in frame.groupby("source", sort=True):
+        tested = group["accepted"] + group["rejections"]
+        accepted, total = int(group["accepted"].sum()), int(tested.sum())
+        per_prompt_speedup = group["ar_time_s"] / group["time_s"]
+        row = {"source": source, "prompts": len(group), "alpha": accepted / total if total else float("nan"),
+               "tokens_per_round": group["new_tokens"].sum() / group["rounds"].sum(),
+               "speedup": group["ar_time_s"].sum() / group["time_s"].sum(),
+               "speedup_min": float(per_prompt_speedup.min()), "speedup_median": float(per_prompt_speedup.median()),
+               "speedup_max": float(per_prompt_speedup.max())}
+        row["alpha_wilson_low"], row["alpha_wilson_high"] = wilson_interval(accepted, total) if total else (
+            float("nan"), float("nan"))
+        if len(group) >= 2:
+            row["alpha_low"], row["alpha_high"] = bootstrap_ratio_interval(
+                group["accepted"], tested, level=level, resamples=resamples, seed=seed)
+            row["speedup_low"], row["speedup_high"] = bootstrap_ratio_interval(
+                group["ar_time_s"], group["time_s"], level=level, resamples=resamples, seed=seed)
+        else:
+            row.update(alpha_low=float("nan"), alpha_high=float("nan"), speedup_low=float("nan"),
+                       speedup_high=float("nan"))
+        out.append(row)
+    return pd.DataFrame(out).set_index("source").sort_values("speedup", ascending=False)
+
+
+def alpha_for_speedup(speedup: float, gamma: int, draft_ratio: float, verify_ratio: float) -> float:
+    """The alpha at which Eq. 5 predicts ``speedup`` at this ``gamma``, cost ratio c and T_V/T_T (Eq. 5 rises
+    monotonically with alpha); nan when even alpha = 1 falls short. Bisection to 1e-6."""
+    from helpers.specdec_model import predicted_speedup
+
+    def at(alpha):
+        return float(predicted_speedup(gamma, alpha, draft_ratio, verify_ratio))
+
+    if at(1.0) < speedup:
+        return float("nan")
+    if at(0.0) >= speedup:
+        return 0.0
+    low, high = 0.0, 1.0
+    while high - low > 1e-6:
+        middle = (low + high) / 2
+        low, high = (middle, high) if at(middle) < speedup else (low, middle)
+    return high
 
 
 # ------------------------------------------------------------------------------------------------ benchmark

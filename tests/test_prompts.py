@@ -1,7 +1,10 @@
-"""data/prompts.jsonl: enough prompts per profile, several sources, strongly varied lengths."""
+"""data/prompts.jsonl: enough prompts per profile, several sources, strongly varied lengths; the CPU prompts
+come from text the CPU pair never trained on and are rebuilt by helpers.prompts.build_cpu_prompts."""
+import platform
+
 import pytest
 
-from helpers.prompts import load_prompts
+from helpers.prompts import CPU_SOURCES, PER_SOURCE, build_cpu_prompts, load_prompts
 
 
 @pytest.mark.parametrize("profile", ["cpu", "gpu"])
@@ -24,3 +27,27 @@ def test_ids_unique_and_sources_filter():
 def test_unknown_profile_is_a_clear_error():
     with pytest.raises(ValueError, match="profiles in"):
         load_prompts("tpu")
+
+
+def test_cpu_prompts_cover_four_kinds_with_enough_prompts_each_from_heldout_text():
+    from helpers.train_cpu_pair import _is_heldout
+
+    prompts = load_prompts("cpu")
+    assert tuple(dict.fromkeys(p["source"] for p in prompts)) == CPU_SOURCES
+    for source in CPU_SOURCES:
+        assert sum(p["source"] == source for p in prompts) == PER_SOURCE >= 10
+    for p in prompts:
+        document = p["document"]
+        # the training corpus is *.py files and pydoc topics: those must be held out by the training split;
+        # anything else (a .rst file, generated data) was never in it
+        if document.endswith(".py") or document.startswith("pydoc_data.topics/"):
+            assert _is_heldout(document), document
+        else:
+            assert document.endswith(".rst") or document.startswith("generated/"), document
+    assert len({p["document"] for p in prompts if p["source"] == "code"}) == PER_SOURCE  # one module each
+
+
+@pytest.mark.skipif(platform.python_version() != "3.11.7", reason="the committed prompts come from Python 3.11.7's library")
+def test_committed_cpu_prompts_are_rebuilt_exactly():
+    assert build_cpu_prompts() == [{k: p[k] for k in ("id", "profile", "source", "document", "prompt")}
+                                   for p in load_prompts("cpu")]

@@ -93,3 +93,70 @@ def test_benchmark_table_and_headline(rows, capsys):
         float(predicted_speedup(gamma, figures["alpha"], figures["c_round"], costs["T_V"][gamma] / 2.0)))
     assert figures["eq5_round_predicted_speedup"] < figures["eq5_predicted_speedup"]  # a dearer draft predicts less
     assert all(r["runtime"] == "minimal" for r in rows if r["method"] != "assisted")
+
+
+def test_peer_gammas_limit_the_peer(pair, cases):
+    rows = measure_pair(*pair, cases[:1], [2, 3], 6, peer_gammas=[2], peer_default=False)
+    assert {(r["method"], r["gamma"]) for r in rows} == {("ar", None), ("sd", 2), ("sd", 3), ("assisted", 2)}
+    by_gamma = {r["gamma"]: r for r in gamma_rows(rows)}
+    assert "assisted_tokens_per_s" in by_gamma[2] and "assisted_tokens_per_s" not in by_gamma[3]
+
+
+def test_wilson_interval_known_values():
+    from helpers.specdec_bench import wilson_interval
+
+    low, high = wilson_interval(8, 10)
+    assert low == pytest.approx(0.4902, abs=1e-4) and high == pytest.approx(0.9433, abs=1e-4)
+    assert wilson_interval(0, 5)[0] == 0.0 and wilson_interval(5, 5)[1] == 1.0
+    with pytest.raises(ValueError):
+        wilson_interval(3, 2)
+
+
+def test_bootstrap_ratio_interval_brackets_the_estimate_and_is_deterministic():
+    import numpy as np
+
+    from helpers.specdec_bench import bootstrap_ratio_interval
+
+    rng = np.random.default_rng(1)
+    den = rng.integers(10, 40, size=12)
+    num = np.round(den * rng.uniform(0.6, 0.9, size=12))
+    low, high = bootstrap_ratio_interval(num, den)
+    assert low < num.sum() / den.sum() < high
+    assert (low, high) == bootstrap_ratio_interval(num, den)
+    # identical prompts: no spread; more spread between prompts: a wider interval
+    assert bootstrap_ratio_interval([3, 3, 3], [4, 4, 4]) == pytest.approx((0.75, 0.75))
+    wide = bootstrap_ratio_interval(np.where(np.arange(12) % 2, den, 0), den)
+    assert wide[1] - wide[0] > high - low
+    with pytest.raises(ValueError):
+        bootstrap_ratio_interval([1], [2])
+
+
+def test_source_breakdown_pools_per_source():
+    from helpers.specdec_bench import source_breakdown
+
+    per_prompt = [
+        {"source": "a", "accepted": 9, "rejections": 1, "ar_time_s": 2.0, "time_s": 1.0, "new_tokens": 12, "rounds": 3},
+        {"source": "a", "accepted": 7, "rejections": 3, "ar_time_s": 2.0, "time_s": 2.0, "new_tokens": 12, "rounds": 5},
+        {"source": "b", "accepted": 1, "rejections": 4, "ar_time_s": 1.0, "time_s": 2.0, "new_tokens": 12, "rounds": 6},
+        {"source": "b", "accepted": 2, "rejections": 4, "ar_time_s": 1.0, "time_s": 1.0, "new_tokens": 12, "rounds": 6},
+    ]
+    table = source_breakdown(per_prompt)
+    assert list(table.index) == ["a", "b"]  # fastest first
+    assert table.loc["a", "alpha"] == pytest.approx(16 / 20) and table.loc["a", "speedup"] == pytest.approx(4 / 3)
+    assert table.loc["b", "speedup_min"] == 0.5 and table.loc["b", "speedup_max"] == 1.0
+    assert table.loc["a", "tokens_per_round"] == pytest.approx(24 / 8)
+    for source in "ab":
+        row = table.loc[source]
+        assert row["alpha_low"] <= row["alpha"] <= row["alpha_high"]
+        assert row["alpha_wilson_low"] <= row["alpha"] <= row["alpha_wilson_high"]
+        assert row["speedup_low"] <= row["speedup"] <= row["speedup_high"]
+
+
+def test_alpha_for_speedup_inverts_eq5():
+    from helpers.specdec_bench import alpha_for_speedup
+    from helpers.specdec_model import predicted_speedup
+
+    alpha = alpha_for_speedup(1.8, 5, 0.1, 1.3)
+    assert float(predicted_speedup(5, alpha, 0.1, 1.3)) == pytest.approx(1.8, abs=1e-4)
+    assert alpha_for_speedup(1.0, 3, 0.1, 1.2) < alpha
+    assert alpha_for_speedup(50.0, 3, 0.1, 1.2) != alpha_for_speedup(50.0, 3, 0.1, 1.2)  # nan: out of reach
