@@ -240,3 +240,36 @@ def fit_line(x, y) -> tuple[float, float]:
         raise ValueError("a line needs at least two distinct x values")
     slope, intercept = np.polyfit(x, y, 1)
     return float(intercept), float(slope)
+
+
+def matmul_weights(model) -> dict:
+    """Weights a decode step multiplies by, per token, grouped: ``{"attention": ..., "mlp": ..., "lm_head": ...}``
+    (every ``nn.Linear`` weight; embeddings are a lookup, not a multiply, and are left out)."""
+    groups = {"attention": 0, "mlp": 0, "lm_head": 0}
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            group = "lm_head" if name.endswith("lm_head") else "mlp" if ".mlp." in f".{name}." else "attention"
+            groups[group] += module.weight.numel()
+    return groups
+
+
+def matmul_time_share(fn, ops=("aten::mm", "aten::addmm", "aten::bmm")) -> float:
+    """Fraction of the CPU time of ``fn()`` spent in matrix-multiply kernels (``torch.profiler``, self time)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    if total <= 0:
+        raise ValueError("the profiler recorded no CPU time")
+    return sum(e.self_cpu_time_total for e in events if e.key in ops) / total
+
+
+def within(value: float, tolerance: float) -> float:
+    """The number to QUOTE for a float-rounding quantity (a max |difference|) that a check bounds by ``tolerance``:
+    the tolerance itself, after checking ``value <= tolerance``. The value below it changes with the thread count
+    and the BLAS build; quoting it would make generated report files differ between identical runs."""
+    if not value <= tolerance:
+        raise ValueError(f"{value:g} exceeds the tolerance {tolerance:g}")
+    return float(tolerance)

@@ -187,3 +187,25 @@ def test_fit_line():
     assert kv_sweep.fit_line([1, 2, 3], [3, 2, 1])[1] == pytest.approx(-1.0)
     with pytest.raises(ValueError, match="two distinct"):
         kv_sweep.fit_line([2, 2], [1, 2])
+
+
+def test_matmul_weights_and_time_share(tiny_hf):
+    groups = kv_sweep.matmul_weights(tiny_hf)
+    # per layer: q 32x32, k and v 32x16, o 32x32; mlp 3 x 32x64; lm_head 32x128
+    assert groups == {"attention": 2 * (2 * 32 * 32 + 2 * 32 * 16), "mlp": 2 * 3 * 32 * 64, "lm_head": 32 * 128}
+    share = kv_sweep.matmul_time_share(lambda: torch.randn(64, 64) @ torch.randn(64, 64))
+    assert 0 < share <= 1
+
+
+def test_within_quotes_the_tolerance_so_generated_numbers_are_byte_stable(tmp_path, monkeypatch):
+    """Regression: a max |difference| of 8.58e-6 on one run and 9.1e-6 on the next changed a generated file."""
+    from helpers import tables
+
+    monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
+    written = [tables.write_numbers("04_x", "unit", {"diff": kv_sweep.within(noise, 1e-4)}).read_text()
+               for noise in (8.58e-6, 9.1e-6, 0.0)]
+    assert written[0] == written[1] == written[2]
+    with pytest.raises(ValueError, match="exceeds"):
+        kv_sweep.within(2e-4, 1e-4)
+    with pytest.raises(ValueError, match="exceeds"):
+        kv_sweep.within(float("nan"), 1e-4)
