@@ -1,13 +1,18 @@
-"""Generation and forward-pass benchmarks of handout §1.3 and §4.2, with resume and OOM as results.
+"""Generation and forward-pass benchmarks of handout §1.3 and §4.2, with resume, real OOMs and a time cap.
 
 Inputs are random token ids of exactly the requested length (``torch.randint``), generation is forced to
-exactly the requested number of new tokens (``min_new_tokens = max_new_tokens``, greedy), every figure is
-a mean over ``repeats`` fresh batches after ``warmup`` untimed runs, timed with the host clock
-``time.time()`` after ``torch.cuda.synchronize()`` (the handout's instruction); forward passes can use
-CUDA events instead. Each finished configuration is one row in a :class:`~helpers.results.ResultStore`, so
-an interrupted sweep resumes where it stopped, and a configuration that does not fit — a real
-``torch.OutOfMemoryError`` on a GPU, or a predicted size over ``budget_bytes`` (how the CPU profile makes
-the OOM path testable) — is recorded with status "oom" instead of stopping the sweep.
+exactly the requested number of new tokens (``min_new_tokens = max_new_tokens``, greedy), every figure comes
+from ``repeats`` fresh batches after ``warmup`` untimed runs (mean, median, min and max are all recorded),
+timed with the host clock ``time.time()`` after ``torch.cuda.synchronize()`` (the handout's instruction);
+forward passes can use CUDA events instead. Each finished configuration is one row in a
+:class:`~helpers.results.ResultStore`, so an interrupted sweep resumes where it stopped.
+
+A configuration that does not fit is a result only when it really did not fit: a ``torch.OutOfMemoryError``
+(CUDA), or on the CPU a ``MemoryError`` / allocator ``RuntimeError`` saying memory could not be allocated,
+becomes a row with status "oom" and the sweep goes on. A *predicted* size
+(:func:`predicted_generation_bytes`) is only ever a labelled prediction, never an "oom" row. A sweep can also
+stop early at a time cap (:func:`run_capped_generation_sweep`): the configurations after the first one whose
+median batch takes longer than the cap are returned as "not run" rows, which are never stored.
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from typing import Iterable
 import torch
 
 from . import memory
-from .results import ResultStore, check_memory_budget
+from .results import MemoryBudgetExceeded, ResultStore
 from .timing import measure
 
 
@@ -41,13 +46,18 @@ def generate_exact(model, input_ids: torch.Tensor, new_tokens: int) -> torch.Ten
     return out
 
 
+STATUS_NOT_RUN = "not run"  # a configuration past a profile's time cap: never measured, never stored
+
+
 def predicted_generation_bytes(config, batch_size: int, input_len: int, new_tokens: int,
                                bytes_per_elem: int) -> int:
-    """An estimate of peak memory for one ``generate`` call: weights + full KV cache + prefill working set.
+    """A *prediction* of peak memory for one ``generate`` call: weights + full KV cache + prefill working set.
 
     The prefill working set counts the residual stream and attention projections (about 4 x hidden) and the
-    MLP's gate, up and product (3 x intermediate) for every prompt token, plus float32 logits for the last
-    position. It is what the CPU profile's memory budget compares against; on a GPU, real OOMs are caught.
+    MLP's gate, up and product (3 x intermediate) for every prompt token of one layer, plus float32 logits for
+    the last position. It ignores framework overhead and attention scores (flash / memory-efficient attention
+    does not materialise them). Use it to say which configurations a GPU is *expected* not to fit; an "oom"
+    row only ever comes from a real out-of-memory error.
     """
     weights = memory.param_count(config) * bytes_per_elem
     kv = memory.kv_cache_bytes(config, input_len + new_tokens, batch_size, bytes_per_elem)
@@ -56,20 +66,39 @@ def predicted_generation_bytes(config, batch_size: int, input_len: int, new_toke
     return weights + kv + prefill + logits
 
 
-def predicted_forward_bytes(config, batch_size: int, seq_len: int, bytes_per_elem: int) -> int:
-    """Peak-memory estimate for one forward pass without a cache (weights, working set, all logits)."""
-    weights = memory.param_count(config) * bytes_per_elem
-    work = batch_size * seq_len * (4 * config.hidden_size + 3 * config.intermediate_size) * bytes_per_elem
-    logits = batch_size * seq_len * config.vocab_size * 4
-    return weights + work + logits
+def is_real_oom(error: BaseException) -> bool:
+    """True only for a real out-of-memory error: CUDA's, or the CPU allocator's (``MemoryError`` or a
+    ``RuntimeError`` saying it could not allocate). A budget check (``MemoryBudgetExceeded``) is not one."""
+    if isinstance(error, MemoryBudgetExceeded):
+        return False
+    if isinstance(error, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and any(
+        phrase in text for phrase in ("out of memory", "can't allocate memory", "cannot allocate memory",
+                                      "failed to allocate"))
+
+
+def _real_oom_only(fn):
+    """Call ``fn``; a real OOM is re-raised as ``torch.OutOfMemoryError`` (what the store records as "oom"),
+    anything else — a budget check included — propagates unchanged and stops the sweep."""
+    try:
+        return fn()
+    except MemoryBudgetExceeded as error:
+        raise RuntimeError(f"a memory budget is not an out-of-memory error: {error}") from error
+    except Exception as error:  # noqa: BLE001 - classified, then re-raised
+        if is_real_oom(error) and not isinstance(error, torch.OutOfMemoryError):
+            raise torch.OutOfMemoryError(f"{type(error).__name__}: {error}") from error
+        raise
 
 
 def measure_generation(model, *, batch_size: int, input_len: int, new_tokens: int, warmup: int = 2,
                        repeats: int = 10, device="cpu", seed: int = 0) -> dict:
-    """Mean wall-clock time of ``generate`` over ``repeats`` fresh random batches, and throughput.
+    """Wall-clock time of ``generate`` over ``repeats`` fresh random batches (mean, median, min, max, samples).
 
-    ``throughput_tok_s`` counts generated tokens (batch x new tokens) per second, the handout's token
-    throughput; ``total_tok_s`` also counts the prompt tokens processed.
+    ``throughput_tok_s`` counts generated tokens (batch x new tokens) per second of the mean time, the
+    handout's token throughput; ``throughput_tok_s_median`` uses the median time instead; ``total_tok_s``
+    also counts the prompt tokens processed.
     """
     generator = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
@@ -81,7 +110,10 @@ def measure_generation(model, *, batch_size: int, input_len: int, new_tokens: in
     timing = measure(one_batch, warmup=warmup, repeats=repeats, device=device, clock=time.time)
     return {
         **timing.as_dict("time_s"),
+        "time_s_min": min(timing.samples),
+        "time_s_max": max(timing.samples),
         "throughput_tok_s": batch_size * new_tokens / timing.mean,
+        "throughput_tok_s_median": batch_size * new_tokens / timing.median,
         "total_tok_s": batch_size * (input_len + new_tokens) / timing.mean,
         "ms_per_step": 1000 * timing.mean / new_tokens,
     }
@@ -114,56 +146,110 @@ def _progress(items: list, progress: bool, desc: str):
     return tqdm(items, desc=desc)
 
 
+def _measure_config(store: ResultStore, model, config: dict, *, meta: dict, warmup: int, repeats: int, device,
+                    rerun: bool) -> dict:
+    def fn():
+        return _real_oom_only(lambda: measure_generation(
+            model, batch_size=config["batch_size"], input_len=config["input_len"], new_tokens=config["new_tokens"],
+            warmup=warmup, repeats=repeats, device=device))
+    return store.run(config, fn, meta=meta, rerun=rerun)
+
+
 def run_generation_sweep(store: ResultStore, model, configs: Iterable[dict], *, meta: dict, warmup: int,
-                         repeats: int, device="cpu", budget_bytes: int | None = None, progress: bool = True,
-                         desc: str = "configs", rerun: bool = False) -> list[dict]:
+                         repeats: int, device="cpu", progress: bool = True, desc: str = "configs",
+                         rerun: bool = False) -> list[dict]:
     """Measure each config (keys ``batch_size``, ``input_len``, ``new_tokens`` plus labels) unless stored.
 
-    A config predicted over ``budget_bytes`` raises ``MemoryBudgetExceeded`` and becomes an "oom" row,
-    like a real CUDA OOM. ``rerun=True`` measures again what is already stored. Returns the rows in
-    ``configs`` order (stored or new).
+    A real out-of-memory error (:func:`is_real_oom`) becomes an "oom" row; any other error stops the sweep.
+    ``rerun=True`` measures again what is already stored. Returns the rows in ``configs`` order.
+    """
+    return [_measure_config(store, model, config, meta=meta, warmup=warmup, repeats=repeats, device=device,
+                            rerun=rerun)
+            for config in _progress(list(configs), progress, desc)]
+
+
+def over_time_cap(row: dict, max_seconds_per_batch: float | None) -> bool:
+    """True when a measured row's median batch took longer than the cap (``None`` or <= 0: no cap)."""
+    if not max_seconds_per_batch or max_seconds_per_batch <= 0 or row.get("status") != "ok":
+        return False
+    return row["time_s_median"] > max_seconds_per_batch
+
+
+def not_run_row(config: dict, reason: str) -> dict:
+    """The row a table shows for a configuration this profile did not measure (never stored)."""
+    return {**config, "status": STATUS_NOT_RUN, "reason": reason}
+
+
+def run_capped_generation_sweep(store: ResultStore, model, configs: Iterable[dict], *, meta: dict, warmup: int,
+                                repeats: int, max_seconds_per_batch: float | None, device="cpu",
+                                progress: bool = True, desc: str = "configs", rerun: bool = False) -> list[dict]:
+    """:func:`run_generation_sweep` over configs in increasing cost that stops at a time cap.
+
+    The first configuration whose median batch takes longer than ``max_seconds_per_batch`` is measured and
+    kept; every later one is returned as a "not run" row (:func:`not_run_row`, status ``STATUS_NOT_RUN``)
+    without being measured or stored, so the cutoff adapts to the machine. ``None`` or 0 means no cap.
     """
     configs = list(configs)
-    dtype_bytes = next(model.parameters()).element_size()
     rows = []
-    for config in _progress(configs, progress, desc):
-        def fn(config=config):
-            need = predicted_generation_bytes(model.config, config["batch_size"], config["input_len"],
-                                              config["new_tokens"], dtype_bytes)
-            check_memory_budget(need, budget_bytes, f"batch {config['batch_size']}, input {config['input_len']}, "
-                                                    f"{config['new_tokens']} new tokens")
-            return measure_generation(model, batch_size=config["batch_size"], input_len=config["input_len"],
-                                      new_tokens=config["new_tokens"], warmup=warmup, repeats=repeats, device=device)
-        rows.append(store.run(config, fn, meta=meta, rerun=rerun))
+    bar = _progress(configs, progress, desc)
+    for i, config in enumerate(bar):
+        row = _measure_config(store, model, config, meta=meta, warmup=warmup, repeats=repeats, device=device,
+                              rerun=rerun)
+        rows.append(row)
+        if over_time_cap(row, max_seconds_per_batch):
+            reason = (f"over the time cap: the median batch of the last measured configuration took "
+                      f"{row['time_s_median']:.3g} s (median) > {max_seconds_per_batch:g} s")
+            rows += [not_run_row(later, reason) for later in configs[i + 1:]]
+            if progress and hasattr(bar, "close"):
+                bar.close()
+            break
     return rows
 
 
 def run_forward_sweep(store: ResultStore, model, configs: Iterable[dict], *, meta: dict, warmup: int, repeats: int,
-                      device="cpu", cuda_events: bool = False, budget_bytes: int | None = None,
+                      device="cpu", cuda_events: bool = False, budget_bytes: None = None,
                       progress: bool = True, desc: str = "batch sizes", rerun: bool = False) -> list[dict]:
-    """Like :func:`run_generation_sweep` for single forward passes (keys ``batch_size``, ``seq_len``)."""
-    configs = list(configs)
-    dtype_bytes = next(model.parameters()).element_size()
+    """Like :func:`run_generation_sweep` for single forward passes (keys ``batch_size``, ``seq_len``).
+
+    ``budget_bytes`` is accepted for existing callers but must be ``None``: a predicted size is never
+    recorded as an out-of-memory result; only a real OOM is.
+    """
+    if budget_bytes:
+        raise ValueError("budget_bytes is no longer supported: a predicted size is not an out-of-memory error "
+                         "(only a real OOM becomes an 'oom' row); pass None")
     rows = []
-    for config in _progress(configs, progress, desc):
+    for config in _progress(list(configs), progress, desc):
         def fn(config=config):
-            need = predicted_forward_bytes(model.config, config["batch_size"], config["seq_len"], dtype_bytes)
-            check_memory_budget(need, budget_bytes, f"batch {config['batch_size']} x {config['seq_len']} tokens")
-            return measure_forward(model, batch_size=config["batch_size"], seq_len=config["seq_len"], warmup=warmup,
-                                   repeats=repeats, device=device, cuda_events=cuda_events)
+            return _real_oom_only(lambda: measure_forward(
+                model, batch_size=config["batch_size"], seq_len=config["seq_len"], warmup=warmup,
+                repeats=repeats, device=device, cuda_events=cuda_events))
         rows.append(store.run(config, fn, meta=meta, rerun=rerun))
     return rows
 
 
-def status_table(rows: list[dict], key: str, columns: dict[str, str]):
-    """A DataFrame with one row per config: ``key`` first, then ``columns`` (source -> header); OOM shown."""
+STATUS_LABELS = {"ok": "measured", "oom": "OOM", STATUS_NOT_RUN: "not run on this profile (over the time cap)"}
+
+
+def status_table(rows: list[dict], key: str, columns: dict[str, str], status_column: str | None = None):
+    """A DataFrame with one row per config: ``key`` first, then ``columns`` (source -> header).
+
+    A row that was not measured is never left out: its metrics read "OOM" or "not run on this profile ..."
+    (:data:`STATUS_LABELS`), or, with ``status_column``, are empty (``None``) and a column of that name states
+    each row's status.
+    """
     import pandas as pd
 
     out = []
     for row in rows:
+        status = row.get("status")
         entry = {key: row[key]}
         for source, header in columns.items():
-            entry[header] = row.get(source) if row.get("status") == "ok" else "OOM"
+            if status == "ok":
+                entry[header] = row.get(source)
+            else:
+                entry[header] = None if status_column else STATUS_LABELS.get(status, status)
+        if status_column:
+            entry[status_column] = STATUS_LABELS.get(status, status)
         out.append(entry)
     return pd.DataFrame(out)
 
@@ -195,3 +281,74 @@ def measure_verify(model, *, prefix_len: int, new_tokens: int, warmup: int = 2, 
     if cache.get_seq_length() != prefix_len:
         raise RuntimeError(f"cache holds {cache.get_seq_length()} tokens after cropping, expected {prefix_len}")
     return {**timing.as_dict("time_s"), "time_ms_mean": 1000 * timing.mean, "time_ms_std": 1000 * timing.std}
+
+
+# The handout's §1.3 protocol, to state next to what a profile actually ran (see :func:`protocol_table`).
+HANDOUT_PROTOCOL = {
+    "model (§1.3.1-1.3.2)": "Qwen/Qwen3-8B, pretrained",
+    "models (§1.3.3)": "Qwen/Qwen3-1.7B, Qwen/Qwen3-8B, allenai/OLMo-7B-0724-hf",
+    "dtype": "bfloat16",
+    "device": "1 GPU, 80 GB preferred (40 GB+ acceptable)",
+    "batch size": "8",
+    "input lengths (§1.3.1)": "powers of 2 from 1 to 32,768",
+    "new tokens (§1.3.1, §1.3.3)": "64",
+    "output lengths (§1.3.2)": "powers of 2 from 1 to 256 at input 64",
+    "warm-up batches": "2-5",
+    "timed batches per row": "10, averaged",
+    "out of memory": "note the configurations that led to OOM errors",
+}
+
+
+def protocol_table(ours: dict):
+    """A DataFrame comparing :data:`HANDOUT_PROTOCOL` with ``ours`` (same keys, values as text)."""
+    import pandas as pd
+
+    missing = set(HANDOUT_PROTOCOL) - set(ours)
+    extra = set(ours) - set(HANDOUT_PROTOCOL)
+    if missing or extra:
+        raise ValueError(f"protocol keys differ from HANDOUT_PROTOCOL: missing {sorted(missing)}, extra {sorted(extra)}")
+    return pd.DataFrame([{"setting": key, "handout": HANDOUT_PROTOCOL[key], "this run": str(ours[key]),
+                          "same": str(ours[key]) == HANDOUT_PROTOCOL[key]} for key in HANDOUT_PROTOCOL])
+
+
+def linear_fit(x, y, relative: bool = False) -> dict:
+    """Least-squares ``y = intercept + slope * x`` with R^2 and the largest residual relative to ``y``.
+
+    ``relative=True`` minimises relative rather than absolute errors (weights ``1 / y``), so that points
+    spread over orders of magnitude (lengths 1 to 256) all count, not just the largest.
+    """
+    import numpy as np
+
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) < 2:
+        raise ValueError("a linear fit needs at least two points")
+    if relative and (y <= 0).any():
+        raise ValueError("a relative fit needs positive y")
+    slope, intercept = np.polyfit(x, y, 1, w=1 / y if relative else None)
+    fitted = intercept + slope * x
+    ss_res = float(((y - fitted) ** 2).sum())
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    return {"intercept": float(intercept), "slope": float(slope),
+            "r2": 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0,
+            "max_rel_residual": float((abs(y - fitted) / abs(y)).max())}
+
+
+def ordering_violation(feature, times) -> tuple[int, int] | None:
+    """The first pair ``(i, j)`` of models that ``feature`` does not order as ``times`` does, or ``None``.
+
+    A larger feature must go with a longer time; a tie in the feature between two models whose times differ
+    does not explain their difference, so it is a violation too.
+    """
+    feature, times = list(feature), list(times)
+    if len(feature) != len(times):
+        raise ValueError("feature and times need one value per model")
+    for i in range(len(times)):
+        for j in range(i + 1, len(times)):
+            if times[i] != times[j] and (feature[i] - feature[j]) * (times[i] - times[j]) <= 0:
+                return i, j
+    return None
+
+
+def explains_ordering(feature, times) -> bool:
+    """True when ``feature`` orders every pair of models as ``times`` does (see :func:`ordering_violation`)."""
+    return ordering_violation(feature, times) is None

@@ -1,4 +1,4 @@
-"""helpers.generation_bench: exact lengths, the memory-budget OOM path, resume, forward and verify timing."""
+"""helpers.generation_bench: exact lengths, real-OOM-only rows, the time cap, resume, forward and verify timing."""
 import pytest
 import torch
 
@@ -49,30 +49,124 @@ def test_predicted_bytes_grow_with_length_and_batch(tiny):
     assert gb.predicted_generation_bytes(c, 1, 64, 4, 4) > small
     assert gb.predicted_generation_bytes(c, 4, 8, 4, 4) > small
     assert small > memory.param_count(c) * 4  # weights are a lower bound
-    assert gb.predicted_forward_bytes(c, 2, 16, 4) > gb.predicted_forward_bytes(c, 1, 16, 4)
+
+
+def test_predicted_bytes_of_the_real_qwen3_8b_at_batch_8():
+    # weights (16.4 GB in bf16) + KV cache + one layer's prefill working set: 16k inputs fit 80 GB, 32k do not
+    c = memory.load_config("Qwen/Qwen3-8B")
+    weights = memory.weight_bytes(c, 2)
+    assert gb.predicted_generation_bytes(c, 8, 1, 64, 2) == pytest.approx(weights, rel=0.01)
+    assert gb.predicted_generation_bytes(c, 8, 2**14, 64, 2) < 80 * memory.GB
+    assert gb.predicted_generation_bytes(c, 8, 2**15, 64, 2) > 80 * memory.GB
 
 
 def test_measure_generation_reports_time_and_throughput(tiny):
     m = gb.measure_generation(tiny, batch_size=2, input_len=4, new_tokens=3, warmup=1, repeats=2)
     assert len(m["time_s_samples"]) == 2 and m["time_s_mean"] > 0
     assert m["throughput_tok_s"] == pytest.approx(2 * 3 / m["time_s_mean"])
+    assert m["throughput_tok_s_median"] == pytest.approx(2 * 3 / m["time_s_median"])
+    assert m["time_s_min"] <= m["time_s_median"] <= m["time_s_max"]
     assert m["total_tok_s"] == pytest.approx(2 * 7 / m["time_s_mean"])
 
 
-def test_budget_turns_large_configs_into_oom_rows(tiny, store):
-    limit = gb.predicted_generation_bytes(tiny.config, 2, 8, 3, 4)
-    rows = gb.run_generation_sweep(store, tiny, [config(4), config(8), config(512)], meta=meta(), warmup=0,
-                                   repeats=1, budget_bytes=limit, progress=False)
+class _OomModel:
+    """A stand-in model whose generate raises a given error for inputs longer than ``limit`` tokens."""
+
+    def __init__(self, real, limit, error):
+        self.real, self.limit, self.error = real, limit, error
+        self.config, self.generation_config = real.config, real.generation_config
+
+    def parameters(self):
+        return self.real.parameters()
+
+    def generate(self, input_ids, **kw):
+        if input_ids.shape[1] > self.limit:
+            raise self.error
+        return self.real.generate(input_ids, **kw)
+
+
+def test_real_cuda_oom_becomes_an_oom_row(tiny, store):
+    model = _OomModel(tiny, 8, torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    rows = gb.run_generation_sweep(store, model, [config(4), config(8), config(16)], meta=meta(), warmup=0,
+                                   repeats=1, progress=False)
     assert [r["status"] for r in rows] == ["ok", "ok", "oom"]
-    table = gb.status_table(rows, "input_len", {"time_s_mean": "Time (s)"})
-    assert list(table["Time (s)"])[-1] == "OOM"
+    assert list(gb.status_table(rows, "input_len", {"time_s_mean": "Time (s)"})["Time (s)"])[-1] == "OOM"
+    table = gb.status_table(rows, "input_len", {"time_s_mean": "Time (s)"}, status_column="status")
+    assert list(table["status"]) == ["measured", "measured", "OOM"] and table["Time (s)"].isna().iloc[-1]
     assert store.frame()["status"].tolist().count("oom") == 1
 
 
-def test_no_budget_means_no_oom(tiny, store):
-    rows = gb.run_generation_sweep(store, tiny, [config(64)], meta=meta(), warmup=0, repeats=1, budget_bytes=None,
+@pytest.mark.parametrize("error", [
+    MemoryError(),
+    RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried to "
+                 "allocate 68719476736 bytes. Error code 12 (Cannot allocate memory)"),
+])
+def test_real_cpu_allocation_failure_becomes_an_oom_row(tiny, store, error):
+    rows = gb.run_generation_sweep(store, _OomModel(tiny, 4, error), [config(8)], meta=meta(), warmup=0,
+                                   repeats=1, progress=False)
+    assert rows[0]["status"] == "oom"
+
+
+def test_a_budget_or_prediction_never_makes_an_oom_row(tiny, store):
+    # regression: a memory budget once turned *predicted* sizes into "oom" rows on a machine with ample memory
+    rows = gb.run_generation_sweep(store, tiny, [config(4), config(512)], meta=meta(), warmup=0, repeats=1,
                                    progress=False)
-    assert rows[0]["status"] == "ok"
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    predicted = [gb.predicted_generation_bytes(tiny.config, 2, r["input_len"], 3, 4) for r in rows]
+    assert predicted[1] > predicted[0]  # a prediction is a number to report, nothing more
+    # a budget check raised inside a measurement stops the sweep with an error; it is never stored as "oom"
+    budget_model = _OomModel(tiny, 4, MemoryBudgetExceeded("over a 0.08 GiB budget"))
+    with pytest.raises(RuntimeError, match="not an out-of-memory error"):
+        gb.run_generation_sweep(store, budget_model, [config(16)], meta=meta(), warmup=0, repeats=1, progress=False)
+    assert "oom" not in store.frame()["status"].tolist()
+    assert not gb.is_real_oom(MemoryBudgetExceeded("x")) and not gb.is_real_oom(ValueError("x"))
+    with pytest.raises(ValueError, match="budget"):
+        gb.run_forward_sweep(store, tiny, [{"batch_size": 1, "seq_len": 4}], meta=meta(), warmup=0, repeats=1,
+                             budget_bytes=1, progress=False)
+
+
+def test_other_errors_stop_the_sweep(tiny, store):
+    with pytest.raises(ValueError):
+        gb.run_generation_sweep(store, _OomModel(tiny, 4, ValueError("bad shape")), [config(8)], meta=meta(),
+                                warmup=0, repeats=1, progress=False)
+    assert store.done() == {}
+
+
+def test_over_time_cap():
+    row = {"status": "ok", "time_s_median": 2.0}
+    assert gb.over_time_cap(row, 1.5) and not gb.over_time_cap(row, 2.5)
+    assert not gb.over_time_cap(row, None) and not gb.over_time_cap(row, 0)
+    assert not gb.over_time_cap({"status": "oom"}, 1.0)
+
+
+def test_capped_sweep_stops_after_the_first_slow_config(tiny, store, monkeypatch):
+    seconds = {1: 0.5, 2: 1.0, 4: 3.0, 8: 0.1}  # 4 is over a 2 s cap; 8 must not be measured
+    calls = []
+
+    def fake(model, **kw):
+        calls.append(kw["input_len"])
+        t = seconds[kw["input_len"]]
+        return {"time_s_mean": t, "time_s_median": t, "time_s_min": t, "time_s_max": t}
+
+    monkeypatch.setattr(gb, "measure_generation", fake)
+    configs = [config(n) for n in (1, 2, 4, 8)]
+    rows = gb.run_capped_generation_sweep(store, tiny, configs, meta=meta(), warmup=0, repeats=1,
+                                          max_seconds_per_batch=2.0, progress=False)
+    assert calls == [1, 2, 4]
+    assert [r["status"] for r in rows] == ["ok", "ok", "ok", gb.STATUS_NOT_RUN]
+    assert rows[-1]["input_len"] == 8 and "time cap" in rows[-1]["reason"]
+    assert len(store.done()) == 3  # "not run" rows are never stored
+    table = gb.status_table(rows, "input_len", {"time_s_median": "Time (s)"}, status_column="status")
+    assert list(table["status"])[-1] == "not run on this profile (over the time cap)"
+    assert list(gb.status_table(rows, "input_len", {"time_s_median": "Time (s)"})["Time (s)"])[-1].startswith("not run")
+    # a resumed run reaches the same cutoff from the stored rows without measuring again
+    again = gb.run_capped_generation_sweep(store, tiny, configs, meta=meta(), warmup=0, repeats=1,
+                                           max_seconds_per_batch=2.0, progress=False)
+    assert calls == [1, 2, 4] and again == rows
+    # no cap: everything is measured
+    gb.run_capped_generation_sweep(store, tiny, configs, meta=meta(), warmup=0, repeats=1,
+                                   max_seconds_per_batch=0, progress=False)
+    assert calls == [1, 2, 4, 8]
 
 
 def test_sweep_resumes_after_interruption(tiny, store, monkeypatch):
@@ -102,15 +196,48 @@ def test_sweep_resumes_after_interruption(tiny, store, monkeypatch):
     assert calls[-1] == 2
 
 
-def test_forward_sweep_and_budget(tiny, store):
+def test_forward_sweep(tiny, store):
     configs = [{"batch_size": b, "seq_len": 8} for b in (1, 2)]
     rows = gb.run_forward_sweep(store, tiny, configs, meta=meta(), warmup=0, repeats=2, progress=False)
     assert all(r["status"] == "ok" and r["time_ms_mean"] > 0 for r in rows)
     assert rows[1]["ms_per_sequence"] == pytest.approx(rows[1]["time_ms_mean"] / 2)
-    with pytest.raises(MemoryBudgetExceeded):
-        gb.check_memory_budget(gb.predicted_forward_bytes(tiny.config, 2, 8, 4), 1)
 
 
 def test_verify_timing_leaves_the_prefix_in_the_cache(tiny):
     m = gb.measure_verify(tiny, prefix_len=6, new_tokens=3, warmup=1, repeats=2)
     assert m["time_ms_mean"] > 0 and len(m["time_s_samples"]) == 2
+
+
+def test_protocol_table_compares_every_handout_setting():
+    ours = dict(gb.HANDOUT_PROTOCOL, dtype="float32")
+    table = gb.protocol_table(ours)
+    assert list(table["setting"]) == list(gb.HANDOUT_PROTOCOL)
+    assert table.set_index("setting").loc["dtype", "same"] == False  # noqa: E712 - a numpy bool
+    assert table["same"].sum() == len(gb.HANDOUT_PROTOCOL) - 1
+    with pytest.raises(ValueError, match="missing"):
+        gb.protocol_table({"dtype": "float32"})
+
+
+def test_linear_fit():
+    fit = gb.linear_fit([1, 2, 4, 8], [1.5, 2.0, 3.0, 5.0])
+    assert fit["slope"] == pytest.approx(0.5) and fit["intercept"] == pytest.approx(1.0)
+    assert fit["r2"] == pytest.approx(1.0) and fit["max_rel_residual"] == pytest.approx(0.0, abs=1e-12)
+    assert gb.linear_fit([1, 2, 3], [1, 4, 9])["r2"] < 1
+    # a relative fit is not dominated by the largest point
+    x, y = [1, 2, 4, 8, 100], [1.1, 1.2, 1.4, 1.8, 30.0]
+    rel, absolute = gb.linear_fit(x, y, relative=True), gb.linear_fit(x, y)
+    assert abs(rel["intercept"] - 1.0) < abs(absolute["intercept"] - 1.0)
+    assert rel["max_rel_residual"] < absolute["max_rel_residual"]
+    with pytest.raises(ValueError, match="positive"):
+        gb.linear_fit([1, 2], [0.0, 1.0], relative=True)
+    with pytest.raises(ValueError):
+        gb.linear_fit([1], [1])
+
+
+def test_explains_ordering():
+    assert gb.explains_ordering([1, 5, 3], [0.1, 0.5, 0.3])
+    assert not gb.explains_ordering([1, 3, 5], [0.1, 0.5, 0.3])
+    assert not gb.explains_ordering([8, 8, 32], [0.2, 0.5, 0.48])  # a tie cannot explain different times
+    assert gb.explains_ordering([1, 2], [0.3, 0.3])
+    assert gb.ordering_violation([8, 8, 32], [0.2, 0.5, 0.48]) == (0, 1)
+    assert gb.ordering_violation([1, 5, 3], [0.1, 0.5, 0.3]) is None
