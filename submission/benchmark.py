@@ -9,10 +9,11 @@ For every prompt it prints the autoregressive (AR) wall-clock time, the speculat
 acceptance rate alpha and the speedup (AR time / speculative time); then the same per data source and in total,
 and as its last line one JSON object with every figure.
 
-How it measures: ``torch.manual_seed(42)`` first; one untimed warm-up of each method; then each prompt is timed
-``--repeats`` times per method and the fastest run counts, with :class:`helpers.timing.Timer` (which synchronises
-on CUDA). The AR baseline is :func:`helpers.specdec.autoregressive_generate`: the same KV-cache runtime as
-``decode()``, one target forward per token, so the ratio measures speculation, not implementation quality.
+How it measures: ``torch.manual_seed(42)`` first; one untimed warm-up of each method; then prompt by prompt, the
+AR baseline and ``decode()`` at every gamma, each timed ``--repeats`` times (the fastest run counts) with
+:class:`helpers.timing.Timer`, which synchronises on CUDA. The AR baseline is
+:func:`helpers.specdec.autoregressive_generate`: the same KV-cache runtime as ``decode()``, one target forward per
+token, so the ratio measures speculation, not implementation quality.
 alpha is the maximum-likelihood per-token acceptance (:func:`helpers.specdec_model.estimate_alpha`) pooled over
 the rounds of the prompts it covers. At temperature 0 the benchmark also checks that ``decode()`` returned
 exactly the AR tokens (speculative decoding is lossless). Timings depend on the machine and on what else runs
@@ -82,11 +83,16 @@ def run_benchmark(target, draft, tokenizer, prompts: list[dict], gammas=(3,), ma
     autoregressive_generate(target, warm, max_new_tokens, temperature)
     decode(target, draft, warm, max_new_tokens, gammas[0], temperature)
 
-    ar = {}
+    # prompt by prompt, AR then every gamma: each ratio compares runs taken close together in time
+    ar, sd = {}, {gamma: {} for gamma in gammas}
     for case in cases:
         torch.manual_seed(SEED)
         ar[case["id"]] = _fastest(
             lambda: autoregressive_generate(target, case["input_ids"], max_new_tokens, temperature), repeats, device)
+        for gamma in gammas:
+            torch.manual_seed(SEED)
+            sd[gamma][case["id"]] = _fastest(
+                lambda: decode(target, draft, case["input_ids"], max_new_tokens, gamma, temperature), repeats, device)
 
     per_prompt, per_source, total = [], {}, {}
     for gamma in gammas:
@@ -94,9 +100,7 @@ def run_benchmark(target, draft, tokenizer, prompts: list[dict], gammas=(3,), ma
             f"{'alpha':>6} {'speedup':>8}")
         results = {}
         for case in cases:
-            torch.manual_seed(SEED)
-            result, seconds = _fastest(
-                lambda: decode(target, draft, case["input_ids"], max_new_tokens, gamma, temperature), repeats, device)
+            result, seconds = sd[gamma][case["id"]]
             ar_result, ar_seconds = ar[case["id"]]
             results[case["id"]] = result
             row = {"gamma": gamma, "id": case["id"], "source": case["source"],
