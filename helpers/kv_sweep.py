@@ -8,8 +8,8 @@ and the minimal decoder alike.
 - :func:`paired_sweep`: times generation for 1, 2, 4, ... new tokens in several modes, modes and lengths
   interleaved, adaptive repeats, a flag on noisy points, a cap on the slow mode; :func:`monotonicity_violations`
   finds points where a longer generation was timed faster than a shorter one.
-- :func:`step_costs`: per-step time of the minimal decoder against position, with the cache (every decode step
-  of a generation) and without it (one full forward over the prefix at chosen positions).
+- :func:`step_costs`: the time of one decode step of the minimal decoder against its position, with the cache
+  (one token after a prefilled, rolled-back cache) and without it (one forward over the whole prefix).
 - :func:`fit_growth` / :func:`extrapolate`: least-squares polynomial in the output length (quadratic for
   no-cache, where step i reprocesses prompt + i tokens; linear for the cache), used to fill in capped points.
 """
@@ -179,56 +179,53 @@ def extrapolate(coefficients: np.ndarray, lengths) -> np.ndarray:
     return np.vander(n, len(coefficients), increasing=True) @ coefficients
 
 
-def step_costs(model, input_ids: torch.Tensor, new_tokens: int, uncached_positions, *, repeats: int, device) -> dict:
-    """Per-step cost of the minimal decoder (``helpers.kv_cache``) against position, with and without the cache.
+def step_costs(model, sequence: torch.Tensor, cached_positions, uncached_positions, *, repeats: int, device) -> dict:
+    """Time of ONE decode step of the minimal decoder (``helpers.kv_cache``) against its position, with and without
+    the cache.
 
-    With the cache: ``repeats`` greedy generations of ``new_tokens`` tokens, each forward pass timed
-    (``kv_cache.generate(step_times=...)``); decode step i feeds one token and attends over ``P + i`` cached
-    positions (P = prompt length). Without the cache, the step that produces the token after position p is one
-    forward over the whole p-token prefix: timed at each of ``uncached_positions`` (prefixes of the sequence
-    the cached run generated). Rounds alternate the two (one cached generation, then each uncached position).
+    The step at position p processes token ``sequence[:, p]`` after the p tokens before it. With the cache: a cache
+    prefilled with those p tokens (once, untimed), and the timed call feeds the one token; ``cache.crop(p)`` before
+    each call rolls the cache back, so every repeat measures the same step. Without the cache the same step is one
+    forward pass over all p + 1 tokens. All (mode, position) points are timed together in interleaved rounds
+    (:func:`helpers.timing.measure_interleaved`), so a drift in machine load is not mistaken for a growth with
+    position (timing the steps of one long generation in order would confound the two).
 
-    Returns ``{"positions": [P+1, ..., P+new_tokens-1] (keys attended by each decode step), "cached_s": median
-    seconds per decode step, "cached_samples": [[...] per repeat], "prefill_s": median prefill, "uncached_positions":
-    [...], "uncached_s": median seconds per uncached step, "uncached_samples": [[...] per position]}``.
+    Returns ``{"cached_positions", "cached_s" (median seconds per step), "cached_samples", "uncached_positions",
+    "uncached_s", "uncached_samples"}``.
     """
-    from . import kv_cache
-
-    prompt_len = input_ids.shape[1]
-    positions = sorted(int(p) for p in uncached_positions)
-    if new_tokens < 2:
-        raise ValueError(f"new_tokens must be >= 2 (one prefill, then decode steps), got {new_tokens}")
-    if not positions or positions[0] < 1 or positions[-1] > prompt_len + new_tokens:
-        raise ValueError(f"uncached_positions must lie in [1, {prompt_len + new_tokens}], got {positions}")
+    cached = sorted(int(p) for p in cached_positions)
+    uncached = sorted(int(p) for p in uncached_positions)
+    limit = sequence.shape[1] - 1
+    for name, positions in (("cached_positions", cached), ("uncached_positions", uncached)):
+        if not positions or positions[0] < 1 or positions[-1] > limit:
+            raise ValueError(f"{name} must lie in [1, {limit}] (the sequence has {limit + 1} tokens), got {positions}")
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
-    tokens = kv_cache.generate(model, input_ids, new_tokens, use_cache=True)  # warm-up; also the sequence
-    sequence = torch.cat([input_ids, tokens], dim=1)
-    prefixes = {p: sequence[:, :p] for p in positions}
+    caches = {}
+    with torch.inference_mode():
+        for p in cached:
+            caches[p] = model.new_cache(sequence.shape[0], capacity=p + 1)
+            model(sequence[:, :p], caches[p], last_only=True)
+
+    def cached_step(p):
+        with torch.inference_mode():
+            caches[p].crop(p)
+            model(sequence[:, p : p + 1], caches[p], last_only=True)
 
     def uncached_step(p):
         with torch.inference_mode():
-            model(prefixes[p], last_only=True)
+            model(sequence[:, : p + 1], last_only=True)
 
-    for p in positions[:1]:
-        uncached_step(p)  # warm-up of the uncached path
-    cached_runs, uncached = [], {p: [] for p in positions}
-    for _ in range(repeats):
-        times: list[float] = []
-        kv_cache.generate(model, input_ids, new_tokens, use_cache=True, step_times=times)
-        cached_runs.append(times)
-        for p, timing in measure_interleaved({p: (lambda p=p: uncached_step(p)) for p in positions},
-                                             repeats=1, device=device).items():
-            uncached[p] += timing.samples
-    runs = np.asarray(cached_runs)  # (repeats, new_tokens): column 0 is the prefill
+    fns = {("cached", p): (lambda p=p: cached_step(p)) for p in cached}
+    fns.update({("uncached", p): (lambda p=p: uncached_step(p)) for p in uncached})
+    timings = measure_interleaved(fns, repeats=repeats, warmup=1, device=device)
     return {
-        "positions": list(range(prompt_len + 1, prompt_len + new_tokens)),
-        "cached_s": np.median(runs[:, 1:], axis=0).tolist(),
-        "cached_samples": runs[:, 1:].tolist(),
-        "prefill_s": float(np.median(runs[:, 0])),
-        "uncached_positions": positions,
-        "uncached_s": [float(np.median(uncached[p])) for p in positions],
-        "uncached_samples": [uncached[p] for p in positions],
+        "cached_positions": cached,
+        "cached_s": [timings["cached", p].median for p in cached],
+        "cached_samples": [timings["cached", p].samples for p in cached],
+        "uncached_positions": uncached,
+        "uncached_s": [timings["uncached", p].median for p in uncached],
+        "uncached_samples": [timings["uncached", p].samples for p in uncached],
     }
 
 

@@ -162,23 +162,22 @@ def test_benchmark_runs_and_reports(capsys):
     assert "cached vs uncached" in capsys.readouterr().out
 
 
-def test_step_costs_cached_steps_and_uncached_positions():
+def test_step_costs_times_one_step_per_position_and_leaves_the_cache_rolled_back():
     from helpers import kv_cache
 
     config = Qwen3Config(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=256)
     torch.manual_seed(0)
     mini = kv_cache.from_hf(Qwen3ForCausalLM(config).eval())
-    prompt = torch.randint(0, 128, (1, 4))
-    costs = kv_sweep.step_costs(mini, prompt, 10, [4, 8, 14], repeats=2, device="cpu")
-    assert costs["positions"] == list(range(5, 14))  # 9 decode steps after the prefill
-    assert len(costs["cached_s"]) == 9 and all(t > 0 for t in costs["cached_s"])
-    assert np.asarray(costs["cached_samples"]).shape == (2, 9) and costs["prefill_s"] > 0
-    assert costs["uncached_positions"] == [4, 8, 14] and [len(s) for s in costs["uncached_samples"]] == [2, 2, 2]
+    sequence = torch.randint(0, 128, (1, 40))
+    costs = kv_sweep.step_costs(mini, sequence, [32, 4, 16], [4, 8], repeats=3, device="cpu")
+    assert costs["cached_positions"] == [4, 16, 32] and costs["uncached_positions"] == [4, 8]
+    assert all(t > 0 for t in costs["cached_s"] + costs["uncached_s"])
+    assert [len(s) for s in costs["cached_samples"] + costs["uncached_samples"]] == [3] * 5
+    with pytest.raises(ValueError, match="cached_positions"):
+        kv_sweep.step_costs(mini, sequence, [40], [4], repeats=1, device="cpu")
     with pytest.raises(ValueError, match="uncached_positions"):
-        kv_sweep.step_costs(mini, prompt, 10, [15], repeats=1, device="cpu")
-    with pytest.raises(ValueError, match="new_tokens"):
-        kv_sweep.step_costs(mini, prompt, 1, [4], repeats=1, device="cpu")
+        kv_sweep.step_costs(mini, sequence, [4], [0], repeats=1, device="cpu")
 
 
 def test_fit_line():
