@@ -125,6 +125,22 @@ def _prefill_seconds(device: torch.device, start: float) -> float:
     return time.perf_counter() - start
 
 
+def _phase_clock(device: torch.device, enabled: bool):
+    """A clock for phase timing: perf_counter after the device's queued work (0.0 when timing is off)."""
+    if not enabled:
+        return lambda: 0.0
+    if device.type == "cuda":
+        return lambda: (torch.cuda.synchronize(device), time.perf_counter())[1]
+    return time.perf_counter
+
+
+def _add_phase(phases: dict, name: str, mark: float, clock) -> float:
+    """Add the seconds since ``mark`` to ``phases[name]``; return the new mark."""
+    now = clock()
+    phases[name] += now - mark
+    return now
+
+
 def _finish(generated: list[int], new_tokens: list[int], max_new_tokens: int, eos_token_id) -> bool:
     """Append ``new_tokens``, cut at EOS or at max_new_tokens; True when the row is done."""
     for token in new_tokens:
@@ -165,13 +181,18 @@ def batched_autoregressive_generate(model, prompts, max_new_tokens: int,
 
 @torch.inference_mode()
 def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, gamma: int,
-                                 eos_token_id: int | None = None) -> BatchedGeneration:
+                                 eos_token_id: int | None = None, *, time_phases: bool = False) -> BatchedGeneration:
     """Greedy speculative decoding of a batch of prompts with per-row acceptance and per-row rollback.
 
     Each round: gamma draft forwards (the first feeds two tokens per row), ONE target forward verifying
     gamma + 1 positions per row, one host sync for the accepted counts. Row b accepts the longest prefix of
     its drafts that matches the target's argmax and then takes the target's own next token.
     ``stats["accepted"][b]`` lists row b's accepted drafts per round (for ``specdec_model.estimate_alpha``).
+
+    With ``time_phases``, ``stats["phase_seconds"]`` splits the decode time into ``draft`` (the gamma draft
+    forwards), ``verify`` (the target forward, the acceptance test and its host sync), ``bookkeeping`` (committing
+    tokens, stopping rules) and ``rollback`` (the per-row cache ``keep`` of both models, dropping finished rows).
+    On a GPU each boundary adds a synchronize, so time phases in a run that is not itself the timed one.
     """
     if gamma < 1:
         raise ValueError(f"gamma (draft tokens per round) must be >= 1, got {gamma}")
@@ -187,7 +208,10 @@ def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, ga
     draft_cache.prefill([r[:-2] for r in rows])
     prefill_seconds = _prefill_seconds(device, start)
     rounds = 0
+    phases = dict.fromkeys(("draft", "verify", "bookkeeping", "rollback"), 0.0)
+    clock = _phase_clock(device, time_phases)
     while active:
+        mark = clock()
         tails = torch.tensor([sequences[b][-2:] for b in active], device=device)
         drafts = []
         logits = draft_cache.extend(tails, logits_to_keep=1)
@@ -196,11 +220,13 @@ def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, ga
             if i + 1 < gamma:
                 logits = draft_cache.extend(drafts[-1][:, None], logits_to_keep=1)
         drafts = torch.stack(drafts, dim=1)  # (B, gamma)
+        mark = _add_phase(phases, "draft", mark, clock)
         verify_logits = target_cache.extend(torch.cat([tails[:, 1:], drafts], dim=1))
         choices = verify_logits.argmax(dim=-1)  # (B, gamma + 1): the target's token after each prefix
         n_accepted = (drafts == choices[:, :-1]).long().cumprod(dim=1).sum(dim=1)
         rounds += 1
         host = torch.cat([n_accepted[:, None], choices], dim=1).tolist()  # the round's one host sync
+        mark = _add_phase(phases, "verify", mark, clock)
         still = []
         for i, (b, (n, *choice)) in enumerate(zip(active, host)):
             new_tokens = choice[: n + 1]  # accepted drafts equal the target's choices, then one more
@@ -208,6 +234,7 @@ def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, ga
             sequences[b].extend(new_tokens)
             if not _finish(generated[b], new_tokens, max_new_tokens, eos_token_id):
                 still.append(i)
+        mark = _add_phase(phases, "bookkeeping", mark, clock)
         if not still:
             break
         keep_rows = torch.tensor(still, dtype=torch.long, device=device)
@@ -215,6 +242,7 @@ def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, ga
         target_cache.keep(committed - 1, rows=keep_rows)
         draft_cache.keep(committed - 2, rows=keep_rows)
         active = [active[i] for i in still]
+        _add_phase(phases, "rollback", mark, clock)
     per_round = [n for row in accepted for n in row]
     stats = {
         "rounds": rounds,
@@ -225,4 +253,6 @@ def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, ga
         "gamma": gamma,
         "prefill_seconds": prefill_seconds,
     }
+    if time_phases:
+        stats["phase_seconds"] = phases
     return BatchedGeneration(generated, stats)

@@ -95,7 +95,9 @@ def compare_batched(target, draft, prompts, max_new_tokens: int, gamma: int, *, 
     """Wall time of batched greedy AR vs batched speculative decoding on the same prompts.
 
     The two are run alternately ``repeats`` times after one untimed warm-up of each, and the median of each
-    is kept (alternating spreads slow phases of a shared machine over both). ``rows_identical`` is the
+    is kept (alternating spreads slow phases of a shared machine over both); ``ar_steps`` and ``rounds`` count
+    the forwards of each, and ``phase_seconds`` splits the rounds of one extra, untimed speculative run into draft,
+    verify, bookkeeping and rollback time (see ``batched_speculative_generate``). ``rows_identical`` is the
     fraction of rows whose outputs agree; below 1 only where a padded low-precision forward flipped an
     argmax at a near-tie (see ``specdec_batched``), which the caller should report.
     """
@@ -124,10 +126,16 @@ def compare_batched(target, draft, prompts, max_new_tokens: int, gamma: int, *, 
     accepted = [n for row in sd.stats["accepted"] for n in row]
     new_tokens = sum(len(row) for row in ar.tokens)
     ar_s, sd_s = statistics.median(ar_times), statistics.median(sd_times)
+    # one more, untimed run that splits a round into its phases (on a GPU the phase boundaries synchronize)
+    phased = batched_speculative_generate(target, draft, prompts, max_new_tokens, gamma, eos_token_id, time_phases=True)
     return {
         "generated_tokens": new_tokens,
         "ar_s": ar_s,
         "sd_s": sd_s,
+        "ar_decode_s": statistics.median(ar_decode),
+        "sd_decode_s": statistics.median(sd_decode),
+        "ar_steps": ar.stats["steps"],
+        "phase_seconds": phased.stats["phase_seconds"],
         "speedup": ar_s / sd_s,
         "decode_speedup": statistics.median(ar_decode) / statistics.median(sd_decode),
         "ar_tokens_per_s": new_tokens / ar_s,
@@ -228,3 +236,73 @@ def speedup_sweep(target, draft, prompts, gammas, max_new_tokens: int, *, repeat
     ar_runs = [row["ar_seconds"] for row in out["gammas"].values()]
     out["ar"] = {"seconds": statistics.fmean(ar_runs), "new_tokens": sum(r.stats.new_tokens for r in ar)}
     return out
+
+
+def last_level_cache_bytes() -> int | None:
+    """Size of the CPU's largest cache (Linux sysfs), or None where it cannot be read."""
+    sizes = []
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = path.read_text().strip().upper()
+        units = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
+        try:
+            sizes.append(int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text))
+        except (ValueError, IndexError):
+            continue
+    return max(sizes) if sizes else None
+
+
+def main_study_rows(frame, target: str):
+    """One row per (draft, gamma) of notebook 07's results for ``target``: its main study, robust to extra rows.
+
+    Keeps rows with status ok (where recorded) and the columns a speedup needs; where several rows share a
+    (draft, gamma) — e.g. a per-source study over a subset of the prompts, or another output length — the one
+    that generated the most tokens is kept (ties: the latest). Extra columns are carried along untouched."""
+    import pandas as pd
+
+    needed = {"target", "draft", "gamma", "alpha", "speedup", "c"}
+    if frame.empty or not needed <= set(frame.columns):
+        return pd.DataFrame(columns=sorted(needed))
+    rows = frame[frame["target"] == target].dropna(subset=sorted(needed))
+    if "status" in rows.columns:
+        rows = rows[rows["status"].fillna("ok") == "ok"]
+    order = [col for col in ("new_tokens", "timestamp") if col in rows.columns]
+    if order:
+        rows = rows.sort_values(order)
+    rows = rows.assign(gamma=rows["gamma"].astype(int)).drop_duplicates(["draft", "gamma"], keep="last")
+    return rows.sort_values(["draft", "gamma"]).reset_index(drop=True)
+
+
+def draft_summary(rows) -> "pd.DataFrame":
+    """Per draft of :func:`main_study_rows`: c, pooled alpha (MLE over every round where accepted/rejections
+    are recorded, else the mean), the best gamma and its speedup, and the gammas measured."""
+    import pandas as pd
+
+    out = []
+    for draft, group in rows.groupby("draft"):
+        if {"accepted", "rejections"} <= set(group.columns) and group[["accepted", "rejections"]].notna().all().all():
+            alpha = float(group["accepted"].sum() / (group["accepted"].sum() + group["rejections"].sum()))
+        else:
+            alpha = float(group["alpha"].mean())
+        best = group.loc[group["speedup"].idxmax()]
+        out.append({"draft": draft, "c": float(group["c"].mean()), "alpha": alpha, "best_gamma": int(best["gamma"]),
+                    "best_speedup": float(best["speedup"]), "gammas": len(group),
+                    "gamma_max": int(group["gamma"].max())})
+    return pd.DataFrame(out)
+
+
+def alpha_by_source(rows) -> "pd.DataFrame":
+    """Acceptance per prompt source (MLE, pooled over the given rows' ``per_prompt`` entries that record
+    ``source``, ``accepted`` and ``rejections``); empty when the rows carry no per-prompt detail."""
+    import pandas as pd
+
+    counts: dict[str, list[int]] = {}
+    for entries in rows.get("per_prompt", pd.Series(dtype=object)).dropna():
+        for entry in entries if isinstance(entries, list) else []:
+            if {"source", "accepted", "rejections"} <= set(entry):
+                total = counts.setdefault(entry["source"], [0, 0, 0])
+                total[0] += entry["accepted"]
+                total[1] += entry["rejections"]
+                total[2] += 1
+    return pd.DataFrame([{"source": s, "alpha": a / (a + r) if a + r else float("nan"), "prompt_runs": n}
+                         for s, (a, r, n) in counts.items()]).sort_values("alpha", ignore_index=True) \
+        if counts else pd.DataFrame(columns=["source", "alpha", "prompt_runs"])

@@ -112,3 +112,121 @@ def naive_acceptance_rate(accepted_counts, gammas) -> float:
     """accepted drafts / drafted tokens (what many write-ups call alpha; see ``estimate_alpha``)."""
     counts = np.asarray(accepted_counts, dtype=int)
     return float(counts.sum() / np.broadcast_to(np.asarray(gammas), counts.shape).sum())
+
+
+def batched_speedup_accounting(gamma: int, alpha: float, T_T: float, T_D: float, T_V: float, *, ar_step_s: float,
+                               ar_steps: int, round_s: float, rounds: int, rounds_per_row_mean: float,
+                               round_phase_shares: Mapping[str, float] | None = None) -> dict:
+    """Why a measured batched speedup differs from Eq. 5: an exact factorisation into measured terms.
+
+    Batched AR decodes ``ar_steps`` tokens per row in ``ar_steps`` forwards of ``ar_step_s`` seconds each; batched
+    speculative decoding takes ``rounds`` rounds (the slowest row's count) of ``round_s`` seconds each, while a mean
+    row needed ``rounds_per_row_mean``. Then, exactly,
+
+        measured = ar_steps * ar_step_s / (rounds * round_s)
+                 = Eq. 5 / straggler * tokens * ar_step * rounds_cost,
+
+    with Eq. 5 = Omega(gamma, alpha) T_T / (gamma T_D + T_V), straggler = rounds / rounds_per_row_mean, tokens =
+    (ar_steps / rounds_per_row_mean) / Omega (measured tokens per row-round against Eq. 4), ar_step = ar_step_s / T_T
+    (an AR step of the generation against the isolated forward) and rounds_cost = (gamma T_D + T_V) / round_s (the
+    model's round against the measured one). ``round_phase_shares`` (fractions of a round's time by phase, e.g.
+    draft/verify/bookkeeping/rollback) splits rounds_cost into ``forwards`` = (gamma T_D + T_V) / (the round's draft
+    and verify time) and ``overhead`` = (draft and verify time) / round_s, the per-round work Eq. 5 leaves out.
+    """
+    if min(T_T, T_D, T_V, ar_step_s, round_s) <= 0 or min(ar_steps, rounds, rounds_per_row_mean) <= 0:
+        raise ValueError("times, step and round counts must be positive")
+    if rounds < rounds_per_row_mean:
+        raise ValueError(f"rounds ({rounds}) is the slowest row's count: it cannot be below the mean "
+                         f"({rounds_per_row_mean})")
+    omega = float(expected_tokens_per_round(gamma, alpha))
+    model_round = gamma * T_D + T_V
+    out = {
+        "measured": ar_steps * ar_step_s / (rounds * round_s),
+        "eq5": omega * T_T / model_round,
+        "straggler": rounds / rounds_per_row_mean,
+        "tokens": ar_steps / rounds_per_row_mean / omega,
+        "ar_step": ar_step_s / T_T,
+        "rounds_cost": model_round / round_s,
+    }
+    out["eq5_over_straggler"] = out["eq5"] / out["straggler"]
+    out["accounted"] = out["eq5_over_straggler"] * out["tokens"] * out["ar_step"] * out["rounds_cost"]
+    if round_phase_shares is not None:
+        total = sum(round_phase_shares.values())
+        forward_share = (round_phase_shares.get("draft", 0.0) + round_phase_shares.get("verify", 0.0)) / total
+        if forward_share <= 0:
+            raise ValueError("round_phase_shares has no draft or verify time")
+        out["overhead"] = forward_share
+        out["forwards"] = out["rounds_cost"] / forward_share
+    return out
+
+
+def magicdec_grid(target_config, draft_config, gpu, *, alpha: float, gamma: int, context_lens: Iterable[int],
+                  batch_sizes: Iterable[int], draft_window: int) -> list[dict]:
+    """Roofline (ideal-kernel, bf16) Eq. 5 speedups over batch size and context length, MagicDec's argument.
+
+    For every context length S and batch size B: T_T and T_V from :func:`helpers.gpu_specs.roofline_seconds` of
+    the target, T_D for two drafts, one reading a full KV cache of S tokens and one a bounded window of
+    ``draft_window`` tokens (StreamingLLM-style). A configuration whose weights and KV caches (both models) do not
+    fit in ``gpu["vram_gb"]`` is left out. Rows: S, B, draft (``"full KV draft"`` or ``"<window>-token KV draft"``),
+    c, T_V/T_T and the speedup.
+    """
+    from helpers.gpu_specs import roofline_seconds
+    from helpers.memory import kv_cache_bytes, weight_bytes
+
+    if draft_window < 1:
+        raise ValueError(f"draft_window must be >= 1 token, got {draft_window}")
+    rows = []
+    for context_len in context_lens:
+        for batch_size in batch_sizes:
+            t_t = roofline_seconds(target_config, gpu, batch_size, 1, context_len)
+            t_v = roofline_seconds(target_config, gpu, batch_size, gamma + 1, context_len)
+            for kind, draft_context in (("full KV draft", context_len),
+                                        (f"{draft_window}-token KV draft", min(context_len, draft_window))):
+                needed = (weight_bytes(target_config) + weight_bytes(draft_config)
+                          + kv_cache_bytes(target_config, context_len, batch_size)
+                          + kv_cache_bytes(draft_config, draft_context, batch_size))
+                if needed > gpu["vram_gb"] * 1e9:
+                    continue  # weights and KV caches do not fit on this GPU
+                t_d = roofline_seconds(draft_config, gpu, batch_size, 1, draft_context)
+                rows.append({"S": int(context_len), "B": int(batch_size), "draft": kind, "c": t_d / t_t,
+                             "T_V/T_T": t_v / t_t,
+                             "speedup": float(predicted_speedup(gamma, alpha, t_d / t_t, t_v / t_t))})
+    return rows
+
+
+def sweep_claims(gammas, alpha, rounds, tokens_per_round, measured, predicted, predicted_round, *,
+                 pooled_alpha: float, gamma_star: int) -> dict:
+    """The checks behind the prose about a gamma sweep (one entry per gamma in every array argument).
+
+    ``alpha_max_z``: the largest distance of a gamma's alpha from ``pooled_alpha`` in binomial standard errors of
+    that gamma's acceptance tests (accepted drafts plus one test per round, an upper bound on the rejections);
+    ``alpha_flat`` when it is below 2. ``interior_peak``: the best measured gamma is neither the first nor the last.
+    ``optimum_near``: ``gamma_star`` (the Eq. 5 optimum) is within one of the measured best. ``below_omega``: gammas
+    whose tokens per round fall below Omega(gamma, alpha). ``round_closer``: ``predicted_round`` has a smaller
+    mean absolute relative error than ``predicted``. ``shape_corr``: Spearman rank correlation of predicted and
+    measured speedups (``shape_follows`` when >= 0.5). ``flat_loss``: the largest relative loss of a gamma within
+    one of the best."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"gamma": np.asarray(gammas, dtype=int), "alpha": alpha, "rounds": rounds,
+                          "tpr": tokens_per_round, "measured": measured, "predicted": predicted,
+                          "predicted_round": predicted_round}).sort_values("gamma", ignore_index=True)
+    if len(frame) < 2:
+        raise ValueError("a sweep needs at least two gammas to check its shape")
+    tests = frame["tpr"] * frame["rounds"]  # (accepted + 1) per round = accepted drafts + one test per round
+    z = ((frame["alpha"] - pooled_alpha) / np.sqrt(pooled_alpha * (1 - pooled_alpha) / tests)).abs()
+    best = frame.loc[frame["measured"].idxmax()]
+    omega = expected_tokens_per_round(frame["gamma"].to_numpy(), frame["alpha"].to_numpy())
+    error = (frame["predicted"] / frame["measured"] - 1).abs().mean()
+    error_round = (frame["predicted_round"] / frame["measured"] - 1).abs().mean()
+    shape = float(np.corrcoef(frame["predicted"].rank(), frame["measured"].rank())[0, 1])
+    near = frame[(frame["gamma"] - best["gamma"]).abs() <= 1]
+    return {
+        "alpha_max_z": float(z.max()), "alpha_flat": bool(z.max() < 2),
+        "best_gamma": int(best["gamma"]), "best_speedup": float(best["measured"]),
+        "interior_peak": bool(frame["gamma"].iloc[0] < best["gamma"] < frame["gamma"].iloc[-1]),
+        "optimum_near": bool(abs(int(gamma_star) - int(best["gamma"])) <= 1),
+        "below_omega": int((frame["tpr"].to_numpy() < omega).sum()),
+        "round_closer": bool(error_round < error), "shape_corr": shape, "shape_follows": bool(shape >= 0.5),
+        "flat_loss": float(1 - near["measured"].min() / best["measured"]),
+    }

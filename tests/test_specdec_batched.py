@@ -135,3 +135,14 @@ def test_invalid_arguments_raise(target):
         batched_speculative_generate(target, target, PROMPTS, 4, gamma=0)
     with pytest.raises(ValueError, match="no prompts"):
         batched_autoregressive_generate(target, [], 4)
+
+
+def test_phase_timing_covers_the_decode_and_changes_nothing(target):
+    """time_phases splits a run into draft/verify/bookkeeping/rollback without changing its output (regression:
+    notebook 09 explains the gap to Eq. 5 with these phases)."""
+    draft = perturbed_copy(target, 0.02)
+    plain = batched_speculative_generate(target, draft, PROMPTS, 10, 3)
+    timed = batched_speculative_generate(target, draft, PROMPTS, 10, 3, time_phases=True)
+    assert timed.tokens == plain.tokens and "phase_seconds" not in plain.stats
+    phases = timed.stats["phase_seconds"]
+    assert set(phases) == {"draft", "verify", "bookkeeping", "rollback"} and min(phases.values()) > 0

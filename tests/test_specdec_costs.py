@@ -39,3 +39,54 @@ def test_compare_batched_rows_agree(pair):
     target, draft = pair
     result = compare_batched(target, draft, PROMPTS, 12, 3, repeats=1)
     assert result["rows_identical"] == 1.0 and result["generated_tokens"] == 4 * 12
+    assert result["ar_steps"] == 12 and result["rounds"] == result["rounds_per_row_max"]
+    assert set(result["phase_seconds"]) == {"draft", "verify", "bookkeeping", "rollback"}
+    assert min(result["phase_seconds"].values()) > 0
+    assert sum(result["phase_seconds"].values()) < result["sd_s"] * 3  # the phases cover one decode, not more
+
+
+
+def test_last_level_cache_bytes_is_positive_or_unknown():
+    from helpers.specdec_costs import last_level_cache_bytes
+
+    size = last_level_cache_bytes()
+    assert size is None or size >= 64 * 1024
+
+
+def _rows_07():
+    import pandas as pd
+
+    source = lambda s, a, r: {"source": s, "accepted": a, "rejections": r}  # noqa: E731
+    return pd.DataFrame([
+        {"target": "t", "draft": "d1", "gamma": 2, "alpha": 0.6, "speedup": 1.2, "c": 0.1, "accepted": 6,
+         "rejections": 4, "new_tokens": 100, "per_prompt": [source("code", 5, 1), source("docs", 1, 3)]},
+        {"target": "t", "draft": "d1", "gamma": 4, "alpha": 0.6, "speedup": 1.4, "c": 0.1, "accepted": 6,
+         "rejections": 4, "new_tokens": 100, "per_prompt": [source("code", 4, 1), source("docs", 2, 3)]},
+        # a per-source study over fewer prompts: same (draft, gamma), fewer tokens, must not replace the main row
+        {"target": "t", "draft": "d1", "gamma": 4, "alpha": 0.9, "speedup": 3.0, "c": 0.1, "new_tokens": 20,
+         "study": "by_source"},
+        {"target": "t", "draft": "d2", "gamma": 4, "alpha": 0.8, "speedup": 1.6, "c": 0.2, "accepted": 8,
+         "rejections": 2, "new_tokens": 100, "status": "ok"},
+        {"target": "other", "draft": "d2", "gamma": 4, "alpha": 0.1, "speedup": 9.0, "c": 0.2},
+    ])
+
+
+def test_main_study_rows_keeps_one_row_per_draft_and_gamma():
+    from helpers.specdec_costs import main_study_rows
+
+    rows = main_study_rows(_rows_07(), "t")
+    assert list(zip(rows["draft"], rows["gamma"])) == [("d1", 2), ("d1", 4), ("d2", 4)]
+    assert rows.loc[(rows["draft"] == "d1") & (rows["gamma"] == 4), "speedup"].item() == 1.4
+    assert main_study_rows(_rows_07().drop(columns="c"), "t").empty  # missing columns: nothing, no crash
+
+
+def test_draft_summary_and_alpha_by_source():
+    from helpers.specdec_costs import alpha_by_source, draft_summary, main_study_rows
+
+    rows = main_study_rows(_rows_07(), "t")
+    summary = draft_summary(rows).set_index("draft")
+    assert summary.loc["d1", "alpha"] == 12 / 20 and summary.loc["d1", "best_gamma"] == 4
+    assert summary.loc["d2", "best_speedup"] == 1.6 and summary.loc["d2", "c"] == 0.2
+    by_source = alpha_by_source(rows[rows["draft"] == "d1"]).set_index("source")
+    assert by_source.loc["code", "alpha"] == 9 / 11 and by_source.loc["docs", "alpha"] == 3 / 9
+    assert alpha_by_source(rows[rows["draft"] == "d2"]).empty

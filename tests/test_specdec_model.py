@@ -3,9 +3,11 @@ import numpy as np
 import pytest
 
 from helpers.specdec_model import (
+    batched_speedup_accounting,
     estimate_alpha,
     expected_tokens_per_round,
     linear_verify_cost,
+    magicdec_grid,
     naive_acceptance_rate,
     optimal_gamma,
     predicted_speedup,
@@ -78,3 +80,63 @@ def test_invalid_inputs_raise():
         estimate_alpha([5], 4)
     with pytest.raises(ValueError, match="at least one round"):
         estimate_alpha([], 4)
+
+
+def test_batched_accounting_is_exact_and_hand_checked():
+    # gamma=2, alpha=0.5: Omega = 1.75; Eq. 5 = 1.75 * 10 / (2 * 1 + 12) = 1.25
+    acc = batched_speedup_accounting(2, 0.5, 10.0, 1.0, 12.0, ar_step_s=11.0, ar_steps=30, round_s=16.0, rounds=20,
+                                     rounds_per_row_mean=16.0, round_phase_shares={"draft": 2, "verify": 12,
+                                                                                   "bookkeeping": 1, "rollback": 1})
+    assert acc["eq5"] == pytest.approx(1.25)
+    assert acc["straggler"] == pytest.approx(20 / 16)
+    assert acc["measured"] == pytest.approx(30 * 11 / (20 * 16))
+    assert acc["accounted"] == pytest.approx(acc["measured"])  # the factorisation is an identity
+    assert acc["tokens"] == pytest.approx(30 / 16 / 1.75) and acc["ar_step"] == pytest.approx(1.1)
+    assert acc["rounds_cost"] == pytest.approx(14 / 16)
+    assert acc["overhead"] == pytest.approx(14 / 16) and acc["forwards"] == pytest.approx(1.0)
+
+
+def test_batched_accounting_rejects_impossible_counts():
+    with pytest.raises(ValueError, match="slowest row"):
+        batched_speedup_accounting(2, 0.5, 1, 1, 1, ar_step_s=1, ar_steps=8, round_s=1, rounds=3, rounds_per_row_mean=4)
+    with pytest.raises(ValueError, match="positive"):
+        batched_speedup_accounting(2, 0.5, 0, 1, 1, ar_step_s=1, ar_steps=8, round_s=1, rounds=4, rounds_per_row_mean=4)
+
+
+def test_magicdec_grid_trends():
+    """MagicDec's argument on the roofline: at short context the speedup falls with the batch; at long context a
+    bounded-KV draft's speedup rises with it, beats a full-KV draft, and configurations that do not fit are left out."""
+    from helpers.gpu_specs import gpu_spec
+    from helpers.memory import load_config
+
+    target, draft, gpu = load_config("Qwen/Qwen3-8B"), load_config("Qwen/Qwen3-0.6B"), gpu_spec("H100 SXM")
+    rows = magicdec_grid(target, draft, gpu, alpha=0.8, gamma=3, context_lens=[512, 16384],
+                         batch_sizes=[1, 8, 64, 256], draft_window=512)
+    by = {(r["S"], r["draft"], r["B"]): r for r in rows}
+    short = [by[512, "full KV draft", b]["speedup"] for b in (1, 8, 64, 256)]
+    assert short == sorted(short, reverse=True) and short[0] > 1.5 > short[-1]
+    assert by[512, "full KV draft", 8]["speedup"] == by[512, "512-token KV draft", 8]["speedup"]  # S <= window
+    assert by[16384, "512-token KV draft", 8]["speedup"] > by[16384, "512-token KV draft", 1]["speedup"]
+    assert by[16384, "512-token KV draft", 8]["c"] < by[16384, "full KV draft", 8]["c"]
+    assert (16384, "full KV draft", 256) not in by  # 256 x 16k tokens of KV cache do not fit in 80 GB
+    with pytest.raises(ValueError, match="draft_window"):
+        magicdec_grid(target, draft, gpu, alpha=0.8, gamma=3, context_lens=[512], batch_sizes=[1], draft_window=0)
+
+
+def test_sweep_claims_hand_example():
+    from helpers.specdec_model import sweep_claims
+
+    claims = sweep_claims([1, 2, 3, 4], [0.70, 0.71, 0.69, 0.70], [100, 80, 70, 65], [1.6, 2.1, 2.4, 2.6],
+                          measured=[1.2, 1.5, 1.4, 1.3], predicted=[1.3, 1.6, 1.5, 1.45],
+                          predicted_round=[1.2, 1.55, 1.45, 1.3], pooled_alpha=0.70, gamma_star=3)
+    assert claims["alpha_flat"] and claims["alpha_max_z"] < 1
+    assert claims["best_gamma"] == 2 and claims["interior_peak"] and claims["optimum_near"]
+    assert claims["round_closer"] and claims["shape_follows"] and claims["shape_corr"] == pytest.approx(1.0)
+    assert claims["flat_loss"] == pytest.approx(1 - 1.2 / 1.5)
+    assert claims["below_omega"] == 4  # Omega(1, 0.7) = 1.7 > 1.6, ... every measured value is below Eq. 4
+    edge = sweep_claims([1, 2], [0.5, 0.9], [100, 100], [1.4, 2.0], measured=[1.0, 2.0], predicted=[2.0, 1.0],
+                        predicted_round=[2.0, 1.0], pooled_alpha=0.7, gamma_star=1)
+    assert not edge["interior_peak"] and not edge["alpha_flat"] and not edge["shape_follows"]
+    with pytest.raises(ValueError, match="two gammas"):
+        sweep_claims([1], [0.5], [1], [1.5], measured=[1], predicted=[1], predicted_round=[1], pooled_alpha=0.5,
+                     gamma_star=1)

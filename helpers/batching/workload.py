@@ -12,6 +12,7 @@ import numpy as np
 from .request import Request
 
 WORKLOADS = ("high_variance", "uniform")
+HIGH_VARIANCE_SIGMA = 1.0  # sigma of the log-normal output lengths of the high-variance workload
 
 
 def prompt_token_stream(tokenizer, modules: tuple[str, ...] = ("textwrap", "json.decoder", "argparse")) -> list[int]:
@@ -27,7 +28,7 @@ def output_lengths(kind: str, n: int, *, mean: int, max_output: int, rng: np.ran
     if kind == "uniform":
         return [mean] * n
     if kind == "high_variance":
-        sigma = 1.0
+        sigma = HIGH_VARIANCE_SIGMA
         median = mean / np.exp(sigma**2 / 2)  # so that the (unclipped) mean is ``mean``
         return np.clip(np.round(rng.lognormal(np.log(median), sigma, n)), 1, max_output).astype(int).tolist()
     raise ValueError(f"unknown workload {kind!r}; choose one of {', '.join(WORKLOADS)}")
