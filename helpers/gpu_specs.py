@@ -8,6 +8,7 @@ arithmetic intensity F / M against the GPU's ridge point peak_flops / bandwidth 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -68,18 +69,31 @@ def roofline_seconds(config, gpu: pd.Series, batch_size: int, new_tokens: int, c
     return max(flops / peak, moved / bandwidth) + overhead_s
 
 
-def collect_results(notebook: str) -> pd.DataFrame:
+def collect_results(notebook: str, root=None) -> pd.DataFrame:
     """Every profile's rows of one notebook's results (``results/*/<notebook>.jsonl``), with a ``profile`` column.
 
-    Comparing GPUs means comparing runs made on different machines, each written under its own profile."""
+    Comparing GPUs means comparing runs made on different machines, each written under its own profile.
+    ``root``: where ``results/`` lives (default: the output root; ``helpers.paths.REPO_ROOT`` reads the committed
+    results, e.g. when a notebook is validated alone in a fresh temporary output root)."""
+    import json
+
     from helpers.paths import output_root
-    from helpers.results import ResultStore
 
     frames = []
-    for directory in sorted((output_root() / "results").glob("*/")):
-        if (directory / f"{notebook}.jsonl").exists():
-            frame = ResultStore(directory.name, notebook).frame()
-            frames.append(frame.assign(profile=directory.name))
+    for directory in sorted((Path(root) if root is not None else output_root()).joinpath("results").glob("*/")):
+        path = directory / f"{notebook}.jsonl"
+        if path.exists():
+            rows = []
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue  # blank, or a row cut short mid-write (ResultStore skips it too)
+            if rows:  # the latest row of each configuration, as ResultStore.frame() gives
+                frame = pd.DataFrame(rows)
+                if "config_key" in frame:
+                    frame = frame.drop_duplicates("config_key", keep="last").reset_index(drop=True)
+                frames.append(frame.assign(profile=directory.name))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 

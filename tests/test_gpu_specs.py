@@ -92,3 +92,18 @@ def test_eq5_prediction_roofline_only_does_not_depend_on_the_gpu_but_host_cost_d
     host = [eq5_prediction(target, draft, g, 3, 0.7, 256, host_per_layer_s=3e-4) for g in (h100, l40s)]
     assert host[0]["speedup"] < host[1]["speedup"] < roof[1]["speedup"]
     assert host[0]["T_T_s"] == pytest.approx(3e-4 * target.num_hidden_layers)  # host-bound: max(), not a sum
+
+
+def test_collect_results_reads_a_given_root_latest_row_per_config(tmp_path):
+    """Regression: notebook 08 validated alone (fresh output root) falls back to the committed results."""
+    import json
+
+    from helpers.gpu_specs import collect_results
+
+    (tmp_path / "results" / "cpu").mkdir(parents=True)
+    rows = [{"config_key": "a", "speedup": 1.0}, {"config_key": "b", "speedup": 2.0}, {"config_key": "a", "speedup": 3.0}]
+    text = "\n".join(json.dumps(r) for r in rows) + '\n{"config_key": "c", "spee'  # last row cut short mid-write
+    (tmp_path / "results" / "cpu" / "07_x.jsonl").write_text(text)
+    frame = collect_results("07_x", root=tmp_path)
+    assert sorted(frame["speedup"]) == [2.0, 3.0] and set(frame["profile"]) == {"cpu"}
+    assert collect_results("07_missing", root=tmp_path).empty
