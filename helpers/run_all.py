@@ -120,7 +120,7 @@ def build_report(profile: str, report_dir: Path | None = None) -> Path | None:
         f"-usepretex=\\def\\wbprofile{{{profile}}}",  # TeX code run before report.tex
         "report.tex",
     ]
-    result = subprocess.run(command, cwd=report_dir, capture_output=True, text=True)
+    result = subprocess.run(command, cwd=report_dir, capture_output=True, text=True, errors="replace")
     if result.returncode != 0:
         log = (build_dir / f"{jobname}.log")
         tail = log.read_text(errors="replace").splitlines()[-30:] if log.exists() else result.stdout.splitlines()[-30:]

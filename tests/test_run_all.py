@@ -1,3 +1,4 @@
+import os
 import re
 import shutil
 import subprocess
@@ -47,3 +48,21 @@ def test_every_report_package_is_installed():
     missing = [name for name in sorted(packages)
                if not subprocess.run(["kpsewhich", f"{name}.sty"], capture_output=True, text=True).stdout.strip()]
     assert not missing, f"report.tex uses {missing}, not installed: add its Debian package to report/texlive-packages.txt"
+
+
+def test_report_build_survives_non_utf8_latex_output(tmp_path, monkeypatch):
+    """Regression: latexmk echoes the log's Latin-1 bytes; reading them as UTF-8 crashed --report-only."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "latexmk"
+    fake.write_text(
+        "#!/usr/bin/env bash\n"
+        "for a in \"$@\"; do case $a in -outdir=*) out=${a#-outdir=};; -jobname=*) job=${a#-jobname=};; esac; done\n"
+        "printf 'Overfull \\xe9\\xff box\\n'\n"
+        "echo pdf > \"$out/$job.pdf\"\n"
+    )
+    fake.chmod(0o755)
+    (bin_dir / "pdflatex").symlink_to(fake)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    pdf = run_all.build_report("cpu", tmp_path / "report")
+    assert pdf is not None and pdf.read_text() == "pdf\n"
