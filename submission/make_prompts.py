@@ -4,18 +4,11 @@
     python submission/make_prompts.py            # (re)write prompts.jsonl, long_prompt.txt and manifest.json
     python submission/make_prompts.py --check    # exit 1 if the committed files differ from a fresh build
 
-``prompts.jsonl`` (handout §4.3): 20 prompts, 4 from each of 5 data sources, one JSON object per line with
-``id``, ``source``, ``prompt`` and ``origin`` (the standard-library file or ``pydoc_data.topics`` entry and the
-line where the prompt starts). Sources:
-
-- ``code``: the opening of a function in a library module (the model continues its body);
-- ``docstring``: a function's signature and the first lines of its docstring, cut mid-docstring;
-- ``tests``: the opening of a unit-test method;
-- ``docs``: prose documentation (a ``pydoc_data.topics`` entry, or a module's prose docstring);
-- ``data``: repetitive tables (codec mapping tables and the like).
-
-Every prompt comes from the CPU pair's held-out documents (``helpers.train_cpu_pair.load_corpus``), so the
-acceptance rates measured on them are not inflated by memorised training text.
+``prompts.jsonl`` (handout §4.3): the 20 prompts of notebook 07's main §4.4 table, one JSON object per line with
+``id``, ``source``, ``prompt`` and ``origin`` (the held-out document it was cut from): 5 from each of the workbook's
+four kinds of text (``helpers.prompts``: code, docstrings, prose documentation, generated tables and logs). The code,
+docstring and prose prompts come from the CPU pair's held-out documents, so the acceptance rates measured on them
+are not inflated by memorised training text.
 
 ``long_prompt.txt`` (handout §2.1): the ``pydoc_data.topics`` entries in sorted order (notebook 03's prompt
 text, ``helpers.kv_sweep.prompt_text``) up to the last paragraph end within ``LONG_PROMPT_CHARS`` characters,
@@ -29,13 +22,10 @@ standard-library text, so a rebuild there may differ; ``--check`` says so instea
 from __future__ import annotations
 
 import argparse
-import ast
 import hashlib
 import json
 import platform
-import re
 import sys
-import textwrap
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -43,167 +33,24 @@ PROMPTS_PATH = HERE / "prompts.jsonl"
 LONG_PROMPT_PATH = HERE / "long_prompt.txt"
 MANIFEST_PATH = HERE / "manifest.json"
 
-SOURCES = ("code", "docstring", "tests", "docs", "data")
-PER_SOURCE = 4
-MIN_PROMPT_CHARS = 250  # prompts are cut at a line end once they are at least this long ...
-MAX_PROMPT_CHARS = 900  # ... and never longer than this
+PROMPT_COUNT = 20  # the handout's "20 test prompts"
 LONG_PROMPT_CHARS = 111_000  # about 32k tokens of the CPU pair's tokenizer (printed by main())
 
-# a line of a data table: starts with a literal (string, number, tuple/list) and ends with a comma or a comment
-_DATA_LINE = re.compile(r"""^\s*(['"(\[]|0x|\d).*(,\s*|#.*)$""")
 
+# --------------------------------------------------------------------------- the 20 prompts
 
-# --------------------------------------------------------------------------- reading the corpus
-
-def heldout_documents() -> list[tuple[str, str]]:
-    """(name, text) of the CPU pair's held-out documents, in the training script's (sorted) order."""
+def build_prompts() -> list[dict]:
+    """Notebook 07's main-table prompts: the first PROMPT_COUNT of the workbook's CPU prompt set
+    (:func:`helpers.prompts.build_cpu_prompts`, held-out text of four kinds), taken round-robin over the sources by
+    :func:`helpers.specdec_bench.select_prompts`, so every source contributes equally."""
     if str(HERE.parent) not in sys.path:
         sys.path.insert(0, str(HERE.parent))
-    from helpers.train_cpu_pair import load_corpus
+    from helpers.prompts import build_cpu_prompts
+    from helpers.specdec_bench import select_prompts
 
-    corpus = load_corpus()
-    return list(zip(corpus.heldout_names, corpus.heldout))
-
-
-def _is_test_file(name: str) -> bool:
-    parts = name.split("/")
-    return any(p in ("test", "tests", "idle_test") or p.startswith("test_") for p in parts)
-
-
-def _is_data_file(text: str) -> bool:
-    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-    return len(lines) >= 100 and sum(bool(_DATA_LINE.match(line)) for line in lines) >= 0.5 * len(lines)
-
-
-def _functions(text: str) -> list[ast.FunctionDef]:
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return []
-    nodes = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    return sorted(nodes, key=lambda n: n.lineno)
-
-
-def _cut(lines: list[str], start: int, min_lines: int = 1) -> str | None:
-    """``lines[start:]`` joined up to the first line end at which the text has MIN_PROMPT_CHARS (None if the
-    text would exceed MAX_PROMPT_CHARS first or runs out)."""
-    text = ""
-    for i, line in enumerate(lines[start:], 1):
-        text += line + "\n"
-        if len(text) > MAX_PROMPT_CHARS:
-            return None
-        if len(text) >= MIN_PROMPT_CHARS and i >= min_lines and line.strip():
-            return text
-    return None
-
-
-# --------------------------------------------------------------------------- one picker per source
-
-def _pick_code(name: str, text: str):
-    """The first function of >= 12 lines, from its ``def`` up to about half of it (its body continues)."""
-    for node in _functions(text):
-        if node.end_lineno - node.lineno + 1 < 12:
-            continue
-        lines = textwrap.dedent(ast.get_source_segment(text, node, padded=True)).splitlines()
-        prompt = _cut(lines[: len(lines) // 2 + 1], 0, min_lines=4)
-        if prompt:
-            return node.lineno, prompt
-    return None
-
-
-def _pick_docstring(name: str, text: str):
-    """The first function with a docstring of >= 4 lines: its signature and the docstring's first lines."""
-    for node in _functions(text):
-        doc = ast.get_docstring(node, clean=False)
-        body0 = node.body[0] if node.body else None
-        if not doc or len(doc.splitlines()) < 4 or body0 is None:
-            continue
-        segment = textwrap.dedent(ast.get_source_segment(text, node, padded=True)).splitlines()
-        doc_start = body0.lineno - node.lineno  # index of the docstring's first line in the segment
-        doc_end = body0.end_lineno - node.lineno
-        # cut inside the docstring: at least its first line, never its closing quotes
-        prompt = _cut(segment[:doc_end], 0, min_lines=doc_start + 1)
-        if prompt:
-            return node.lineno, prompt
-    return None
-
-
-def _pick_test(name: str, text: str):
-    """The first ``test_*`` method of >= 8 lines, from its ``def`` up to about half of it."""
-    for node in _functions(text):
-        if not node.name.startswith("test") or node.end_lineno - node.lineno + 1 < 8:
-            continue
-        lines = textwrap.dedent(ast.get_source_segment(text, node, padded=True)).splitlines()
-        prompt = _cut(lines[: len(lines) // 2 + 1], 0, min_lines=3)
-        if prompt:
-            return node.lineno, prompt
-    return None
-
-
-def _pick_docs(name: str, text: str):
-    """A pydoc topic from its start, or a module docstring of >= 10 prose lines, cut at a line end."""
-    if name.startswith("pydoc_data.topics/"):
-        return 1, _cut(text.splitlines(), 0, min_lines=3)
-    try:
-        doc = ast.get_docstring(ast.parse(text), clean=False)
-    except (SyntaxError, ValueError):
-        return None
-    if not doc or len(doc.splitlines()) < 10:
-        return None
-    return 1, _cut(doc.strip("\n").splitlines(), 0, min_lines=3)
-
-
-def _pick_data(name: str, text: str):
-    """A window from the middle of the file's longest run of data-table lines (>= 20 lines long)."""
-    lines = text.splitlines()
-    best, start = (0, 0), None
-    for i, line in enumerate(lines + [""]):
-        if _DATA_LINE.match(line):
-            start = i if start is None else start
-        elif start is not None:
-            best = max(best, (i - start, -start))
-            start = None
-    run, first = best[0], -best[1]
-    if run < 20:
-        return None
-    begin = first + run // 2
-    prompt = _cut(lines[: first + run], begin, min_lines=8)
-    return (begin + 1, prompt) if prompt else None
-
-
-def build_prompts(documents: list[tuple[str, str]]) -> list[dict]:
-    """PER_SOURCE prompts per source, each from a different document, documents taken in sorted order."""
-    eligible = {
-        "code": lambda n, t: n.endswith(".py") and not _is_test_file(n) and not _is_data_file(t),
-        "docstring": lambda n, t: n.endswith(".py") and not _is_data_file(t),
-        "tests": lambda n, t: n.endswith(".py") and _is_test_file(n),
-        "docs": lambda n, t: n.startswith("pydoc_data.topics/") or (n.endswith(".py") and not _is_test_file(n)),
-        "data": lambda n, t: n.endswith(".py") and _is_data_file(t),
-    }
-    pickers = {"code": _pick_code, "docstring": _pick_docstring, "tests": _pick_test, "docs": _pick_docs,
-               "data": _pick_data}
-    # documentation first: the pydoc topics are the purest prose
-    order = {"docs": sorted(documents, key=lambda d: not d[0].startswith("pydoc_data.topics/"))}
-    used: set[str] = set()
-    rows = []
-    for source in SOURCES:
-        found = 0
-        for name, text in order.get(source, documents):
-            if found == PER_SOURCE:
-                break
-            if name in used or not eligible[source](name, text):
-                continue
-            picked = pickers[source](name, text)
-            if not picked or not picked[1]:
-                continue
-            line, prompt = picked
-            used.add(name)
-            found += 1
-            origin = name if name.startswith("pydoc_data.topics/") else f"Lib/{name}:{line}"
-            rows.append({"id": f"{source}-{found}", "source": source, "prompt": prompt, "origin": origin})
-        if found < PER_SOURCE:
-            raise RuntimeError(f"only {found} {source!r} prompts found in the held-out documents (need {PER_SOURCE})")
-    return rows
+    picked = select_prompts(build_cpu_prompts(), PROMPT_COUNT)
+    return [{"id": row["id"], "source": row["source"], "prompt": row["prompt"], "origin": row["document"]}
+            for row in picked]
 
 
 # --------------------------------------------------------------------------- the long prompt
@@ -256,7 +103,7 @@ def _sha256(text: str) -> str:
 
 def build() -> dict:
     """Everything the files hold, built afresh: {'prompts': str, 'long_prompt': str, 'manifest': dict}."""
-    prompts = render_prompts(build_prompts(heldout_documents()))
+    prompts = render_prompts(build_prompts())
     long_prompt = build_long_prompt()
     manifest = {
         "python": platform.python_version(),
@@ -301,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     LONG_PROMPT_PATH.write_text(built["long_prompt"], encoding="utf-8")
     MANIFEST_PATH.write_text(json.dumps(built["manifest"], indent=2) + "\n", encoding="utf-8")
     rows = read_prompts()
-    by_source = {s: sum(r["source"] == s for r in rows) for s in SOURCES}
+    by_source = {s: sum(r["source"] == s for r in rows) for s in dict.fromkeys(r["source"] for r in rows)}
     m = built["manifest"]
     print(f"{PROMPTS_PATH.name}: {len(rows)} prompts, per source {by_source}")
     print(f"{LONG_PROMPT_PATH.name}: {m['long_prompt_bytes']} bytes, {m['long_prompt_tokens_cpu_pair']} tokens "
