@@ -22,7 +22,7 @@ from typing import Iterable
 import torch
 
 from . import memory
-from .results import MemoryBudgetExceeded, ResultStore
+from .results import ResultStore
 from .timing import measure
 
 
@@ -64,32 +64,6 @@ def predicted_generation_bytes(config, batch_size: int, input_len: int, new_toke
     prefill = batch_size * input_len * (4 * config.hidden_size + 3 * config.intermediate_size) * bytes_per_elem
     logits = batch_size * config.vocab_size * 4
     return weights + kv + prefill + logits
-
-
-def is_real_oom(error: BaseException) -> bool:
-    """True only for a real out-of-memory error: CUDA's, or the CPU allocator's (``MemoryError`` or a
-    ``RuntimeError`` saying it could not allocate). A budget check (``MemoryBudgetExceeded``) is not one."""
-    if isinstance(error, MemoryBudgetExceeded):
-        return False
-    if isinstance(error, (torch.OutOfMemoryError, MemoryError)):
-        return True
-    text = str(error).lower()
-    return isinstance(error, RuntimeError) and any(
-        phrase in text for phrase in ("out of memory", "can't allocate memory", "cannot allocate memory",
-                                      "failed to allocate"))
-
-
-def _real_oom_only(fn):
-    """Call ``fn``; a real OOM is re-raised as ``torch.OutOfMemoryError`` (what the store records as "oom"),
-    anything else — a budget check included — propagates unchanged and stops the sweep."""
-    try:
-        return fn()
-    except MemoryBudgetExceeded as error:
-        raise RuntimeError(f"a memory budget is not an out-of-memory error: {error}") from error
-    except Exception as error:  # noqa: BLE001 - classified, then re-raised
-        if is_real_oom(error) and not isinstance(error, torch.OutOfMemoryError):
-            raise torch.OutOfMemoryError(f"{type(error).__name__}: {error}") from error
-        raise
 
 
 def measure_generation(model, *, batch_size: int, input_len: int, new_tokens: int, warmup: int = 2,
@@ -149,9 +123,9 @@ def _progress(items: list, progress: bool, desc: str):
 def _measure_config(store: ResultStore, model, config: dict, *, meta: dict, warmup: int, repeats: int, device,
                     rerun: bool) -> dict:
     def fn():
-        return _real_oom_only(lambda: measure_generation(
+        return measure_generation(
             model, batch_size=config["batch_size"], input_len=config["input_len"], new_tokens=config["new_tokens"],
-            warmup=warmup, repeats=repeats, device=device))
+            warmup=warmup, repeats=repeats, device=device)
     return store.run(config, fn, meta=meta, rerun=rerun)
 
 
@@ -207,22 +181,15 @@ def run_capped_generation_sweep(store: ResultStore, model, configs: Iterable[dic
 
 
 def run_forward_sweep(store: ResultStore, model, configs: Iterable[dict], *, meta: dict, warmup: int, repeats: int,
-                      device="cpu", cuda_events: bool = False, budget_bytes: None = None,
+                      device="cpu", cuda_events: bool = False,
                       progress: bool = True, desc: str = "batch sizes", rerun: bool = False) -> list[dict]:
-    """Like :func:`run_generation_sweep` for single forward passes (keys ``batch_size``, ``seq_len``).
-
-    ``budget_bytes`` is accepted for existing callers but must be ``None``: a predicted size is never
-    recorded as an out-of-memory result; only a real OOM is.
-    """
-    if budget_bytes:
-        raise ValueError("budget_bytes is no longer supported: a predicted size is not an out-of-memory error "
-                         "(only a real OOM becomes an 'oom' row); pass None")
+    """Like :func:`run_generation_sweep` for single forward passes (keys ``batch_size``, ``seq_len``)."""
     rows = []
     for config in _progress(list(configs), progress, desc):
         def fn(config=config):
-            return _real_oom_only(lambda: measure_forward(
+            return measure_forward(
                 model, batch_size=config["batch_size"], seq_len=config["seq_len"], warmup=warmup,
-                repeats=repeats, device=device, cuda_events=cuda_events))
+                repeats=repeats, device=device, cuda_events=cuda_events)
         rows.append(store.run(config, fn, meta=meta, rerun=rerun))
     return rows
 

@@ -24,24 +24,15 @@ STATUS_OK = "ok"
 STATUS_OOM = "oom"
 
 
-class MemoryBudgetExceeded(MemoryError):
-    """A configuration would exceed the memory budget a profile sets (how the CPU profile exercises OOM)."""
-
-
-def check_memory_budget(needed_bytes: int, budget_bytes: int | None, what: str = "this configuration") -> None:
-    """Raise ``MemoryBudgetExceeded`` when ``needed_bytes`` is over a set budget (``None`` = no budget)."""
-    if budget_bytes is not None and budget_bytes > 0 and needed_bytes > budget_bytes:
-        raise MemoryBudgetExceeded(
-            f"{what} needs about {needed_bytes / 2**30:.2f} GiB, over the memory budget of "
-            f"{budget_bytes / 2**30:.2f} GiB (raise the budget parameter to run it)"
-        )
-
-
 def is_oom(error: BaseException) -> bool:
-    """True for the errors that mean 'this configuration does not fit'."""
-    if isinstance(error, (MemoryBudgetExceeded, torch.OutOfMemoryError)):
+    """True only for a real out-of-memory error: CUDA's (``torch.OutOfMemoryError``), or the CPU allocator's
+    (``MemoryError``, or a ``RuntimeError`` saying it could not allocate). A predicted size is never one."""
+    if isinstance(error, (torch.OutOfMemoryError, MemoryError)):
         return True
-    return isinstance(error, RuntimeError) and "out of memory" in str(error).lower()
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and any(
+        phrase in text for phrase in ("out of memory", "can't allocate memory", "cannot allocate memory",
+                                      "failed to allocate"))
 
 
 def _versions() -> dict:

@@ -4,7 +4,7 @@ import torch
 
 from helpers import generation_bench as gb
 from helpers import memory, models
-from helpers.results import MemoryBudgetExceeded, ResultStore, run_metadata
+from helpers.results import ResultStore, is_oom, run_metadata
 
 
 @pytest.fixture(scope="module")
@@ -114,15 +114,8 @@ def test_a_budget_or_prediction_never_makes_an_oom_row(tiny, store):
     assert [r["status"] for r in rows] == ["ok", "ok"]
     predicted = [gb.predicted_generation_bytes(tiny.config, 2, r["input_len"], 3, 4) for r in rows]
     assert predicted[1] > predicted[0]  # a prediction is a number to report, nothing more
-    # a budget check raised inside a measurement stops the sweep with an error; it is never stored as "oom"
-    budget_model = _OomModel(tiny, 4, MemoryBudgetExceeded("over a 0.08 GiB budget"))
-    with pytest.raises(RuntimeError, match="not an out-of-memory error"):
-        gb.run_generation_sweep(store, budget_model, [config(16)], meta=meta(), warmup=0, repeats=1, progress=False)
     assert "oom" not in store.frame()["status"].tolist()
-    assert not gb.is_real_oom(MemoryBudgetExceeded("x")) and not gb.is_real_oom(ValueError("x"))
-    with pytest.raises(ValueError, match="budget"):
-        gb.run_forward_sweep(store, tiny, [{"batch_size": 1, "seq_len": 4}], meta=meta(), warmup=0, repeats=1,
-                             budget_bytes=1, progress=False)
+    assert not is_oom(ValueError("x"))
 
 
 def test_other_errors_stop_the_sweep(tiny, store):
