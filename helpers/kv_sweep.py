@@ -108,7 +108,8 @@ def paired_sweep(generate_fns: dict, lengths, *, repeats: int, device, caps: dic
     each point once (cached 1, uncached 1, cached 2, ..., then back), so the modes AND the lengths alternate
     and a change in machine load cannot bias one mode or one end of the curve. A point gets more rounds while
     its relative spread exceeds ``max_spread`` or while it contradicts a neighbour (a longer generation timed
-    faster than a shorter one, same mode), up to ``max_repeats``. ``caps[mode]`` stops a slow mode at that n.
+    faster than a shorter one, same mode) or, at n = 1, the other modes (one token is the same single forward
+    pass in every mode, so their medians must agree within ``SAME_WORK_TOLERANCE``), up to ``max_repeats``. ``caps[mode]`` stops a slow mode at that n.
     Each mode first runs once untimed (2 tokens), so that first-call allocations never land in a measurement.
 
     Rows: mode, new_tokens, time_s_mean/std/median/samples, time_s_spread (interquartile range / median),
@@ -128,7 +129,8 @@ def paired_sweep(generate_fns: dict, lengths, *, repeats: int, device, caps: dic
 
     def contradicting(samples: dict) -> set:
         medians = {key: float(np.median(values)) for key, values in samples.items()}
-        return {key for violation in monotonicity_violations(medians) for key in violation[:2]}
+        return ({key for violation in monotonicity_violations(medians) for key in violation[:2]}
+                | same_work_disagreements(medians, min(lengths), SAME_WORK_TOLERANCE))
 
     timings = measure_interleaved(points, repeats=repeats, max_repeats=max_repeats, max_spread=max_spread,
                                   needs_more=contradicting, device=device, on_call=on_call, clock=clock)
@@ -138,6 +140,20 @@ def paired_sweep(generate_fns: dict, lengths, *, repeats: int, device, caps: dic
                      "repeats": len(timing.samples),
                      "flagged": bool(max_spread is not None and timing.spread > max_spread)})
     return rows
+
+
+SAME_WORK_TOLERANCE = 0.2  # relative; notebook 03 asserts agreement within 25 %, re-measuring aims inside that
+
+
+def same_work_disagreements(medians: dict, n: int, tolerance: float) -> set:
+    """The (mode, n) points whose medians differ by more than ``tolerance`` (relative to the smaller) when every
+    mode does the same work at ``n`` (n = 1: one forward pass over the prompt, with or without a cache)."""
+    if n != 1:
+        return set()
+    at_n = {key: seconds for key, seconds in medians.items() if key[1] == n}
+    if len(at_n) < 2 or max(at_n.values()) <= (1 + tolerance) * min(at_n.values()):
+        return set()
+    return set(at_n)
 
 
 def monotonicity_violations(medians: dict) -> list:

@@ -131,6 +131,23 @@ def test_paired_sweep_remeasures_points_that_contradict_each_other():
     assert not any(r["flagged"] for r in rows)  # no threshold, no flag
 
 
+def test_paired_sweep_remeasures_modes_that_disagree_at_one_token():
+    """Regression: at n = 1 both modes run the same forward pass; a disturbed 1.25x ratio failed CI's notebook 03.
+    Points that disagree by more than SAME_WORK_TOLERANCE get more rounds until they agree (or the cap)."""
+    clock = [0.0]
+    cached = fake_generate({1: [1.0], 2: [2.0]}, clock)
+    uncached = fake_generate({1: [1.5, 1.5, 1.5, 1.0], 2: [2.5]}, clock)
+    rows = kv_sweep.paired_sweep({"with": cached, "without": uncached}, [1, 2], repeats=3, max_repeats=9,
+                                 device="cpu", clock=lambda: clock[0])
+    by_key = {(r["mode"], r["new_tokens"]): r for r in rows}
+    assert by_key["without", 1]["repeats"] > 3 and by_key["without", 1]["time_s_median"] == 1.0
+    assert by_key["with", 2]["repeats"] == by_key["without", 2]["repeats"] == 3  # n = 2: different work, no rule
+    medians = {("with", 1): 1.0, ("without", 1): 1.3, ("with", 2): 2.0, ("without", 2): 9.0}
+    assert kv_sweep.same_work_disagreements(medians, 1, 0.2) == {("with", 1), ("without", 1)}
+    assert kv_sweep.same_work_disagreements(medians, 1, 0.5) == set()
+    assert kv_sweep.same_work_disagreements(medians, 2, 0.2) == set()
+
+
 def test_monotonicity_violations_names_the_contradicting_pair():
     medians = {("with", 1): 0.01, ("with", 16): 0.139, ("with", 64): 0.125, ("without", 1): 0.01,
                ("without", 2): 0.02}
