@@ -153,6 +153,12 @@ def test_monotonicity_violations_names_the_contradicting_pair():
                ("without", 2): 0.02}
     assert kv_sweep.monotonicity_violations(medians) == [(("with", 16), ("with", 64), 0.139, 0.125)]
     assert kv_sweep.monotonicity_violations({("with", 1): 0.1, ("with", 2): 0.1}) == []  # equal is not faster
+    # the notebooks' check tolerates jitter between neighbours, not the corrupted pair it was written for
+    jitter = {("with", 1): 0.141, ("with", 2): 0.136}
+    assert kv_sweep.monotonicity_violations(jitter) and not kv_sweep.monotonicity_violations(
+        jitter, kv_sweep.MONOTONIC_TOLERANCE)
+    assert kv_sweep.monotonicity_violations(medians, kv_sweep.MONOTONIC_TOLERANCE) == [
+        (("with", 16), ("with", 64), 0.139, 0.125)]
 
 
 def test_fit_stays_non_negative_on_noisy_linear_data():
