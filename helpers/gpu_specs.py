@@ -141,7 +141,7 @@ def eq5_prediction(target_config, draft_config, gpu: pd.Series, gamma: int, alph
     Each forward takes max(roofline time, host time): kernel launches are asynchronous, so the host issuing a
     forward's kernels (``host_fixed_s + host_per_layer_s * layers``) and the GPU running them overlap, and the
     slower of the two sets the pace. With zero host time (a captured CUDA graph) only the roofline remains."""
-    from helpers.specdec_model import predicted_speedup
+    from helpers.specdec.analysis import predicted_speedup
 
     def step(config, tokens):
         host = host_fixed_s + host_per_layer_s * config.num_hidden_layers

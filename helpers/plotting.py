@@ -10,7 +10,7 @@ from pathlib import Path
 
 import matplotlib
 
-from . import paths
+from helpers import paths
 
 TEXTWIDTH_IN = 6.5
 _SAVED_KW = dict(bbox_inches="tight", pad_inches=0.02)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 
-from .paths import DATA_DIR
+from helpers.paths import DATA_DIR
 
 PROMPTS_PATH = DATA_DIR / "prompts.jsonl"
 REQUIRED_FIELDS = ("id", "profile", "source", "prompt")
@@ -51,8 +51,8 @@ _SKIP_PARTS = ("test", "tests", "idle_test", "idlelib", "turtledemo", "tkinter",
 
 def heldout_documents() -> dict[str, str]:
     """Name -> text of the CPU pair's held-out documents: its training script's own split
-    (:func:`helpers.train_cpu_pair.load_corpus`, one document in 20 by a hash of its name)."""
-    from helpers.train_cpu_pair import load_corpus
+    (:func:`helpers.models.train_cpu_pair.load_corpus`, one document in 20 by a hash of its name)."""
+    from helpers.models.train_cpu_pair import load_corpus
 
     corpus = load_corpus()
     return dict(zip(corpus.heldout_names, corpus.heldout))

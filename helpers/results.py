@@ -17,8 +17,8 @@ from typing import Callable
 
 import torch
 
-from . import paths
-from .hardware import device_info
+from helpers import paths
+from helpers.hardware import device_info
 
 STATUS_OK = "ok"
 STATUS_OOM = "oom"

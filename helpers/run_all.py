@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from . import paths
+from helpers import paths
 
 
 def load_params(profile: str, params_file: str | Path | None = None) -> dict:

@@ -14,7 +14,7 @@ AR baseline and ``decode()`` at every gamma, each timed ``--repeats`` times (the
 :class:`helpers.timing.Timer`, which synchronises on CUDA. The AR baseline is
 :func:`helpers.specdec.autoregressive_generate`: the same KV-cache runtime as ``decode()``, one target forward per
 token, so the ratio measures speculation, not implementation quality.
-alpha is the maximum-likelihood per-token acceptance (:func:`helpers.specdec_model.estimate_alpha`) pooled over
+alpha is the maximum-likelihood per-token acceptance (:func:`helpers.specdec.analysis.estimate_alpha`) pooled over
 the rounds of the prompts it covers. At temperature 0 the benchmark also checks that ``decode()`` returned
 exactly the AR tokens (speculative decoding is lossless). Timings depend on the machine and on what else runs
 on it: on a shared CPU, run it when the machine is otherwise idle.
@@ -34,7 +34,7 @@ import torch
 
 from helpers.hardware import device_info
 from helpers.specdec import autoregressive_generate
-from helpers.specdec_model import estimate_alpha
+from helpers.specdec.analysis import estimate_alpha
 from helpers.timing import Timer
 from submission.make_prompts import PROMPTS_PATH, read_prompts
 from submission.specdec import DTYPES, SEED, add_model_arguments, decode, encode, load_models

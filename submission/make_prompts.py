@@ -11,7 +11,7 @@ docstring and prose prompts come from the CPU pair's held-out documents, so the 
 are not inflated by memorised training text.
 
 ``long_prompt.txt`` (handout §2.1): the ``pydoc_data.topics`` entries in sorted order (notebook 03's prompt
-text, ``helpers.kv_sweep.prompt_text``) up to the last paragraph end within ``LONG_PROMPT_CHARS`` characters,
+text, ``helpers.kv_cache.sweep.prompt_text``) up to the last paragraph end within ``LONG_PROMPT_CHARS`` characters,
 about 32k tokens of the CPU pair's tokenizer (the script prints the count;
 other tokenizers split the same text into a different number of tokens).
 
@@ -42,11 +42,11 @@ LONG_PROMPT_CHARS = 111_000  # about 32k tokens of the CPU pair's tokenizer (pri
 def build_prompts() -> list[dict]:
     """Notebook 07's main-table prompts: the first PROMPT_COUNT of the workbook's CPU prompt set
     (:func:`helpers.prompts.build_cpu_prompts`, held-out text of four kinds), taken round-robin over the sources by
-    :func:`helpers.specdec_bench.select_prompts`, so every source contributes equally."""
+    :func:`helpers.specdec.sweeps.select_prompts`, so every source contributes equally."""
     if str(HERE.parent) not in sys.path:
         sys.path.insert(0, str(HERE.parent))
     from helpers.prompts import build_cpu_prompts
-    from helpers.specdec_bench import select_prompts
+    from helpers.specdec.sweeps import select_prompts
 
     picked = select_prompts(build_cpu_prompts(), PROMPT_COUNT)
     return [{"id": row["id"], "source": row["source"], "prompt": row["prompt"], "origin": row["document"]}
@@ -56,11 +56,11 @@ def build_prompts() -> list[dict]:
 # --------------------------------------------------------------------------- the long prompt
 
 def build_long_prompt(max_chars: int = LONG_PROMPT_CHARS) -> str:
-    """The start of :func:`helpers.kv_sweep.prompt_text` (the ``pydoc_data.topics`` entries in sorted order, the
+    """The start of :func:`helpers.kv_cache.sweep.prompt_text` (the ``pydoc_data.topics`` entries in sorted order, the
     text notebook 03 cuts its prompts from), cut at the last paragraph end within ``max_chars`` characters."""
     if str(HERE.parent) not in sys.path:
         sys.path.insert(0, str(HERE.parent))
-    from helpers.kv_sweep import prompt_text
+    from helpers.kv_cache.sweep import prompt_text
 
     text = prompt_text()
     end = text.rfind("\n\n", 0, max_chars)

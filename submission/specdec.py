@@ -61,7 +61,7 @@ def decode(
     # helpers.specdec.speculative_generate, called below):
     #
     # TODO: prefill the prompt through the target and the draft, keeping a KV cache for each
-    #   -> both caches come from helpers.cached_decoder.cached_decoder; all but the last prompt token are
+    #   -> both caches come from helpers.models.runtime.cached_decoder; all but the last prompt token are
     #      prefilled, the last one is the "pending" token that round 1 verifies together with the drafts
     # TODO: draft gamma tokens with the draft model, one draft forward each (sampled at `temperature`)
     #   -> the draft loop `for _ in range(round_gamma)`, which keeps each draft's distribution p for the test
@@ -70,7 +70,7 @@ def decode(
     #      and one bonus position
     # TODO: accept/reject: keep draft i while r_i < q(d_i) / p(d_i); at the first rejection sample the next
     #       token from norm(max(0, q - p)); when all gamma are accepted, sample a bonus token from q
-    #   -> helpers.specdec._accept_sampling (temperature > 0) and helpers.specdec._accept_greedy (temperature 0:
+    #   -> helpers.specdec.accept_sampling (temperature > 0) and helpers.specdec.accept_greedy (temperature 0:
     #      accept the longest prefix equal to the target's argmax)
     # TODO: roll both KV caches back to the accepted prefix; repeat until max_new_tokens or EOS
     #   -> target_cache.rollback / draft_cache.rollback (a length pointer moves; nothing is recomputed)

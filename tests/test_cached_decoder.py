@@ -1,9 +1,9 @@
-"""helpers.cached_decoder: both runtimes give the same logits through extend / rollback sequences."""
+"""helpers.models.runtime: both runtimes give the same logits through extend / rollback sequences."""
 import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from helpers.cached_decoder import cached_decoder, minimal_supported, resolve_runtime
+from helpers.models.runtime import cached_decoder, minimal_supported, resolve_runtime
 
 
 @pytest.fixture(scope="module")

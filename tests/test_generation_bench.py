@@ -1,8 +1,8 @@
-"""helpers.generation_bench: exact lengths, real-OOM-only rows, the time cap, resume, forward and verify timing."""
+"""helpers.generation.sweeps: exact lengths, real-OOM-only rows, the time cap, resume, forward and verify timing."""
 import pytest
 import torch
 
-from helpers import generation_bench as gb
+from helpers.generation import sweeps as gb
 from helpers import memory, models
 from helpers.results import ResultStore, is_oom, run_metadata
 

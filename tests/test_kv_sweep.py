@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from helpers import kv_sweep
+from helpers.kv_cache import sweep as kv_sweep
 from helpers.memory import cache_tensor_bytes, kv_cache_bytes
 
 
@@ -171,7 +171,7 @@ def test_fit_stays_non_negative_on_noisy_linear_data():
 
 
 def test_benchmark_runs_and_reports(capsys):
-    from helpers import kv_cache_bench
+    from helpers.kv_cache import bench as kv_cache_bench
 
     parser = argparse.ArgumentParser()
     kv_cache_bench.add_arguments(parser)

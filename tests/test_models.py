@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from helpers import memory, models
+from helpers.models import registry
 
 
 def test_unknown_name_lists_the_known_ones():
@@ -119,16 +120,16 @@ def test_gpu_requested_without_gpu():
 
 
 def test_missing_pair_weights_name_the_fix(tmp_path, monkeypatch):
-    monkeypatch.setattr(models, "CPU_PAIR_DIR", tmp_path)
-    with pytest.raises(FileNotFoundError, match="helpers.train_cpu_pair"):
+    monkeypatch.setattr(registry, "CPU_PAIR_DIR", tmp_path)
+    with pytest.raises(FileNotFoundError, match="helpers.models.train_cpu_pair"):
         models.load_cpu_pair()
-    with pytest.raises(FileNotFoundError, match="helpers.train_cpu_pair"):
+    with pytest.raises(FileNotFoundError, match="helpers.models.train_cpu_pair"):
         models.cpu_pair_info()
 
 
 pair_present = pytest.mark.skipif(
     not (models.CPU_PAIR_DIR / "target" / "model.safetensors").exists(),
-    reason="CPU pair weights not trained yet (python -m helpers.train_cpu_pair)")
+    reason="CPU pair weights not trained yet (python -m helpers.models.train_cpu_pair)")
 
 
 @pair_present

@@ -234,7 +234,7 @@ def test_rejection_step_alone_gives_target_marginal():
     Many draws are cheap here (no model forwards), so the tolerance is tight: chi-square p > 1e-3 over
     20000 draws, with a draft p that puts mass where q has none and vice versa.
     """
-    from helpers.specdec import _accept_sampling
+    from helpers.specdec import accept_sampling
 
     generator = torch.Generator().manual_seed(0)
     q_first = torch.tensor([0.40, 0.25, 0.20, 0.10, 0.05, 0.00])
@@ -245,7 +245,7 @@ def test_rejection_step_alone_gives_target_marginal():
     counts = np.zeros(6)
     for _ in range(draws):
         drafts = torch.stack([torch.multinomial(row, 1, generator=generator)[0] for row in draft_probs])
-        k, next_token = _accept_sampling(target_logits, draft_probs, drafts, 1.0, generator)
+        k, next_token = accept_sampling(target_logits, draft_probs, drafts, 1.0, generator)
         counts[(drafts[0] if k >= 1 else next_token).item()] += 1
     assert counts[5] == 0  # q gives token 5 no mass: it must never be emitted, though p drafts it 30% of the time
     assert scipy_stats.chisquare(counts[:5], q_first[:5].double().numpy() * draws).pvalue > 1e-3

@@ -11,8 +11,8 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from helpers.specdec_batched import RaggedCache, batched_autoregressive_generate, batched_speculative_generate
-from helpers.specdec_model import estimate_alpha
+from helpers.specdec.batched import RaggedCache, batched_autoregressive_generate, batched_speculative_generate
+from helpers.specdec.analysis import estimate_alpha
 
 PROMPTS = [[5, 17, 3, 9, 22, 41, 7], [8, 2], [60, 61, 62, 63], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]]
 

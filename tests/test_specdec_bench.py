@@ -1,10 +1,10 @@
-"""helpers.specdec_bench: the comparison loop, its rows and aggregates (tiny random models, no CPU pair)."""
+"""helpers.specdec.sweeps: the comparison loop, its rows and aggregates (tiny random models, no CPU pair)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from helpers.specdec_bench import assisted_generate, gamma_rows, measure_pair, select_prompts, summarise
+from helpers.specdec.sweeps import assisted_generate, gamma_rows, measure_pair, select_prompts, summarise
 from test_specdec import perturbed_copy, tiny_model
 
 
@@ -78,8 +78,8 @@ def test_summarise_matches_gamma_rows(rows):
 
 
 def test_benchmark_table_and_headline(rows, capsys):
-    from helpers.specdec_bench import _pair_figures, _print_table
-    from helpers.specdec_model import predicted_speedup
+    from helpers.specdec.bench import _pair_figures, _print_table
+    from helpers.specdec.analysis import predicted_speedup
 
     summary = summarise([{**r, "pair": "tiny"} for r in rows])
     costs = {"T_T": 2.0, "T_D": 0.2, "T_V": {2: 2.2, 3: 2.4}, "T_D_round": {2: 0.4, 3: 0.3}, "runtime": "minimal"}
@@ -103,7 +103,7 @@ def test_peer_gammas_limit_the_peer(pair, cases):
 
 
 def test_wilson_interval_known_values():
-    from helpers.specdec_bench import wilson_interval
+    from helpers.specdec.sweeps import wilson_interval
 
     low, high = wilson_interval(8, 10)
     assert low == pytest.approx(0.4902, abs=1e-4) and high == pytest.approx(0.9433, abs=1e-4)
@@ -115,7 +115,7 @@ def test_wilson_interval_known_values():
 def test_bootstrap_ratio_interval_brackets_the_estimate_and_is_deterministic():
     import numpy as np
 
-    from helpers.specdec_bench import bootstrap_ratio_interval
+    from helpers.specdec.sweeps import bootstrap_ratio_interval
 
     rng = np.random.default_rng(1)
     den = rng.integers(10, 40, size=12)
@@ -132,7 +132,7 @@ def test_bootstrap_ratio_interval_brackets_the_estimate_and_is_deterministic():
 
 
 def test_source_breakdown_pools_per_source():
-    from helpers.specdec_bench import source_breakdown
+    from helpers.specdec.sweeps import source_breakdown
 
     per_prompt = [
         {"source": "a", "accepted": 9, "rejections": 1, "ar_time_s": 2.0, "time_s": 1.0, "new_tokens": 12, "rounds": 3},
@@ -153,8 +153,8 @@ def test_source_breakdown_pools_per_source():
 
 
 def test_alpha_for_speedup_inverts_eq5():
-    from helpers.specdec_bench import alpha_for_speedup
-    from helpers.specdec_model import predicted_speedup
+    from helpers.specdec.sweeps import alpha_for_speedup
+    from helpers.specdec.analysis import predicted_speedup
 
     alpha = alpha_for_speedup(1.8, 5, 0.1, 1.3)
     assert float(predicted_speedup(5, alpha, 0.1, 1.3)) == pytest.approx(1.8, abs=1e-4)

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from helpers.specdec_costs import compare_batched, measure_costs, speedup_sweep
+from helpers.specdec.costs import compare_batched, measure_costs, speedup_sweep
 from tests.test_specdec_batched import PROMPTS, perturbed_copy, tiny_qwen3
 
 
@@ -47,7 +47,7 @@ def test_compare_batched_rows_agree(pair):
 
 
 def test_last_level_cache_bytes_is_positive_or_unknown():
-    from helpers.specdec_costs import last_level_cache_bytes
+    from helpers.specdec.costs import last_level_cache_bytes
 
     size = last_level_cache_bytes()
     assert size is None or size >= 64 * 1024
@@ -72,7 +72,7 @@ def _rows_07():
 
 
 def test_main_study_rows_keeps_one_row_per_draft_and_gamma():
-    from helpers.specdec_costs import main_study_rows
+    from helpers.specdec.costs import main_study_rows
 
     rows = main_study_rows(_rows_07(), "t")
     assert list(zip(rows["draft"], rows["gamma"])) == [("d1", 2), ("d1", 4), ("d2", 4)]
@@ -81,7 +81,7 @@ def test_main_study_rows_keeps_one_row_per_draft_and_gamma():
 
 
 def test_draft_summary_and_alpha_by_source():
-    from helpers.specdec_costs import alpha_by_source, draft_summary, main_study_rows
+    from helpers.specdec.costs import alpha_by_source, draft_summary, main_study_rows
 
     rows = main_study_rows(_rows_07(), "t")
     summary = draft_summary(rows).set_index("draft")

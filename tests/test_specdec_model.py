@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from helpers.specdec_model import (
+from helpers.specdec.analysis import (
     batched_speedup_accounting,
     estimate_alpha,
     expected_tokens_per_round,
@@ -124,7 +124,7 @@ def test_magicdec_grid_trends():
 
 
 def test_sweep_claims_hand_example():
-    from helpers.specdec_model import sweep_claims
+    from helpers.specdec.analysis import sweep_claims
 
     claims = sweep_claims([1, 2, 3, 4], [0.70, 0.71, 0.69, 0.70], [100, 80, 70, 65], [1.6, 2.1, 2.4, 2.6],
                           measured=[1.2, 1.5, 1.4, 1.3], predicted=[1.3, 1.6, 1.5, 1.45],

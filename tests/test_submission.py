@@ -78,7 +78,7 @@ def test_decode_todo_lines_point_at_existing_code():
     assert len(re.findall(r"# TODO: ", source)) >= 5
     for name in re.findall(r"helpers\.specdec\.(\w+)", source):
         assert hasattr(helpers.specdec, name), name
-    code = Path(helpers.specdec.__file__).read_text(encoding="utf-8")
+    code = Path(helpers.specdec.linear.__file__).read_text(encoding="utf-8")
     for fragment in ("for _ in range(round_gamma)", "target_cache.rollback", "draft_cache.rollback",
                      "last_only=False", "accepted_per_round"):
         assert fragment in code and fragment in source, fragment
@@ -125,7 +125,7 @@ def test_benchmark_main_prints_json(tmp_path, capsys, rows):
 def test_prompts_file(rows):
     """The handout's 20 prompts are notebook 07's main-table prompts: every kind of text equally represented."""
     from helpers.prompts import CPU_SOURCES, load_prompts
-    from helpers.specdec_bench import select_prompts
+    from helpers.specdec.sweeps import select_prompts
 
     assert len(rows) == 20 and len({row["id"] for row in rows}) == 20
     sources = [row["source"] for row in rows]
@@ -138,7 +138,7 @@ def test_prompts_file(rows):
 def test_prompts_come_from_held_out_documents(rows):
     """The README says so: the CPU pair never trained on the documents the prompts come from (held-out corpus
     documents, prose files outside the corpus, generated tables and logs)."""
-    from helpers.train_cpu_pair import load_corpus
+    from helpers.models.train_cpu_pair import load_corpus
 
     corpus = load_corpus()
     trained = set(corpus.train_names)
@@ -172,7 +172,7 @@ def _skip_unless_built_with_this_python():
 
 
 def test_long_prompt_is_the_start_of_notebook_03s_text():
-    from helpers.kv_sweep import prompt_text
+    from helpers.kv_cache.sweep import prompt_text
 
     _skip_unless_built_with_this_python()
 

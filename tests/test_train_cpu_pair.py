@@ -1,8 +1,8 @@
-"""helpers.train_cpu_pair: the pieces of the recipe on tiny models and texts (the full run takes an hour)."""
+"""helpers.models.train_cpu_pair: the pieces of the recipe on tiny models and texts (the full run takes an hour)."""
 import pytest
 import torch
 
-from helpers import train_cpu_pair as tcp
+from helpers.models import train_cpu_pair as tcp
 
 TEXTS = [
     'def add(a, b):\n    """Return the sum of a and b."""\n    return a + b\n',

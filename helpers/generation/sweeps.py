@@ -21,9 +21,9 @@ from typing import Iterable
 
 import torch
 
-from . import memory
-from .results import ResultStore
-from .timing import measure
+from helpers import memory
+from helpers.results import ResultStore
+from helpers.timing import measure
 
 
 def random_batch(vocab_size: int, batch_size: int, seq_len: int, *, device="cpu",

@@ -8,7 +8,7 @@ Names (``KNOWN_MODELS`` lists them all, with what each one is):
 - ``"cpu/<model>"``, e.g. ``"cpu/Qwen3-8B"``: a small scaled analog of a handout model for the CPU profile
   (:func:`analog_config`), always random weights;
 - ``"cpu-pair/target"``, ``"cpu-pair/draft"``, ``"cpu-pair/draft-2l"``: the trained CPU pair in
-  ``data/cpu_pair/`` (``python -m helpers.train_cpu_pair``), offline; :func:`load_cpu_pair` returns the
+  ``data/cpu_pair/`` (``python -m helpers.models.train_cpu_pair``), offline; :func:`load_cpu_pair` returns the
   target, the default draft and their shared tokenizer.
 
 Random weights are built on the meta device and materialised directly on the target device and dtype (no
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
-from . import memory
-from .hardware import resolve_device
-from .paths import DATA_DIR
+from helpers.models.configs import KNOWN_MODELS as HANDOUT_MODELS, load_config
+from helpers.hardware import resolve_device
+from helpers.paths import DATA_DIR
 
 CPU_PAIR_DIR = DATA_DIR / "cpu_pair"
 CPU_PAIR_MODELS = ("target", "draft", "draft-2l")
@@ -46,11 +46,11 @@ def _analog_name(model_id: str) -> str:
     return ANALOG_PREFIX + model_id.split("/", 1)[1]
 
 
-ANALOGS = {_analog_name(model_id): model_id for model_id in memory.KNOWN_MODELS}
+ANALOGS = {_analog_name(model_id): model_id for model_id in HANDOUT_MODELS}
 
 KNOWN_MODELS: dict[str, str] = {
     **{model_id: "handout model: pretrained (Hub, GPU profile) or random weights (offline)"
-       for model_id in memory.KNOWN_MODELS},
+       for model_id in HANDOUT_MODELS},
     **{name: f"CPU analog of {model_id}, random weights" for name, model_id in ANALOGS.items()},
     **{PAIR_PREFIX + name: f"trained CPU pair {name} (data/cpu_pair/{name})" for name in CPU_PAIR_MODELS},
 }
@@ -72,7 +72,7 @@ def analog_config(model_id: str):
     if model_id.startswith(ANALOG_PREFIX):
         model_id = ANALOGS.get(model_id, model_id)
     try:
-        config = memory.load_config(model_id)
+        config = load_config(model_id)
     except KeyError:
         raise _unknown(model_id) from None
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -95,8 +95,8 @@ def analog_config(model_id: str):
 
 def model_config(name: str):
     """The config ``load_model(name)`` builds (handout id, analog or CPU-pair name), read offline."""
-    if name in memory.KNOWN_MODELS:
-        return memory.load_config(name)
+    if name in HANDOUT_MODELS:
+        return load_config(name)
     if name in ANALOGS:
         return analog_config(name)
     if name.startswith(PAIR_PREFIX) and name[len(PAIR_PREFIX):] in CPU_PAIR_MODELS:
@@ -165,7 +165,7 @@ def _require_pair_files(*names: str) -> None:
             raise FileNotFoundError(
                 f"CPU pair weights missing: {', '.join(str(p) for p in missing)}. They are committed in the "
                 "repository (git checkout data/cpu_pair) or can be retrained with "
-                "`python -m helpers.train_cpu_pair` (about 70 minutes on 2 idle CPU cores)."
+                "`python -m helpers.models.train_cpu_pair` (about 70 minutes on 2 idle CPU cores)."
             )
 
 
@@ -203,7 +203,7 @@ def cpu_pair_info() -> dict:
     """The measured figures of the CPU pair (``data/cpu_pair/card.json``, written by the training script)."""
     path = CPU_PAIR_DIR / "card.json"
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run `python -m helpers.train_cpu_pair` to train and measure")
+        raise FileNotFoundError(f"{path} is missing: run `python -m helpers.models.train_cpu_pair` to train and measure")
     return json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -251,7 +251,7 @@ def load_model(name: str, *, weights: str | None = None, device="cpu", dtype=Non
     if weights == "pretrained":
         return _pretrained(name, device, dtype or torch.bfloat16)
     if weights == "random":
-        return random_model(memory.load_config(name), device=device, dtype=dtype or torch.float32, seed=seed), None
+        return random_model(load_config(name), device=device, dtype=dtype or torch.float32, seed=seed), None
     raise ValueError(f"weights must be 'pretrained' or 'random' for {name!r}, got {weights!r}")
 
 

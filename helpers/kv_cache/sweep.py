@@ -21,7 +21,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from .timing import measure_interleaved
+from helpers.timing import measure_interleaved
 
 
 @lru_cache(maxsize=1)

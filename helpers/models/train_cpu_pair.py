@@ -1,8 +1,8 @@
 """Train the CPU pair: a small Qwen3 target and two Qwen3 drafts that share one BPE tokenizer.
 
-    python -m helpers.train_cpu_pair                 # CPU recipe, about 70 minutes on an idle 2-core machine
-    python -m helpers.train_cpu_pair --smoke         # 2-minute end-to-end check (writes to /tmp)
-    python -m helpers.train_cpu_pair --device cuda   # GPU recipe (bf16 autocast, batch 64, same step counts)
+    python -m helpers.models.train_cpu_pair                 # CPU recipe, about 70 minutes on an idle 2-core machine
+    python -m helpers.models.train_cpu_pair --smoke         # 2-minute end-to-end check (writes to /tmp)
+    python -m helpers.models.train_cpu_pair --device cuda   # GPU recipe (bf16 autocast, batch 64, same step counts)
 
 The committed weights are the default CPU run.
 
@@ -369,7 +369,7 @@ def render_card(card: dict) -> str:
     return f"""# The CPU pair: model card
 
 A small Qwen3-architecture target and two drafts that share one byte-level BPE tokenizer
-({card['vocab_size']} entries), trained by `python -m helpers.train_cpu_pair` on the Python standard
+({card['vocab_size']} entries), trained by `python -m helpers.models.train_cpu_pair` on the Python standard
 library's source and `pydoc_data.topics` (Python {env['python']}). Load them with
 `helpers.models.load_cpu_pair()`. Every figure below was measured by the training script.
 

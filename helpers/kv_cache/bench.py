@@ -14,9 +14,14 @@ import argparse
 
 import torch
 
-from . import kv_cache
-from .hardware import device_info, resolve_device
-from .timing import measure_interleaved
+import pandas as pd
+
+from helpers import models, tables
+from helpers.kv_cache.decode import generate
+from helpers.models.train_cpu_pair import make_config
+from helpers.models.qwen3 import from_hf
+from helpers.hardware import device_info, resolve_device
+from helpers.timing import measure_interleaved
 
 GOAL_SPEEDUP = 5.0
 CPU_PAIR_TARGET = "cpu-pair/target"
@@ -42,15 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_qwen3(name: str, weights: str | None, device, dtype):
     """``(transformers model, tokenizer or None)``; the CPU pair's target falls back to random weights."""
-    from . import models
-
     try:
         return models.load_model(name, weights=weights, device=device, dtype=dtype)
     except FileNotFoundError:
         if name != CPU_PAIR_TARGET:
             raise
-    from .train_cpu_pair import make_config
-
     # Not trained yet: same architecture, random weights, so that the benchmark still runs (labelled).
     return models.random_model(make_config("target", models.load_cpu_tokenizer()), device=device, dtype=dtype), None
 
@@ -86,13 +87,13 @@ def run(args: argparse.Namespace) -> dict:
         torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
     hf_model, tokenizer = load_qwen3(args.model, args.weights, device, dtype)
-    model = kv_cache.from_hf(hf_model)
+    model = from_hf(hf_model)
     input_ids = make_prompt(tokenizer, args.prompt_len, args.batch_size, model.config.vocab_size, device)
     n = args.new_tokens
 
     modes = {
-        "minimal, with cache": lambda: kv_cache.generate(model, input_ids, n, use_cache=True),
-        "minimal, without cache": lambda: kv_cache.generate(model, input_ids, n, use_cache=False),
+        "minimal, with cache": lambda: generate(model, input_ids, n, use_cache=True),
+        "minimal, without cache": lambda: generate(model, input_ids, n, use_cache=False),
     }
     if not args.skip_transformers:
         def transformers_cached():
@@ -162,10 +163,6 @@ def run(args: argparse.Namespace) -> dict:
 
 def write_report(profile: str, figures: dict, timings: dict) -> None:
     """The benchmark's table and numbers for the report (section 2.2 quotes them)."""
-    import pandas as pd
-
-    from . import tables
-
     n, batch = figures["new_tokens"], figures["batch_size"]
     rows = [{"mode": name, "best (s)": min(t.samples), "median (s)": t.median, "mean (s)": t.mean, "std (s)": t.std,
              "ms/token": 1000 * min(t.samples) / n, "tokens/s": batch * n / min(t.samples),

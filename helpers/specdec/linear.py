@@ -6,7 +6,7 @@ Leviathan et al.). Both generators take transformers causal LMs and one prompt o
 What keeps the speculative path fast (DESIGN.md, "what fast means here"):
 
 * Both models keep a KV cache for the whole generation. After a round the caches are rolled back by length
-  — nothing is recomputed. The cache and the forward come from :mod:`helpers.cached_decoder`: the minimal
+  — nothing is recomputed. The cache and the forward come from :mod:`helpers.models.runtime`: the minimal
   Qwen3 decoder with a preallocated cache where it applies (less per-call overhead, which matters most for
   the small draft), else transformers' forward with a ``DynamicCache`` (``runtime=`` chooses).
 * The target sees the pending token and all gamma drafts in ONE forward: gamma + 1 positions, the last one
@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from helpers.cached_decoder import cached_decoder, resolve_runtime
-from helpers.specdec_model import estimate_alpha
+from helpers.models.runtime import cached_decoder, resolve_runtime
+from helpers.specdec.analysis import estimate_alpha
 
 __all__ = ["GenerationResult", "GenerationStats", "autoregressive_generate", "speculative_generate"]
 
@@ -45,7 +45,7 @@ class GenerationStats:
     accepted / proposed is smaller, because drafts after a rejection are counted as proposed but never tested.
     """
 
-    runtime: str = ""  # "minimal" or "transformers" (helpers.cached_decoder)
+    runtime: str = ""  # "minimal" or "transformers" (helpers.models.runtime)
     new_tokens: int = 0
     rounds: int = 0
     proposed: int = 0
@@ -233,7 +233,7 @@ def _check_pair(target, draft, gamma) -> None:
         raise ValueError(f"target is on {target_device} but draft on {draft_device}; put both on one device")
 
 
-def _accept_greedy(target_logits: torch.Tensor, drafts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def accept_greedy(target_logits: torch.Tensor, drafts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy limit of Algorithm 2: accept the longest prefix of drafts equal to the target's argmax.
 
     target_logits: (γ+1, V) for positions [pending, d1..dγ]; drafts: (γ,). Returns (k, next_token) as
@@ -244,7 +244,7 @@ def _accept_greedy(target_logits: torch.Tensor, drafts: torch.Tensor) -> tuple[t
     return k, choice[k]
 
 
-def _accept_sampling(
+def accept_sampling(
     target_logits: torch.Tensor,
     draft_probs: torch.Tensor,
     drafts: torch.Tensor,
@@ -291,7 +291,7 @@ def speculative_generate(
 
     ``time_phases`` splits wall time into draft / verify / rest; on CUDA that needs a synchronize at each
     phase boundary, so pass False for headline GPU throughput (on the CPU it costs nothing). ``runtime``:
-    see :mod:`helpers.cached_decoder` (both models use the same one).
+    see :mod:`helpers.models.runtime` (both models use the same one).
     """
     _check_common(target, input_ids, max_new_tokens, temperature)
     _check_pair(target, draft, gamma)
@@ -353,10 +353,10 @@ def speculative_generate(
 
         flat_drafts = draft_tokens[0]
         if greedy:
-            k, next_token = _accept_greedy(target_logits, flat_drafts)
+            k, next_token = accept_greedy(target_logits, flat_drafts)
         else:
             probs = torch.cat(draft_probs) if draft_probs else target_logits.new_empty(0, target_logits.shape[-1])
-            k, next_token = _accept_sampling(target_logits, probs, flat_drafts, temperature, generator)
+            k, next_token = accept_sampling(target_logits, probs, flat_drafts, temperature, generator)
         # the one host sync of the round: accepted count, drafts and the next token together
         host = torch.cat([k.view(1), flat_drafts, next_token.view(1)]).tolist()
         accepted = host[0]

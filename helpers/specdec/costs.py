@@ -3,7 +3,7 @@
 Every cost is one forward over ``new_tokens`` positions on top of a KV cache already holding ``context``,
 exactly the call speculative decoding makes (T_T, T_D: one new token; T_V(gamma): the pending token plus
 gamma drafts, gamma + 1 positions, all logits kept). The cache is cropped back after each call, so every
-repeat sees the same context length. The forwards go through :mod:`helpers.cached_decoder` on the same runtime
+repeat sees the same context length. The forwards go through :mod:`helpers.models.runtime` on the same runtime
 that :func:`helpers.specdec.speculative_generate` picks (``runtime="auto"``), so the terms describe the
 generation they predict.
 """
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 
-from helpers.cached_decoder import cached_decoder, resolve_runtime
-from helpers.specdec_batched import batched_autoregressive_generate, batched_speculative_generate
-from helpers.specdec_model import estimate_alpha
+from helpers.models.runtime import cached_decoder, resolve_runtime
+from helpers.specdec.batched import batched_autoregressive_generate, batched_speculative_generate
+from helpers.specdec.analysis import estimate_alpha
 from helpers.timing import Timing, measure
 
 
@@ -155,7 +155,7 @@ def heldout_source_prompts(tokenizer, count: int, length: int) -> list[list[int]
 
     Uses the training script's held-out rule (a hash of the file name), reading only the files it needs.
     """
-    from helpers.train_cpu_pair import _is_heldout
+    from helpers.models.train_cpu_pair import _is_heldout
 
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     prompts = []

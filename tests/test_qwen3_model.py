@@ -1,0 +1,130 @@
+"""The model file's cache beyond one sequence: ragged batches, per-row rollback, tree masks, compaction,
+static shapes. Every case is checked against the plain single-sequence forward (float64, so equality is exact
+up to reduction order)."""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from helpers.models.qwen3 import from_hf
+
+VOCAB = 128
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=96)
+    return from_hf(Qwen3ForCausalLM(config).double().eval())
+
+
+def ids(length: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (length,), generator=torch.Generator().manual_seed(seed))
+
+
+def alone(model, sequence: torch.Tensor) -> torch.Tensor:
+    """Logits of one sequence without any cache: (len, vocab)."""
+    return model(sequence[None])[0]
+
+
+def left_padded(rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    batch = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for b, row in enumerate(rows):
+        batch[b, width - len(row):], mask[b, width - len(row):] = row, 1
+    return batch, mask
+
+
+@pytest.mark.parametrize("static_shapes", [False, True])
+def test_ragged_prefill_and_decode_equal_each_row_alone(model, static_shapes):
+    rows = [ids(n, seed) for seed, n in enumerate((5, 11, 1, 8))]
+    batch, mask = left_padded(rows)
+    cache = model.new_cache(len(rows), 40, static_shapes=static_shapes)
+    with torch.no_grad():
+        logits = model(batch, cache, attention_mask=mask)
+        for b, row in enumerate(rows):
+            torch.testing.assert_close(logits[b, -1], alone(model, row)[-1])
+        extra = torch.stack([ids(6, 100 + b) for b in range(len(rows))])
+        for step in range(6):  # one token per row per step, each at the row's own position
+            step_logits = model(extra[:, step : step + 1], cache)[:, -1]
+            for b, row in enumerate(rows):
+                torch.testing.assert_close(step_logits[b], alone(model, torch.cat([row, extra[b, : step + 1]]))[-1])
+
+
+def test_per_row_rollback_then_extend(model):
+    first, second = ids(9, 1), ids(9, 2)
+    cache = model.new_cache(2, 40)
+    with torch.no_grad():
+        model(torch.stack([first, second]), cache)
+        cache.rollback([3, 0])  # row 0 keeps 6 tokens, row 1 all 9
+        assert cache.lengths == [6, 9]
+        new = torch.stack([ids(4, 3), ids(4, 4)])
+        logits = model(new, cache)
+    torch.testing.assert_close(logits[0], alone(model, torch.cat([first[:6], new[0]]))[-4:])
+    torch.testing.assert_close(logits[1], alone(model, torch.cat([second, new[1]]))[-4:])
+
+
+def test_a_chain_as_a_tree_mask_equals_the_causal_forward(model):
+    prompt, chain = ids(7, 5), ids(4, 6)
+    cache = model.new_cache(1, 32)
+    with torch.no_grad():
+        model(prompt[None], cache)
+        causal = torch.ones(4, 4, dtype=torch.bool).tril()
+        logits = model(chain[None], cache, tree_mask=causal, position_ids=torch.arange(7, 11)[None])[0]
+    torch.testing.assert_close(logits, alone(model, torch.cat([prompt, chain]))[-4:])
+
+
+def test_tree_nodes_see_only_their_ancestors_and_compaction_keeps_the_path(model):
+    # root r; children a, b of r; child c of b  -> nodes [r, a, b, c], parents [-, r, r, b], depths [0, 1, 1, 2]
+    prompt, nodes = ids(6, 7), ids(4, 8)
+    parents, depths = [-1, 0, 0, 2], [0, 1, 1, 2]
+    tree = torch.eye(4, dtype=torch.bool)
+    for node, parent in enumerate(parents):
+        while parent >= 0:
+            tree[node, parent] = True
+            parent = parents[parent]
+    cache = model.new_cache(1, 32)
+    with torch.no_grad():
+        model(prompt[None], cache)
+        logits = model(nodes[None], cache, tree_mask=tree, position_ids=(6 + torch.tensor(depths))[None])[0]
+        for node in range(4):
+            path = [node]
+            while parents[path[-1]] >= 0:
+                path.append(parents[path[-1]])
+            torch.testing.assert_close(logits[node], alone(model, torch.cat([prompt, nodes[path[::-1]]]))[-1])
+        cache.compact([6], [[0, 2, 3]])  # accept r -> b -> c
+        assert cache.lengths == [9]
+        nxt = ids(1, 9)
+        after = model(nxt[None], cache)[0, -1]
+    torch.testing.assert_close(after, alone(model, torch.cat([prompt, nodes[[0, 2, 3]], nxt]))[-1])
+
+
+def test_select_rows_drops_finished_rows(model):
+    rows = [ids(5, 10), ids(3, 11), ids(7, 12)]
+    batch, mask = left_padded(rows)
+    cache = model.new_cache(3, 20)
+    with torch.no_grad():
+        model(batch, cache, attention_mask=mask)
+        cache.select_rows([2, 0])
+        nxt = torch.tensor([[1], [2]])
+        logits = model(nxt, cache)[:, -1]
+    torch.testing.assert_close(logits[0], alone(model, torch.cat([rows[2], nxt[0]]))[-1])
+    torch.testing.assert_close(logits[1], alone(model, torch.cat([rows[0], nxt[1]]))[-1])
+
+
+def test_bad_cache_operations_are_clear_errors(model):
+    cache = model.new_cache(2, 10)
+    with torch.no_grad():
+        model(torch.zeros(2, 4, dtype=torch.long), cache)
+    with pytest.raises(ValueError, match="cannot roll back"):
+        cache.rollback([5, 0])
+    with pytest.raises(ValueError, match="padding can only be written into empty rows"):
+        model(torch.zeros(2, 1, dtype=torch.long), cache, attention_mask=torch.ones(2, 1))
+    with pytest.raises(ValueError, match="at least one real token"):
+        model(torch.zeros(2, 2, dtype=torch.long), model.new_cache(2, 10), attention_mask=torch.tensor([[0, 0], [1, 1]]))
+    cache.rollback([0, 2])
+    with pytest.raises(ValueError, match="different numbers of tokens"):
+        cache.length
