@@ -74,6 +74,12 @@ def _is_cuda(device) -> bool:
     return device is not None and torch.device(device).type == "cuda"
 
 
+def sync(device) -> None:
+    """Wait for ``device``'s queued work (CUDA); nothing to wait for on the CPU. The workbook's one sync."""
+    if _is_cuda(device):
+        torch.cuda.synchronize(device)
+
+
 def _time_once(fn, *, cuda: bool, device, cuda_events: bool, clock) -> float:
     """Seconds of one call of ``fn`` (synchronised on CUDA)."""
     if cuda_events:
@@ -81,12 +87,11 @@ def _time_once(fn, *, cuda: bool, device, cuda_events: bool, clock) -> float:
         start.record()
         fn()
         end.record()
-        torch.cuda.synchronize(device)
+        sync(device)
         return start.elapsed_time(end) / 1000.0
     t0 = clock()
     fn()
-    if cuda:
-        torch.cuda.synchronize(device)
+    sync(device)
     return clock() - t0
 
 
@@ -113,8 +118,7 @@ def measure(
         raise ValueError("cuda_events=True needs a CUDA device; pass device='cuda' or use the host clock on CPU")
     for _ in range(warmup):
         fn()
-    if cuda:
-        torch.cuda.synchronize(device)
+    sync(device)
     samples = [_time_once(fn, cuda=cuda, device=device, cuda_events=cuda_events, clock=clock) for _ in range(repeats)]
     return Timing(samples)
 
@@ -158,8 +162,7 @@ def measure_interleaved(
     for key in keys:
         for _ in range(warmup):
             fns[key]()
-    if cuda:
-        torch.cuda.synchronize(device)
+    sync(device)
     samples = {key: [] for key in keys}
 
     def active_keys() -> list:
@@ -193,12 +196,10 @@ class Timer:
         self.seconds = float("nan")
 
     def __enter__(self) -> "Timer":
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
+        sync(self.device)
         self._start = time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
+        sync(self.device)
         self.seconds = time.perf_counter() - self._start
