@@ -158,9 +158,14 @@ class KVCache:
         """(batch,) position of each row's next token."""
         return self.lengths_tensor() - self.pads
 
+    @property
+    def token_counts(self) -> list[int]:
+        """Tokens per row, padding excluded (= each row's next position)."""
+        return [n - p for n, p in zip(self.lengths, self._pads_host)]
+
     def next_position_bound(self) -> int:
         """The largest next position over the rows (host arithmetic, no device sync)."""
-        return max(n - p for n, p in zip(self.lengths, self._pads_host))
+        return max(self.token_counts)
 
     # -------------------------------------------------------------- writing
 
@@ -196,9 +201,7 @@ class KVCache:
         """Record which slots of a ragged prefill hold left padding (``attention_mask`` 0); rows must be empty."""
         if any(self.lengths):
             raise ValueError("padding can only be written into empty rows: prefill the ragged prompts first")
-        real = attention_mask.to(device=self.device, dtype=torch.bool)
-        if not real.any(dim=1).all():
-            raise ValueError("every row needs at least one real token (attention_mask is all zero in a row)")
+        real = attention_mask.to(device=self.device, dtype=torch.bool)  # a row may be all padding (empty)
         if real.all():
             return  # no padding: the fast path stays open
         self.valid = torch.ones(self.batch_size, self.capacity, dtype=torch.bool, device=self.device)

@@ -1,77 +1,134 @@
-"""One model and its KV cache behind the three calls speculative decoding makes: extend, roll back, length.
+"""One model and its KV cache behind the calls every decoder makes: extend, roll back, drop rows, lengths.
 
 Two runtimes implement it, and :func:`cached_decoder` picks one per model:
 
-* ``"minimal"`` — :mod:`helpers.kv_cache`'s plain Qwen3 decoder sharing the transformers model's weights, with a
-  preallocated cache (rolling back lowers a length pointer). On a CPU a small model's decode step is mostly
-  framework overhead, and this runtime has far less of it than transformers' generic forward (mask builders,
-  cache objects, output dataclasses): the CPU pair's 1-layer draft costs about 0.27 ms a token here against
-  0.42 ms through transformers (target: 3.8 vs 4.6 ms), so the cost ratio c of Eq. 5 drops.
-* ``"transformers"`` — the model's own forward with a ``DynamicCache`` (rolled back with ``crop(-n)``), for
-  every architecture the minimal decoder does not implement (Llama, OLMo, Qwen3 with rope scaling or sliding
-  windows).
+* ``"minimal"`` — the workbook's model file (:mod:`helpers.models.qwen3`) sharing the transformers model's
+  weights, with its preallocated cache: ragged rows, per-row rollback by length, tree masks and compaction.
+  On a CPU a small model's decode step is mostly framework overhead, and this runtime has far less of it than
+  transformers' generic forward (mask builders, cache objects, output dataclasses), so the cost ratio c of
+  Eq. 5 drops.
+* ``"transformers"`` — the ONE adapter over transformers, for every architecture the model file does not
+  implement (Llama, OLMo, Qwen3 with rope scaling or sliding windows): the model's own forward with a
+  ``DynamicCache``, through public API only (``crop``, ``batch_select_indices``, ``attention_mask``,
+  ``position_ids``). Rows roll back by different amounts without moving data: the tokens all rows rejected
+  are cropped, and a row's further rejected tokens become masked-out *holes* in the attention mask (each row
+  keeps its own positions, so RoPE sees every row as if it were alone).
 
-``"auto"`` takes the minimal runtime wherever it applies, else transformers. The autoregressive baseline, the
-speculative generator and the Eq. 5 cost measurements all go through here, so each comparison runs both sides
-on the same runtime.
+``"auto"`` takes the minimal runtime wherever it applies, else transformers. The autoregressive baseline,
+the speculative generators, the batching engine and the Eq. 5 cost measurements all go through here, so each
+comparison runs both sides on the same runtime.
 """
 from __future__ import annotations
 
 import torch
+from transformers import DynamicCache
+
+from helpers.models.qwen3 import DecoderConfig, from_hf
 
 RUNTIMES = ("auto", "minimal", "transformers")
 
 
+def _per_row(tokens, batch_size: int) -> list[int]:
+    return [int(tokens)] * batch_size if isinstance(tokens, int) else [int(t) for t in tokens]
+
+
 class TransformersDecoder:
-    """A transformers causal LM with a ``DynamicCache``."""
+    """A transformers causal LM with a ``DynamicCache``; rows may hold different numbers of tokens."""
 
     runtime = "transformers"
 
-    def __init__(self, model):
-        from transformers import DynamicCache
-
+    def __init__(self, model, batch_size: int = 1):
         self.model = model
         self.cache = DynamicCache(config=model.config)
+        self.device = next(model.parameters()).device
+        self.mask = torch.zeros(batch_size, 0, dtype=torch.long, device=self.device)  # 1 = a token, 0 = pad/hole
+        self.lengths = [0] * batch_size  # tokens per row (holes and padding excluded)
+        self.gaps = False  # whether any padding or hole exists (else no mask is needed)
 
     @property
     def length(self) -> int:
-        return self.cache.get_seq_length()
+        if min(self.lengths) != max(self.lengths):
+            raise ValueError(f"rows hold different numbers of tokens ({self.lengths}); read .lengths")
+        return self.lengths[0]
 
-    def extend(self, input_ids: torch.Tensor, last_only: bool = True) -> torch.Tensor:
-        """Logits (batch, positions, vocab) for ``input_ids`` placed after the cached tokens; caches them."""
-        return self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
-                          logits_to_keep=1 if last_only else 0).logits
+    def extend(self, input_ids: torch.Tensor, last_only: bool = True, *, attention_mask=None, position_ids=None,
+               tree_mask=None) -> torch.Tensor:
+        """Logits (batch, positions, vocab) for ``input_ids`` placed after each row's cached tokens."""
+        if tree_mask is not None:
+            raise NotImplementedError("tree masks need the minimal runtime (a Qwen3 model)")
+        new = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(self.device).long()
+        if position_ids is None:
+            start = torch.tensor(self.lengths, device=self.device)[:, None]
+            position_ids = (start + new.cumsum(dim=1) - 1).clamp(min=0)
+        self.mask = torch.cat([self.mask, new], dim=1)
+        self.gaps = self.gaps or attention_mask is not None
+        logits = self.model(input_ids=input_ids, attention_mask=self.mask if self.gaps else None,
+                            position_ids=position_ids, past_key_values=self.cache, use_cache=True,
+                            logits_to_keep=1 if last_only else 0).logits
+        self.lengths = [n + int(k) for n, k in zip(self.lengths, new.sum(dim=1).tolist())]
+        return logits
 
-    def rollback(self, tokens: int) -> None:
-        """Forget the last ``tokens`` cached tokens."""
-        if tokens:
-            self.cache.crop(-tokens)  # transformers 5.x: a NEGATIVE count removes that many tokens
+    def rollback(self, tokens) -> None:
+        """Row ``b`` forgets its last ``tokens[b]`` tokens (an int: every row)."""
+        counts = _per_row(tokens, len(self.lengths))
+        if any(t < 0 or t > n for t, n in zip(counts, self.lengths)):
+            raise ValueError(f"cannot roll back {counts} tokens from rows holding {self.lengths}")
+        common = min(counts)
+        if common:
+            self.cache.crop(-common)  # transformers 5.x: a NEGATIVE count removes that many tokens
+            self.mask = self.mask[:, :-common]
+        for b, extra in enumerate(t - common for t in counts):
+            if extra:  # the row's last `extra` real tokens become holes
+                self.gaps = True
+                real = self.mask[b].nonzero().flatten()
+                self.mask[b, real[-extra:]] = 0
+        self.lengths = [n - t for n, t in zip(self.lengths, counts)]
+
+    def select_rows(self, rows) -> None:
+        """Keep only ``rows`` (finished sequences leave the batch)."""
+        index = torch.tensor([int(r) for r in rows], dtype=torch.long, device=self.device)
+        self.cache.batch_select_indices(index)
+        self.mask = self.mask.index_select(0, index)
+        self.lengths = [self.lengths[int(r)] for r in rows]
 
 
 class MinimalDecoder:
-    """:class:`helpers.kv_cache.MiniQwen3` (same weight tensors) with a preallocated ``KVCache``."""
+    """The model file's :class:`~helpers.models.qwen3.MiniQwen3` (same weight tensors) with its static cache."""
 
     runtime = "minimal"
 
     def __init__(self, model, capacity: int, batch_size: int = 1):
-        self.model = _minimal_view(model)
+        self.model = minimal_view(model)
         self.cache = self.model.new_cache(batch_size, min(capacity, self.model.config.max_seq_len))
 
     @property
     def length(self) -> int:
         return self.cache.length
 
-    def extend(self, input_ids: torch.Tensor, last_only: bool = True) -> torch.Tensor:
-        return self.model(input_ids, self.cache, last_only=last_only)
+    @property
+    def lengths(self) -> list[int]:
+        """Tokens per row (padding excluded), as the transformers adapter counts them."""
+        return self.cache.token_counts
 
-    def rollback(self, tokens: int) -> None:
-        self.cache.crop(self.cache.length - tokens)
+    def extend(self, input_ids: torch.Tensor, last_only: bool = True, *, attention_mask=None, position_ids=None,
+               tree_mask=None) -> torch.Tensor:
+        return self.model(input_ids, self.cache, last_only=last_only, attention_mask=attention_mask,
+                          position_ids=position_ids, tree_mask=tree_mask)
+
+    def rollback(self, tokens) -> None:
+        self.cache.rollback(tokens)
+
+    def select_rows(self, rows) -> None:
+        self.cache.select_rows(rows)
 
 
-def _minimal_view(model):
-    """The minimal decoder over ``model``'s weights, built once per model (and rebuilt if its weights moved)."""
-    from helpers.kv_cache import from_hf
+def minimal_view(model):
+    """The model file's decoder over ``model``'s weights, built once per model (rebuilt if its weights moved).
 
+    ``model`` may already be a :class:`~helpers.models.qwen3.MiniQwen3`.
+    """
+    if hasattr(model, "new_cache"):
+        return model
     key = model.get_input_embeddings().weight.data_ptr()
     view = getattr(model, "_workbook_minimal_view", None)
     if view is None or view[0] != key:
@@ -81,9 +138,9 @@ def _minimal_view(model):
 
 
 def minimal_supported(model) -> bool:
-    """Whether the minimal decoder implements this model's architecture (Qwen3, plain RoPE, full attention)."""
-    from helpers.kv_cache import DecoderConfig
-
+    """Whether the model file implements this model's architecture (Qwen3, plain RoPE, full attention)."""
+    if hasattr(model, "new_cache"):
+        return True
     try:
         DecoderConfig.from_hf(model.config)
     except (ValueError, AttributeError):
@@ -98,18 +155,17 @@ def resolve_runtime(runtime: str, *models) -> str:
     if runtime == "auto":
         return "minimal" if all(minimal_supported(m) for m in models) else "transformers"
     if runtime == "minimal":
-        from helpers.kv_cache import DecoderConfig
-
         for model in models:
-            DecoderConfig.from_hf(model.config)  # raises the error that says what the minimal decoder lacks
+            if not hasattr(model, "new_cache"):
+                DecoderConfig.from_hf(model.config)  # raises the error that says what the model file lacks
     return runtime
 
 
 def cached_decoder(model, runtime: str, capacity: int, batch_size: int = 1):
     """A fresh cache for ``model`` on a resolved ``runtime`` ("minimal" or "transformers"), room for ``capacity``
-    tokens per row (the minimal runtime preallocates them; rows advance together)."""
+    tokens per row (the minimal runtime preallocates them)."""
     if runtime == "minimal":
         return MinimalDecoder(model, capacity, batch_size)
     if runtime == "transformers":
-        return TransformersDecoder(model)
+        return TransformersDecoder(model, batch_size)
     raise ValueError(f"resolve the runtime first (resolve_runtime); got {runtime!r}")

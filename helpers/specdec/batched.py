@@ -3,13 +3,12 @@
 The difficulty with a batch is that every row accepts a different number of drafts per round, so the rows'
 sequences (and KV caches) grow by different amounts, while a cache is one rectangular tensor per layer.
 
-Design: a *right-aligned ragged cache*. Each row's cached tokens are contiguous and end at the last column;
-the columns to their left are padding, hidden by a 2-D attention mask. Every token is fed with an explicit
-position id (the row's own token count), so RoPE sees each row exactly as if it were alone. After
-verification, row b keeps only the tokens it committed; rolling back is a per-row crop, done for all rows
-at once by one ``gather`` along the sequence axis that shifts each row right by its own number of rejected
-tokens (and drops columns that are padding in every row). Rows that finish (EOS or max_new_tokens) are
-removed from the batch, so they cost nothing afterwards.
+Design: both models decode through :mod:`helpers.models.runtime`, whose caches hold *ragged rows*: prompts
+are left-padded (the padding is masked out), every row keeps its own fill level and positions, so RoPE sees
+each row exactly as if it were alone. After verification, row b keeps only the tokens it committed: a per-row
+rollback by length (the model file's static cache lowers each row's fill level; the transformers adapter
+crops what all rows rejected and masks the rest out). Rows that finish (EOS or max_new_tokens) are removed
+from the batch, so they cost nothing afterwards.
 
 Invariants between rounds, with N_b the number of tokens row b has committed (prompt + generated):
 the target cache holds the first N_b - 1 tokens and the draft cache the first N_b - 2. A round then feeds
@@ -30,7 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache
+
+from helpers.models.runtime import cached_decoder, resolve_runtime
 
 
 @dataclass
@@ -41,70 +41,40 @@ class BatchedGeneration:
     stats: dict = field(default_factory=dict)
 
 
-class RaggedCache:
-    """A DynamicCache whose rows hold different numbers of tokens, right-aligned, plus the bookkeeping
-    (attention mask, per-row lengths) that lets one forward serve all rows."""
+class RaggedBatch:
+    """A cached decoder (:func:`helpers.models.runtime.cached_decoder`) over ragged rows, plus ``lengths``."""
 
-    def __init__(self, model, batch_size: int, device: torch.device):
-        self.model = model
-        self.cache = DynamicCache(config=model.config)
-        self.mask = torch.zeros(batch_size, 0, dtype=torch.long, device=device)
-        self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)
+    def __init__(self, model, runtime: str, batch_size: int, capacity: int):
+        self.decoder = cached_decoder(model, runtime, capacity, batch_size)
+        self.device = next(model.parameters()).device
 
     @property
-    def width(self) -> int:
-        return self.mask.shape[1]
+    def lengths(self) -> torch.Tensor:
+        return torch.tensor(self.decoder.lengths, device=self.device)
 
     def prefill(self, rows: Sequence[Sequence[int]]) -> None:
-        """Fill the cache with one token list per row (left-padded, so that the rows end right-aligned)."""
-        device = self.mask.device
+        """Fill the cache with one token list per row (left-padded; a row may be empty)."""
         width = max(len(row) for row in rows)
         if width == 0:
             return
-        ids = torch.zeros(len(rows), width, dtype=torch.long, device=device)
-        mask = torch.zeros(len(rows), width, dtype=torch.long, device=device)
+        ids = torch.zeros(len(rows), width, dtype=torch.long, device=self.device)
+        mask = torch.zeros(len(rows), width, dtype=torch.long, device=self.device)
         for b, row in enumerate(rows):
             if row:
-                ids[b, width - len(row):] = torch.as_tensor(row, device=device)
+                ids[b, width - len(row):] = torch.as_tensor(row, device=self.device)
                 mask[b, width - len(row):] = 1
-        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
-        self.mask = mask
-        self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache,
-                   use_cache=True, logits_to_keep=1)
-        self.lengths = mask.sum(dim=1)
+        self.decoder.extend(ids, last_only=True, attention_mask=mask)
 
     def extend(self, ids: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
-        """Append ``ids`` (B, q) to every row, each at its own positions; return the logits (B, q or kept, V)."""
-        q = ids.shape[1]
-        positions = self.lengths[:, None] + torch.arange(q, device=ids.device)
-        self.mask = torch.cat([self.mask, torch.ones_like(ids)], dim=1)
-        out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=positions,
-                         past_key_values=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
-        self.lengths = self.lengths + q
-        return out.logits
+        """Append ``ids`` (B, q) to every row, each at its own positions; return the logits (B, q or 1, V)."""
+        return self.decoder.extend(ids, last_only=logits_to_keep == 1)
 
     def keep(self, keep_lengths: torch.Tensor, rows: torch.Tensor | None = None) -> None:
         """Per-row rollback: row b keeps its first ``keep_lengths[b]`` cached tokens; with ``rows``, only
         those rows stay in the batch (``keep_lengths`` is then given for the kept rows)."""
         if rows is not None:
-            self.lengths, self.mask = self.lengths[rows], self.mask[rows]
-        if torch.any(keep_lengths > self.lengths):
-            raise ValueError("keep() can only shorten rows: a keep length exceeds the row's cached tokens")
-        old_width, new_width = self.width, int(keep_lengths.max())
-        ends = old_width - self.lengths + keep_lengths  # column after each row's last kept token
-        columns = torch.arange(new_width, device=ends.device)
-        index = (ends[:, None] - new_width + columns).clamp(min=0)  # (B, new_width), < 0 means padding
-        for layer in self.cache.layers:
-            if not getattr(layer, "is_initialized", False) or layer.keys.numel() == 0:
-                continue
-            if rows is not None:
-                layer.keys, layer.values = layer.keys[rows], layer.values[rows]
-            batch, heads, _, head_dim = layer.keys.shape
-            gather_index = index[:, None, :, None].expand(batch, heads, new_width, head_dim)
-            layer.keys = layer.keys.gather(2, gather_index)
-            layer.values = layer.values.gather(2, gather_index)
-        self.mask = (columns[None, :] >= new_width - keep_lengths[:, None]).long()
-        self.lengths = keep_lengths.clone()
+            self.decoder.select_rows(rows.tolist())
+        self.decoder.rollback([n - k for n, k in zip(self.decoder.lengths, keep_lengths.tolist())])
 
 
 def _check_prompts(prompts, max_new_tokens: int, min_length: int) -> list[list[int]]:
@@ -151,15 +121,16 @@ def _finish(generated: list[int], new_tokens: list[int], max_new_tokens: int, eo
 
 
 @torch.inference_mode()
-def batched_autoregressive_generate(model, prompts, max_new_tokens: int,
-                                    eos_token_id: int | None = None) -> BatchedGeneration:
+def batched_autoregressive_generate(model, prompts, max_new_tokens: int, eos_token_id: int | None = None, *,
+                                    runtime: str = "auto") -> BatchedGeneration:
     """Greedy decoding of a batch of prompts (different lengths allowed), one target forward per token."""
     rows = _check_prompts(prompts, max_new_tokens, min_length=1)
     device = next(model.parameters()).device
     generated: list[list[int]] = [[] for _ in rows]
     active = [b for b in range(len(rows)) if max_new_tokens > 0]
     start = time.perf_counter()
-    cache = RaggedCache(model, len(rows), device)
+    runtime = resolve_runtime(runtime, model)
+    cache = RaggedBatch(model, runtime, len(rows), max(map(len, rows)) + max_new_tokens)
     cache.prefill([r[:-1] for r in rows])
     prefill_seconds = _prefill_seconds(device, start)
     last = torch.tensor([[r[-1]] for r in rows], device=device)
@@ -176,12 +147,14 @@ def batched_autoregressive_generate(model, prompts, max_new_tokens: int,
             cache.keep(cache.lengths[keep_rows], rows=keep_rows)
             active, next_tokens = [active[i] for i in still], next_tokens[keep_rows]
         last = next_tokens[:, None]
-    return BatchedGeneration(generated, {"steps": steps, "target_forwards": steps, "prefill_seconds": prefill_seconds})
+    return BatchedGeneration(generated, {"steps": steps, "target_forwards": steps, "prefill_seconds": prefill_seconds,
+                                        "runtime": runtime})
 
 
 @torch.inference_mode()
 def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, gamma: int,
-                                 eos_token_id: int | None = None, *, time_phases: bool = False) -> BatchedGeneration:
+                                 eos_token_id: int | None = None, *, time_phases: bool = False,
+                                 runtime: str = "auto") -> BatchedGeneration:
     """Greedy speculative decoding of a batch of prompts with per-row acceptance and per-row rollback.
 
     Each round: gamma draft forwards (the first feeds two tokens per row), ONE target forward verifying
@@ -203,7 +176,10 @@ def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, ga
     accepted: list[list[int]] = [[] for _ in rows]
     active = [b for b in range(len(rows)) if max_new_tokens > 0]
     start = time.perf_counter()
-    target_cache, draft_cache = RaggedCache(target, len(rows), device), RaggedCache(draft, len(rows), device)
+    runtime = resolve_runtime(runtime, target, draft)
+    capacity = max(map(len, rows)) + max_new_tokens + gamma + 1
+    target_cache = RaggedBatch(target, runtime, len(rows), capacity)
+    draft_cache = RaggedBatch(draft, runtime, len(rows), capacity)
     target_cache.prefill([r[:-1] for r in rows])
     draft_cache.prefill([r[:-2] for r in rows])
     prefill_seconds = _prefill_seconds(device, start)
@@ -252,6 +228,7 @@ def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, ga
         "mean_accepted_per_round": sum(per_round) / len(per_round) if per_round else 0.0,
         "gamma": gamma,
         "prefill_seconds": prefill_seconds,
+        "runtime": runtime,
     }
     if time_phases:
         stats["phase_seconds"] = phases
