@@ -106,8 +106,8 @@ class KVCache:
             raise ValueError(
                 f"cache capacity {capacity} must be between 1 and the model's context limit {config.max_seq_len}"
             )
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if batch_size < 0:
+            raise ValueError(f"batch_size must be >= 0, got {batch_size}")
         shape = (batch_size, config.num_kv_heads, capacity, config.head_dim)
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
@@ -140,7 +140,7 @@ class KVCache:
     @property
     def uniform(self) -> bool:
         """Every row holds the same number of slots and none is padding (the fast path)."""
-        return self.valid is None and min(self.lengths) == max(self.lengths)
+        return self.valid is None and len(set(self.lengths)) <= 1
 
     @property
     def length(self) -> int:
@@ -165,16 +165,16 @@ class KVCache:
 
     def next_position_bound(self) -> int:
         """The largest next position over the rows (host arithmetic, no device sync)."""
-        return max(self.token_counts)
+        return max(self.token_counts, default=0)
 
     # -------------------------------------------------------------- writing
 
     def check_room(self, batch_size: int, new_tokens: int) -> None:
         if batch_size != self.batch_size:
             raise ValueError(f"the cache was allocated for batch size {self.batch_size}, got a batch of {batch_size}")
-        if max(self.lengths) + new_tokens > self.capacity:
+        if max(self.lengths, default=0) + new_tokens > self.capacity:
             raise ValueError(
-                f"the cache holds {self.capacity} tokens per row: {max(self.lengths)} stored + {new_tokens} new do "
+                f"the cache holds {self.capacity} tokens per row: {max(self.lengths, default=0)} stored + {new_tokens} new do "
                 "not fit; allocate a larger cache (capacity = prompt length + max_new_tokens)"
             )
 
@@ -214,7 +214,7 @@ class KVCache:
 
     def set_lengths(self, lengths) -> None:
         lengths = [int(n) for n in lengths]
-        if len(lengths) != self.batch_size or min(lengths) < 0 or max(lengths) > self.capacity:
+        if len(lengths) != self.batch_size or min(lengths, default=0) < 0 or max(lengths, default=0) > self.capacity:
             raise ValueError(f"need {self.batch_size} lengths in [0, {self.capacity}], got {lengths}")
         self.lengths = lengths
         self._lengths_device = None
@@ -269,6 +269,38 @@ class KVCache:
         if self.valid is not None:
             self.valid = self.valid.index_select(0, index)
         self.set_lengths([self.lengths[r] for r in rows])
+
+    def reserve(self, capacity: int) -> None:
+        """Grow every row's room to ``capacity`` slots (a copy; for batches whose output length is unknown)."""
+        if capacity > self.capacity:
+            grow = lambda t: F.pad(t, (0, 0, 0, capacity - t.shape[2]))  # noqa: E731 (pads the slot axis)
+            self.keys, self.values = [grow(k) for k in self.keys], [grow(v) for v in self.values]
+            if self.valid is not None:
+                self.valid = F.pad(self.valid, (0, capacity - self.valid.shape[1]), value=True)
+
+    def append_rows(self, rows: list[torch.Tensor]) -> None:
+        """New rows join the batch with their cached keys/values, ``rows[i]`` shaped
+        ``(layers, 2, kv_heads, length_i, head_dim)`` (what a prefill worker sends); each starts at slot 0."""
+        lengths = [row.shape[3] for row in rows]
+        self.reserve(max(lengths))
+        shape = (len(rows),) + self.keys[0].shape[1:]
+        for layer in range(len(self.keys)):
+            new_keys, new_values = self.keys[layer].new_zeros(shape), self.values[layer].new_zeros(shape)
+            for i, row in enumerate(rows):
+                new_keys[i, :, : lengths[i]], new_values[i, :, : lengths[i]] = row[layer, 0], row[layer, 1]
+            self.keys[layer] = torch.cat([self.keys[layer], new_keys])
+            self.values[layer] = torch.cat([self.values[layer], new_values])
+        self.pads = torch.cat([self.pads, self.pads.new_zeros(len(rows))])
+        self._pads_host = self._pads_host + [0] * len(rows)
+        if self.valid is not None:
+            self.valid = torch.cat([self.valid, self.valid.new_ones(len(rows), self.capacity)])
+        self.set_lengths(self.lengths + lengths)
+
+    def row_kv(self, row: int) -> torch.Tensor:
+        """Row ``row``'s stored tokens (padding excluded) as ``(layers, 2, kv_heads, tokens, head_dim)``."""
+        start, end = self._pads_host[row], self.lengths[row]
+        return torch.stack([torch.stack([k[row, :, start:end], v[row, :, start:end]])
+                            for k, v in zip(self.keys, self.values)])
 
     # -------------------------------------------------------------- the mask
 
