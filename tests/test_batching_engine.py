@@ -6,13 +6,11 @@ minute on two idle cores.
 import random
 
 import pytest
-import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
-
 from helpers.batching.engine import WorkerFailed, run_continuous, run_static_baseline, summarize
 from helpers.batching.model_ops import PretrainedDir, divergence_margin, generate_alone
 from helpers.batching.request import Request
 from helpers.batching.workers import EngineConfig
+from tiny_models import tiny_qwen3
 
 MAX_LEN = 128
 
@@ -25,13 +23,7 @@ def tiny(tmp_path_factory):
     single sequence (different reduction orders, ~1e-6) then cannot flip a greedy choice, and exact equality
     with per-request generation is a fair test of the cache bookkeeping, not of luck.
     """
-    torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                         max_position_embeddings=MAX_LEN, tie_word_embeddings=False)
-    model = Qwen3ForCausalLM(config).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(50)
+    model = tiny_qwen3(0, vocab_size=256, max_position_embeddings=MAX_LEN, head_scale=50)
     path = tmp_path_factory.mktemp("tiny_qwen3")
     model.save_pretrained(path)
     return model, PretrainedDir(path)

@@ -1,18 +1,15 @@
 """helpers.models.runtime: both runtimes give the same logits through extend / rollback sequences."""
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from helpers.models.runtime import cached_decoder, minimal_supported, resolve_runtime
+from tiny_models import tiny_qwen3
 
 
 @pytest.fixture(scope="module")
 def qwen3():
-    torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
-                         tie_word_embeddings=True)
-    return Qwen3ForCausalLM(config).eval()
+    return tiny_qwen3(0, tie=True, vocab_size=50, hidden_size=32, intermediate_size=64, head_dim=8,
+                      max_position_embeddings=64)
 
 
 @torch.inference_mode()

@@ -1,5 +1,7 @@
 import os
 
+import matplotlib.pyplot as plt
+import pandas as pd
 import pytest
 import torch
 
@@ -54,8 +56,6 @@ def test_measure_uses_given_clock_and_validates():
 
 
 def test_figures_are_reproducible(tmp_path, monkeypatch):
-    import matplotlib.pyplot as plt
-
     monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
     plotting.set_theme()
     outputs = []
@@ -71,8 +71,6 @@ def test_figures_are_reproducible(tmp_path, monkeypatch):
 
 
 def test_booktabs_table_and_numbers(tmp_path, monkeypatch):
-    import pandas as pd
-
     monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
     df = pd.DataFrame({"model": ["Qwen/Qwen3_8B"], "tokens": [12345], "time (s)": [0.012345], "ok": [None]})
     path = tables.write_table(df, "t1", "unit", caption="50% of it")

@@ -1,7 +1,11 @@
 """The datasheet table and the roofline model built on it."""
+import json
+
+import pandas as pd
 import pytest
 
-from helpers.gpu_specs import arithmetic_intensity, forward_flops_bytes, gpu_spec, load_gpu_specs, roofline_seconds
+from helpers.gpu_specs import (arithmetic_intensity, best_and_worst, collect_results, eq5_prediction, fit_layer_cost,
+                               forward_flops_bytes, gpu_spec, load_gpu_specs, map_by_size, roofline_seconds)
 from helpers.memory import load_config, param_count
 
 
@@ -45,10 +49,6 @@ def test_roofline_time_is_the_larger_bound_plus_overhead():
 
 
 def test_best_and_worst_pick_ok_rows_by_speedup():
-    import pandas as pd
-
-    from helpers.gpu_specs import best_and_worst
-
     rows = pd.DataFrame({"draft": ["a", "a", "b", "b"], "gamma": [2, 7, 2, 7], "speedup": [1.2, 1.5, 9.0, 1.1],
                          "status": ["ok", "ok", "oom", "ok"]})
     picked = best_and_worst(rows)
@@ -60,8 +60,6 @@ def test_best_and_worst_pick_ok_rows_by_speedup():
 
 
 def test_fit_layer_cost_recovers_a_line_and_needs_two_depths():
-    from helpers.gpu_specs import fit_layer_cost
-
     fixed, per_layer = fit_layer_cost([1, 2, 16], [0.1 + 0.3 * n for n in (1, 2, 16)])
     assert fixed == pytest.approx(0.1) and per_layer == pytest.approx(0.3)
     assert fit_layer_cost([1, 16], [0.3, 0.2])[1] == 0.0  # clipped: a cost cannot be negative
@@ -70,8 +68,6 @@ def test_fit_layer_cost_recovers_a_line_and_needs_two_depths():
 
 
 def test_map_by_size_matches_ranks():
-    from helpers.gpu_specs import map_by_size
-
     assert map_by_size({"small": 1, "big": 2}, {"Q1.7": 17, "Q0.6": 6}) == {"small": "Q0.6", "big": "Q1.7"}
     assert map_by_size({"only": 5}, {"x": 1, "y": 2}) == {"only": "y"}
     three = map_by_size({"a": 1, "b": 2, "c": 3}, {"x": 1, "y": 2})
@@ -81,8 +77,6 @@ def test_map_by_size_matches_ranks():
 def test_eq5_prediction_roofline_only_does_not_depend_on_the_gpu_but_host_cost_does():
     """Regression (§4.5): with no host cost a batch-1 step is memory-bound on both GPUs, so c is a byte ratio and the
     predicted speedup is the same; a per-layer host cost hurts the higher-bandwidth GPU more."""
-    from helpers.gpu_specs import eq5_prediction
-
     target, draft = load_config("Qwen/Qwen3-8B"), load_config("Qwen/Qwen3-0.6B")
     h100, l40s = gpu_spec("H100 SXM"), gpu_spec("L40S")
     roof = [eq5_prediction(target, draft, g, 3, 0.7, 256) for g in (h100, l40s)]
@@ -96,10 +90,6 @@ def test_eq5_prediction_roofline_only_does_not_depend_on_the_gpu_but_host_cost_d
 
 def test_collect_results_reads_a_given_root_latest_row_per_config(tmp_path):
     """Regression: notebook 08 validated alone (fresh output root) falls back to the committed results."""
-    import json
-
-    from helpers.gpu_specs import collect_results
-
     (tmp_path / "results" / "cpu").mkdir(parents=True)
     rows = [{"config_key": "a", "speedup": 1.0}, {"config_key": "b", "speedup": 2.0}, {"config_key": "a", "speedup": 3.0}]
     text = "\n".join(json.dumps(r) for r in rows) + '\n{"config_key": "c", "spee'  # last row cut short mid-write

@@ -3,30 +3,21 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import LlamaConfig
 
 from helpers import kv_cache
 from helpers.memory import kv_cache_bytes
+from tiny_models import tiny_qwen3
 
 CONTEXT = 64
-
-
-def tiny_qwen3(seed: int = 0, tie: bool = False, **overrides) -> Qwen3ForCausalLM:
-    """A random 2-layer Qwen3 with GQA (4 query heads, 2 KV heads). A large init keeps the logits peaked,
-    so greedy choices are never near-ties that fp32 rounding could flip."""
-    settings = dict(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=CONTEXT, initializer_range=0.2,
-        tie_word_embeddings=tie,
-    )
-    settings.update(overrides)
-    torch.manual_seed(seed)
-    return Qwen3ForCausalLM(Qwen3Config(**settings)).eval()
+# 2 layers, GQA (4 query heads, 2 KV heads), vocabulary 256. A large init keeps the logits peaked, so greedy
+# choices are never near-ties that fp32 rounding could flip.
+SIZES = dict(max_position_embeddings=CONTEXT, initializer_range=0.2)
 
 
 @pytest.fixture(scope="module")
 def pair():
-    hf = tiny_qwen3()
+    hf = tiny_qwen3(**SIZES)
     return hf, kv_cache.from_hf(hf)
 
 
@@ -37,7 +28,7 @@ def random_prompt(batch: int, length: int, seed: int, vocab: int = 256) -> torch
 
 @pytest.mark.parametrize("tie", [False, True])
 def test_logits_match_transformers(tie):
-    hf = tiny_qwen3(seed=1, tie=tie)
+    hf = tiny_qwen3(seed=1, tie=tie, **SIZES)
     model = kv_cache.from_hf(hf)
     ids = random_prompt(3, 17, seed=2)
     with torch.no_grad():
@@ -53,7 +44,7 @@ def test_from_hf_shares_weights_without_copy(pair):
 
 
 def test_tied_embeddings_stay_tied():
-    model = kv_cache.from_hf(tiny_qwen3(tie=True))
+    model = kv_cache.from_hf(tiny_qwen3(tie=True, **SIZES))
     assert model.lm_head.weight is model.embed_tokens.weight
 
 
@@ -178,15 +169,14 @@ def test_generate_allocates_prompt_plus_new_tokens(pair, monkeypatch):
 
 def test_bfloat16_cached_and_uncached_agree():
     """In bf16 rounding differs between the paths, but greedy tokens of a peaked model still agree."""
-    model = kv_cache.from_hf(tiny_qwen3(seed=3, initializer_range=0.5).to(torch.bfloat16))
+    hf = tiny_qwen3(seed=3, max_position_embeddings=CONTEXT, initializer_range=0.5)
+    model = kv_cache.from_hf(hf.to(torch.bfloat16))
     ids = random_prompt(2, 8, seed=4)
     cached = kv_cache.generate(model, ids, 10, use_cache=True)
     assert torch.equal(cached, kv_cache.generate(model, ids, 10, use_cache=False))
 
 
 def test_rejects_other_architectures():
-    from transformers import LlamaConfig
-
     config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
     with pytest.raises(ValueError, match="Qwen3"):
         kv_cache.DecoderConfig.from_hf(config)

@@ -6,18 +6,19 @@ import argparse
 import numpy as np
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from helpers import kv_cache, tables
+from helpers.kv_cache import bench as kv_cache_bench
 from helpers.kv_cache import sweep as kv_sweep
 from helpers.memory import cache_tensor_bytes, kv_cache_bytes
+from tiny_models import tiny_qwen3
+
+SIZES = dict(vocab_size=128, hidden_size=32, intermediate_size=64, head_dim=8)
 
 
 @pytest.fixture(scope="module")
 def tiny_hf():
-    torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=256)
-    return Qwen3ForCausalLM(config).eval()
+    return tiny_qwen3(0, **SIZES)
 
 
 class CharTokenizer:
@@ -171,8 +172,6 @@ def test_fit_stays_non_negative_on_noisy_linear_data():
 
 
 def test_benchmark_runs_and_reports(capsys):
-    from helpers.kv_cache import bench as kv_cache_bench
-
     parser = argparse.ArgumentParser()
     kv_cache_bench.add_arguments(parser)
     # A small random Qwen3 analog: the test must not depend on the trained CPU pair.
@@ -186,12 +185,7 @@ def test_benchmark_runs_and_reports(capsys):
 
 
 def test_step_costs_times_one_step_per_position_and_leaves_the_cache_rolled_back():
-    from helpers import kv_cache
-
-    config = Qwen3Config(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=256)
-    torch.manual_seed(0)
-    mini = kv_cache.from_hf(Qwen3ForCausalLM(config).eval())
+    mini = kv_cache.from_hf(tiny_qwen3(0, **SIZES))
     sequence = torch.randint(0, 128, (1, 40))
     costs = kv_sweep.step_costs(mini, sequence, [32, 4, 16], [4, 8], repeats=3, device="cpu")
     assert costs["cached_positions"] == [4, 16, 32] and costs["uncached_positions"] == [4, 8]
@@ -221,8 +215,6 @@ def test_matmul_weights_and_time_share(tiny_hf):
 
 def test_within_quotes_the_tolerance_so_generated_numbers_are_byte_stable(tmp_path, monkeypatch):
     """Regression: a max |difference| of 8.58e-6 on one run and 9.1e-6 on the next changed a generated file."""
-    from helpers import tables
-
     monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
     written = [tables.write_numbers("04_x", "unit", {"diff": kv_sweep.within(noise, 1e-4)}).read_text()
                for noise in (8.58e-6, 9.1e-6, 0.0)]

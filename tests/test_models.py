@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import transformers
 
 from helpers import memory, models
 from helpers.models import registry
@@ -101,8 +102,6 @@ def test_wrong_weights_for_a_name_is_a_clear_error():
 
 
 def test_pretrained_offline_says_which_profile_works(monkeypatch):
-    import transformers
-
     def offline(*args, **kwargs):
         raise OSError("We couldn't connect to 'https://huggingface.co'")
 

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 
+import papermill as pm
 import pytest
 
 from helpers import paths, run_all
@@ -24,8 +25,6 @@ def test_notebook_runs_with_cpu_profile(notebook):
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_prepares_with_gpu_profile(notebook, tmp_path):
-    import papermill as pm
-
     params = run_all.load_params("gpu")
     declared = pm.inspect_notebook(str(notebook))
     pm.execute_notebook(str(notebook), str(tmp_path / notebook.name), prepare_only=True,

@@ -1,4 +1,7 @@
 """params/cpu.yaml must equal the notebooks' defaults; params/gpu.yaml may set only declared parameters."""
+import ast
+
+import nbformat
 import pytest
 import yaml
 
@@ -10,8 +13,6 @@ NOTEBOOKS = sorted(paths.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
 
 
 def declared_defaults(notebook) -> dict:
-    import ast
-
     found = papermill.inspect_notebook(str(notebook))
     return {name: ast.literal_eval(spec["default"]) for name, spec in found.items()}
 
@@ -22,8 +23,6 @@ def profile(name: str) -> dict:
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
 def test_parameters_cell_is_literal_documented_and_matches_cpu_yaml(notebook):
-    import nbformat
-
     nb = nbformat.read(notebook, as_version=4)
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1, "exactly one cell tagged 'parameters'"

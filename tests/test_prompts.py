@@ -4,6 +4,7 @@ import platform
 
 import pytest
 
+from helpers.models.train_cpu_pair import _is_heldout
 from helpers.prompts import CPU_SOURCES, PER_SOURCE, build_cpu_prompts, load_prompts
 
 
@@ -30,8 +31,6 @@ def test_unknown_profile_is_a_clear_error():
 
 
 def test_cpu_prompts_cover_four_kinds_with_enough_prompts_each_from_heldout_text():
-    from helpers.models.train_cpu_pair import _is_heldout
-
     prompts = load_prompts("cpu")
     assert tuple(dict.fromkeys(p["source"] for p in prompts)) == CPU_SOURCES
     for source in CPU_SOURCES:

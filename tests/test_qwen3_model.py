@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from helpers.models.qwen3 import from_hf
+from tiny_models import tiny_qwen3
 
 VOCAB = 128
 
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=96)
-    return from_hf(Qwen3ForCausalLM(config).double().eval())
+    hf = tiny_qwen3(0, vocab_size=VOCAB, hidden_size=32, intermediate_size=64, head_dim=8, max_position_embeddings=96)
+    return from_hf(hf.double().eval())
 
 
 def ids(length: int, seed: int) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """helpers.specdec: speculative decoding is exact (greedy) and distribution-preserving (sampling).
 
-All models are tiny random ``Qwen3ForCausalLM``s built here (no download, no CPU pair), with their output
-layer scaled up so that the next-token distributions are peaked rather than nearly uniform.
+All models are tiny random ``Qwen3ForCausalLM``s (tests/tiny_models.py: no download, no CPU pair), with
+their output layer scaled up so that the next-token distributions are peaked rather than nearly uniform.
 """
 from __future__ import annotations
 
@@ -11,42 +11,20 @@ import numpy as np
 import pytest
 import torch
 from scipy import stats as scipy_stats
-from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
-from helpers.specdec import autoregressive_generate, speculative_generate
-
-
-def tiny_model(seed: int, vocab: int = 64, layers: int = 2, hidden: int = 64, peak: float = 10.0):
-    torch.manual_seed(seed)
-    config = Qwen3Config(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
-        tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None,
-    )
-    model = Qwen3ForCausalLM(config).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(peak)
-    return model
-
-
-def perturbed_copy(model, sigma: float, seed: int):
-    """A draft that agrees with the target only partly: the target with relative Gaussian noise on every weight."""
-    draft = copy.deepcopy(model)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in draft.parameters():
-            param.add_(torch.randn(param.shape, generator=generator) * sigma * param.std().clamp_min(1e-3))
-    return draft
+from helpers.specdec import accept_sampling, autoregressive_generate, speculative_generate
+from tiny_models import PEAK, tiny_qwen3
 
 
 @pytest.fixture(scope="module")
-def target():
-    return tiny_model(0)
+def target(peaked_pair):
+    return peaked_pair[0]
 
 
 @pytest.fixture(scope="module")
-def draft(target):
-    return perturbed_copy(target, sigma=0.3, seed=1)
+def draft(peaked_pair):
+    return peaked_pair[1]
 
 
 def prompts(count: int, vocab: int = 64, seed: int = 0):
@@ -195,8 +173,8 @@ def test_sampling_preserves_target_distribution(runtime):
     the 256 cells (cells expected < 5 pooled) must give p > 1e-3. Everything is seeded: deterministic.
     """
     vocab, temperature, samples = 16, 1.0, 3000
-    target = tiny_model(10, vocab=vocab, layers=1)
-    draft = tiny_model(11, vocab=vocab, layers=1)
+    target = tiny_qwen3(10, vocab_size=vocab, num_hidden_layers=1, head_scale=PEAK)
+    draft = tiny_qwen3(11, vocab_size=vocab, num_hidden_layers=1, head_scale=PEAK)
     prompt = torch.tensor([[3, 1, 4]])
     expected = exact_joint(target, prompt, temperature).ravel()
     expected /= expected.sum()
@@ -234,8 +212,6 @@ def test_rejection_step_alone_gives_target_marginal():
     Many draws are cheap here (no model forwards), so the tolerance is tight: chi-square p > 1e-3 over
     20000 draws, with a draft p that puts mass where q has none and vice versa.
     """
-    from helpers.specdec import accept_sampling
-
     generator = torch.Generator().manual_seed(0)
     q_first = torch.tensor([0.40, 0.25, 0.20, 0.10, 0.05, 0.00])
     p_first = torch.tensor([0.05, 0.10, 0.20, 0.25, 0.10, 0.30])
@@ -285,7 +261,7 @@ def test_invalid_temperature(target, draft, temperature):
 
 
 def test_vocabularies_must_match(target):
-    other = tiny_model(2, vocab=48)
+    other = tiny_qwen3(2, vocab_size=48, head_scale=PEAK)
     with pytest.raises(ValueError, match="vocabularies differ"):
         speculative_generate(target, other, prompts(1)[0], 5, 2)
 
@@ -313,8 +289,6 @@ def test_runtimes_agree_and_auto_picks_minimal_for_qwen3(target, draft):
 
 
 def test_other_architectures_use_transformers():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,

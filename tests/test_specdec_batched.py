@@ -1,38 +1,19 @@
 """Batched speculative decoding is lossless row by row: each row equals its own single-sequence greedy decoding.
 
-Tiny random Qwen3 models are built here (no download). The reference is the plainest greedy loop there is
+Tiny random Qwen3 models (tests/tiny_models.py, no download). The reference is the plainest greedy loop there is
 (full recompute, one sequence, no cache, no padding), so it shares no code with what it checks. The models run
 in float64, where rounding differences between a padded batched forward and a single-sequence forward are
 far below any argmax gap; one fp32 case checks the same on these (well-separated) random logits.
 """
-import copy
-
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from helpers.specdec.batched import RaggedCache, batched_autoregressive_generate, batched_speculative_generate
 from helpers.specdec.analysis import estimate_alpha
+from helpers.specdec.batched import RaggedCache, batched_autoregressive_generate, batched_speculative_generate
+from tiny_models import RAGGED_PROMPTS as PROMPTS
+from tiny_models import perturbed_copy, tiny_qwen3
 
-PROMPTS = [[5, 17, 3, 9, 22, 41, 7], [8, 2], [60, 61, 62, 63], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]]
-
-
-def tiny_qwen3(seed: int, layers: int = 2, dtype=torch.float64) -> Qwen3ForCausalLM:
-    torch.manual_seed(seed)
-    config = Qwen3Config(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
-                         tie_word_embeddings=False)
-    return Qwen3ForCausalLM(config).eval().to(dtype)
-
-
-def perturbed_copy(model, scale: float, seed: int = 1):
-    """A draft that agrees with the target often but not always (partial acceptance)."""
-    draft = copy.deepcopy(model)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(torch.randn(p.shape, generator=generator).to(p.dtype) * scale)
-    return draft
+VOCAB = 97
 
 
 @torch.no_grad()
@@ -48,8 +29,8 @@ def greedy_reference(model, prompt, max_new_tokens, eos_token_id=None):
 
 
 @pytest.fixture(scope="module")
-def target():
-    return tiny_qwen3(0)
+def target(float64_pair):
+    return float64_pair[0]
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +39,11 @@ def references(target):
 
 
 @pytest.fixture(scope="module")
-def drafts(target):
+def drafts(float64_pair):
+    target, perturbed = float64_pair
     return {
-        "perturbed": perturbed_copy(target, 0.003),  # partial acceptance
-        "unrelated": tiny_qwen3(7, layers=1),  # almost every draft rejected
+        "perturbed": perturbed,  # partial acceptance
+        "unrelated": tiny_qwen3(7, vocab_size=VOCAB, num_hidden_layers=1).double(),  # almost every draft rejected
         "identical": target,  # every draft accepted
     }
 
@@ -107,7 +89,7 @@ def test_max_new_tokens_is_exact(target, drafts, references, max_new_tokens):
 
 
 def test_fp32_matches_on_separated_logits(references):
-    target32 = tiny_qwen3(0, dtype=torch.float32)
+    target32 = tiny_qwen3(0, vocab_size=VOCAB)
     draft32 = perturbed_copy(target32, 0.003)
     assert batched_speculative_generate(target32, draft32, PROMPTS, 24, gamma=3).tokens == references
 

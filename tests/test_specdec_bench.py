@@ -1,17 +1,14 @@
 """helpers.specdec.sweeps: the comparison loop, its rows and aggregates (tiny random models, no CPU pair)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from helpers.specdec.sweeps import assisted_generate, gamma_rows, measure_pair, select_prompts, summarise
-from test_specdec import perturbed_copy, tiny_model
-
-
-@pytest.fixture(scope="module")
-def pair():
-    target = tiny_model(0)
-    return target, perturbed_copy(target, sigma=0.3, seed=1)
+from helpers.specdec.analysis import predicted_speedup
+from helpers.specdec.bench import _pair_figures, _print_table
+from helpers.specdec.sweeps import (alpha_for_speedup, assisted_generate, bootstrap_ratio_interval, gamma_rows,
+                                    measure_pair, select_prompts, source_breakdown, summarise, wilson_interval)
 
 
 @pytest.fixture(scope="module")
@@ -22,8 +19,8 @@ def cases():
 
 
 @pytest.fixture(scope="module")
-def rows(pair, cases):
-    return measure_pair(*pair, cases, [2, 3], 12, repeats=2)
+def rows(peaked_pair, cases):
+    return measure_pair(*peaked_pair, cases, [2, 3], 12, repeats=2)
 
 
 def test_select_prompts_round_robin_over_sources():
@@ -32,8 +29,8 @@ def test_select_prompts_round_robin_over_sources():
     assert select_prompts(rows, 0) == rows
 
 
-def test_assisted_generation_is_greedy_exact(pair, cases):
-    target, draft = pair
+def test_assisted_generation_is_greedy_exact(peaked_pair, cases):
+    target, draft = peaked_pair
     for case in cases:
         reference = target.generate(case["input_ids"], max_new_tokens=10, do_sample=False)[0, case["input_ids"].shape[1]:]
         assert torch.equal(assisted_generate(target, draft, case["input_ids"], 10, gamma=3), reference)
@@ -78,9 +75,6 @@ def test_summarise_matches_gamma_rows(rows):
 
 
 def test_benchmark_table_and_headline(rows, capsys):
-    from helpers.specdec.bench import _pair_figures, _print_table
-    from helpers.specdec.analysis import predicted_speedup
-
     summary = summarise([{**r, "pair": "tiny"} for r in rows])
     costs = {"T_T": 2.0, "T_D": 0.2, "T_V": {2: 2.2, 3: 2.4}, "T_D_round": {2: 0.4, 3: 0.3}, "runtime": "minimal"}
     _print_table(summary, costs)
@@ -95,16 +89,14 @@ def test_benchmark_table_and_headline(rows, capsys):
     assert all(r["runtime"] == "minimal" for r in rows if r["method"] != "assisted")
 
 
-def test_peer_gammas_limit_the_peer(pair, cases):
-    rows = measure_pair(*pair, cases[:1], [2, 3], 6, peer_gammas=[2], peer_default=False)
+def test_peer_gammas_limit_the_peer(peaked_pair, cases):
+    rows = measure_pair(*peaked_pair, cases[:1], [2, 3], 6, peer_gammas=[2], peer_default=False)
     assert {(r["method"], r["gamma"]) for r in rows} == {("ar", None), ("sd", 2), ("sd", 3), ("assisted", 2)}
     by_gamma = {r["gamma"]: r for r in gamma_rows(rows)}
     assert "assisted_tokens_per_s" in by_gamma[2] and "assisted_tokens_per_s" not in by_gamma[3]
 
 
 def test_wilson_interval_known_values():
-    from helpers.specdec.sweeps import wilson_interval
-
     low, high = wilson_interval(8, 10)
     assert low == pytest.approx(0.4902, abs=1e-4) and high == pytest.approx(0.9433, abs=1e-4)
     assert wilson_interval(0, 5)[0] == 0.0 and wilson_interval(5, 5)[1] == 1.0
@@ -113,10 +105,6 @@ def test_wilson_interval_known_values():
 
 
 def test_bootstrap_ratio_interval_brackets_the_estimate_and_is_deterministic():
-    import numpy as np
-
-    from helpers.specdec.sweeps import bootstrap_ratio_interval
-
     rng = np.random.default_rng(1)
     den = rng.integers(10, 40, size=12)
     num = np.round(den * rng.uniform(0.6, 0.9, size=12))
@@ -132,8 +120,6 @@ def test_bootstrap_ratio_interval_brackets_the_estimate_and_is_deterministic():
 
 
 def test_source_breakdown_pools_per_source():
-    from helpers.specdec.sweeps import source_breakdown
-
     per_prompt = [
         {"source": "a", "accepted": 9, "rejections": 1, "ar_time_s": 2.0, "time_s": 1.0, "new_tokens": 12, "rounds": 3},
         {"source": "a", "accepted": 7, "rejections": 3, "ar_time_s": 2.0, "time_s": 2.0, "new_tokens": 12, "rounds": 5},
@@ -153,9 +139,6 @@ def test_source_breakdown_pools_per_source():
 
 
 def test_alpha_for_speedup_inverts_eq5():
-    from helpers.specdec.sweeps import alpha_for_speedup
-    from helpers.specdec.analysis import predicted_speedup
-
     alpha = alpha_for_speedup(1.8, 5, 0.1, 1.3)
     assert float(predicted_speedup(5, alpha, 0.1, 1.3)) == pytest.approx(1.8, abs=1e-4)
     assert alpha_for_speedup(1.0, 3, 0.1, 1.2) < alpha

@@ -1,22 +1,15 @@
 """The measurement helpers behind notebook 09 run, return sane figures, and keep outputs lossless."""
+import pandas as pd
 import pytest
 import torch
 
-from helpers.specdec.costs import compare_batched, measure_costs, speedup_sweep
-from tests.test_specdec_batched import PROMPTS, perturbed_copy, tiny_qwen3
+from helpers.specdec.costs import (alpha_by_source, compare_batched, draft_summary, last_level_cache_bytes,
+                                   main_study_rows, measure_costs, speedup_sweep)
+from tiny_models import RAGGED_PROMPTS as PROMPTS
 
 
-@pytest.fixture(scope="module")
-def pair():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    target = tiny_qwen3(0)
-    yield target, perturbed_copy(target, 0.003)
-    torch.set_num_threads(threads)
-
-
-def test_measure_costs_shapes(pair):
-    target, draft = pair
+def test_measure_costs_shapes(float64_pair):
+    target, draft = float64_pair
     costs = measure_costs(target, draft, torch.tensor([PROMPTS[0]]), [1, 3], warmup=1, repeats=2)
     assert costs["T_T"] > 0 and costs["T_D"] > 0 and set(costs["T_V"]) == {1, 3}
     assert set(costs["T_D_round"]) == {1, 3} and min(costs["T_D_round"].values()) > 0
@@ -26,8 +19,8 @@ def test_measure_costs_shapes(pair):
     assert batched["runtime"] == "transformers" and batched["T_D_round"][2] > 0
 
 
-def test_speedup_sweep_is_lossless_and_counts_rounds(pair):
-    target, draft = pair
+def test_speedup_sweep_is_lossless_and_counts_rounds(float64_pair):
+    target, draft = float64_pair
     sweep = speedup_sweep(target, draft, PROMPTS[:2], [2, 4], 12, repeats=1)
     assert sweep["ar"]["new_tokens"] == 24
     for row in sweep["gammas"].values():
@@ -35,8 +28,8 @@ def test_speedup_sweep_is_lossless_and_counts_rounds(pair):
         assert 1 <= row["tokens_per_round"] <= 5
 
 
-def test_compare_batched_rows_agree(pair):
-    target, draft = pair
+def test_compare_batched_rows_agree(float64_pair):
+    target, draft = float64_pair
     result = compare_batched(target, draft, PROMPTS, 12, 3, repeats=1)
     assert result["rows_identical"] == 1.0 and result["generated_tokens"] == 4 * 12
     assert result["ar_steps"] == 12 and result["rounds"] == result["rounds_per_row_max"]
@@ -47,15 +40,11 @@ def test_compare_batched_rows_agree(pair):
 
 
 def test_last_level_cache_bytes_is_positive_or_unknown():
-    from helpers.specdec.costs import last_level_cache_bytes
-
     size = last_level_cache_bytes()
     assert size is None or size >= 64 * 1024
 
 
 def _rows_07():
-    import pandas as pd
-
     source = lambda s, a, r: {"source": s, "accepted": a, "rejections": r}  # noqa: E731
     return pd.DataFrame([
         {"target": "t", "draft": "d1", "gamma": 2, "alpha": 0.6, "speedup": 1.2, "c": 0.1, "accepted": 6,
@@ -72,8 +61,6 @@ def _rows_07():
 
 
 def test_main_study_rows_keeps_one_row_per_draft_and_gamma():
-    from helpers.specdec.costs import main_study_rows
-
     rows = main_study_rows(_rows_07(), "t")
     assert list(zip(rows["draft"], rows["gamma"])) == [("d1", 2), ("d1", 4), ("d2", 4)]
     assert rows.loc[(rows["draft"] == "d1") & (rows["gamma"] == 4), "speedup"].item() == 1.4
@@ -81,8 +68,6 @@ def test_main_study_rows_keeps_one_row_per_draft_and_gamma():
 
 
 def test_draft_summary_and_alpha_by_source():
-    from helpers.specdec.costs import alpha_by_source, draft_summary, main_study_rows
-
     rows = main_study_rows(_rows_07(), "t")
     summary = draft_summary(rows).set_index("draft")
     assert summary.loc["d1", "alpha"] == 12 / 20 and summary.loc["d1", "best_gamma"] == 4

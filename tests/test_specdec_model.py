@@ -2,6 +2,8 @@
 import numpy as np
 import pytest
 
+from helpers.gpu_specs import gpu_spec
+from helpers.memory import load_config
 from helpers.specdec.analysis import (
     batched_speedup_accounting,
     estimate_alpha,
@@ -12,6 +14,7 @@ from helpers.specdec.analysis import (
     optimal_gamma,
     predicted_speedup,
     relative_latency,
+    sweep_claims,
 )
 
 
@@ -106,9 +109,6 @@ def test_batched_accounting_rejects_impossible_counts():
 def test_magicdec_grid_trends():
     """MagicDec's argument on the roofline: at short context the speedup falls with the batch; at long context a
     bounded-KV draft's speedup rises with it, beats a full-KV draft, and configurations that do not fit are left out."""
-    from helpers.gpu_specs import gpu_spec
-    from helpers.memory import load_config
-
     target, draft, gpu = load_config("Qwen/Qwen3-8B"), load_config("Qwen/Qwen3-0.6B"), gpu_spec("H100 SXM")
     rows = magicdec_grid(target, draft, gpu, alpha=0.8, gamma=3, context_lens=[512, 16384],
                          batch_sizes=[1, 8, 64, 256], draft_window=512)
@@ -124,8 +124,6 @@ def test_magicdec_grid_trends():
 
 
 def test_sweep_claims_hand_example():
-    from helpers.specdec.analysis import sweep_claims
-
     claims = sweep_claims([1, 2, 3, 4], [0.70, 0.71, 0.69, 0.70], [100, 80, 70, 65], [1.6, 2.1, 2.4, 2.6],
                           measured=[1.2, 1.5, 1.4, 1.3], predicted=[1.3, 1.6, 1.5, 1.45],
                           predicted_round=[1.2, 1.55, 1.45, 1.3], pooled_alpha=0.70, gamma_star=3)

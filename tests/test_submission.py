@@ -15,8 +15,13 @@ import torch
 
 import helpers.kv_cache
 import helpers.specdec
+from helpers.kv_cache.sweep import prompt_text
+from helpers.models.train_cpu_pair import load_corpus
+from helpers.prompts import CPU_SOURCES, load_prompts
 from helpers.specdec import autoregressive_generate
+from helpers.specdec.sweeps import select_prompts
 from submission import benchmark, make_prompts, specdec
+from submission import kv_cache_implementation as twin
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSION = ROOT / "submission"
@@ -124,9 +129,6 @@ def test_benchmark_main_prints_json(tmp_path, capsys, rows):
 
 def test_prompts_file(rows):
     """The handout's 20 prompts are notebook 07's main-table prompts: every kind of text equally represented."""
-    from helpers.prompts import CPU_SOURCES, load_prompts
-    from helpers.specdec.sweeps import select_prompts
-
     assert len(rows) == 20 and len({row["id"] for row in rows}) == 20
     sources = [row["source"] for row in rows]
     assert {s: sources.count(s) for s in CPU_SOURCES} == dict.fromkeys(CPU_SOURCES, 5)
@@ -138,8 +140,6 @@ def test_prompts_file(rows):
 def test_prompts_come_from_held_out_documents(rows):
     """The README says so: the CPU pair never trained on the documents the prompts come from (held-out corpus
     documents, prose files outside the corpus, generated tables and logs)."""
-    from helpers.models.train_cpu_pair import load_corpus
-
     corpus = load_corpus()
     trained = set(corpus.train_names)
     assert any(row["origin"] in set(corpus.heldout_names) for row in rows)
@@ -172,8 +172,6 @@ def _skip_unless_built_with_this_python():
 
 
 def test_long_prompt_is_the_start_of_notebook_03s_text():
-    from helpers.kv_cache.sweep import prompt_text
-
     _skip_unless_built_with_this_python()
 
     text = make_prompts.LONG_PROMPT_PATH.read_text(encoding="utf-8")
@@ -214,8 +212,6 @@ def test_kv_file_todo_lines_and_importable_twin():
     assert len(re.findall(r"# TODO: ", source)) >= 5
     for name in re.findall(r"helpers\.kv_cache\.(\w+)", source):
         assert hasattr(helpers.kv_cache, name), name
-    from submission import kv_cache_implementation as twin
-
     assert twin.generate.__doc__ == _load_kv_file().generate.__doc__
 
 

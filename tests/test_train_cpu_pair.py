@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from helpers.models import train_cpu_pair as tcp
+from tiny_models import tiny_qwen3
 
 TEXTS = [
     'def add(a, b):\n    """Return the sum of a and b."""\n    return a + b\n',
@@ -22,12 +23,10 @@ def stream(tokenizer):
 
 
 def tiny(tokenizer, layers=1, seed=0):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(seed)
-    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True)
-    return Qwen3ForCausalLM(config)
+    """Sized to the trained tokenizer; 2 query heads share 1 KV head; tied embeddings like the CPU pair."""
+    return tiny_qwen3(seed, tie=True, vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                      num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1,
+                      max_position_embeddings=32768)
 
 
 def test_heldout_split_is_deterministic_and_about_one_in_twenty():
@@ -95,10 +94,8 @@ def test_draft_initialised_from_target_is_its_early_exit(tokenizer, stream):
         hidden = target(ids, output_hidden_states=True).hidden_states[1]
         early_exit = target.lm_head(target.model.norm(hidden))
         torch.testing.assert_close(draft(ids).logits, early_exit)
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-    narrow = Qwen3ForCausalLM(Qwen3Config(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
-                                          num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1,
-                                          head_dim=16))
+    narrow = tiny_qwen3(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                        num_attention_heads=1, num_key_value_heads=1)
     with pytest.raises(ValueError, match="width"):
         tcp.init_from_target(narrow, target)
 
