@@ -6,6 +6,8 @@ the box) or GiB (2**30 bytes, what ``nvidia-smi`` and PyTorch report) happens on
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from helpers.models.configs import KNOWN_MODELS, QWEN3_FAMILY, load_config, miniature_config  # noqa: F401 (re-exported)
 
 GB = 10**9
@@ -161,3 +163,40 @@ def cache_tensor_bytes(cache) -> int:
             if tensor is not None:
                 total += tensor.numel() * tensor.element_size()
     return total
+
+
+def predicted_generation_bytes(config, batch_size: int, input_len: int, new_tokens: int,
+                               bytes_per_elem: int) -> int:
+    """A *prediction* of peak memory for one ``generate`` call: weights + full KV cache + prefill working set.
+
+    The prefill working set counts the residual stream and attention projections (about 4 x hidden) and the
+    MLP's gate, up and product (3 x intermediate) for every prompt token of one layer, plus float32 logits for
+    the last position. It ignores framework overhead and attention scores (flash / memory-efficient attention
+    does not materialise them). Use it to say which configurations a GPU is *expected* not to fit; an "oom"
+    row only ever comes from a real out-of-memory error.
+    """
+    weights = param_count(config) * bytes_per_elem
+    kv = kv_cache_bytes(config, input_len + new_tokens, batch_size, bytes_per_elem)
+    prefill = batch_size * input_len * (4 * config.hidden_size + 3 * config.intermediate_size) * bytes_per_elem
+    logits = batch_size * config.vocab_size * 4
+    return weights + kv + prefill + logits
+
+
+@dataclass(frozen=True)
+class GenerationPrediction:
+    """The prediction column of a generation sweep: :func:`predicted_generation_bytes` of ``config`` at
+    ``batch_size`` and ``bytes_per_elem``, against ``gpu_gb`` GB of GPU memory."""
+
+    config: object
+    batch_size: int
+    bytes_per_elem: int
+    gpu_gb: float
+
+    def gb(self, input_len: int, new_tokens: int) -> float:
+        """Predicted peak memory (GB, 10^9 bytes) of one ``generate`` call."""
+        return predicted_generation_bytes(self.config, self.batch_size, input_len, new_tokens,
+                                          self.bytes_per_elem) / GB
+
+    def over(self, input_len: int, new_tokens: int) -> bool:
+        """Whether that prediction exceeds the GPU's memory."""
+        return self.gb(input_len, new_tokens) > self.gpu_gb

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+import seaborn as sns
 
 from helpers import paths
 
@@ -18,8 +19,6 @@ _SAVED_KW = dict(bbox_inches="tight", pad_inches=0.02)
 
 def set_theme() -> None:
     """The workbook's theme: seaborn paper context, colour-blind palette, embedded fonts."""
-    import seaborn as sns
-
     sns.set_theme(context="paper", style="whitegrid", palette="colorblind")
     matplotlib.rcParams.update(
         {

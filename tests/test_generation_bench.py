@@ -45,9 +45,9 @@ def test_generate_exact_cannot_stop_early(tiny):
 
 def test_predicted_bytes_grow_with_length_and_batch(tiny):
     c = tiny.config
-    small = gb.predicted_generation_bytes(c, 1, 8, 4, 4)
-    assert gb.predicted_generation_bytes(c, 1, 64, 4, 4) > small
-    assert gb.predicted_generation_bytes(c, 4, 8, 4, 4) > small
+    small = memory.predicted_generation_bytes(c, 1, 8, 4, 4)
+    assert memory.predicted_generation_bytes(c, 1, 64, 4, 4) > small
+    assert memory.predicted_generation_bytes(c, 4, 8, 4, 4) > small
     assert small > memory.param_count(c) * 4  # weights are a lower bound
 
 
@@ -55,9 +55,9 @@ def test_predicted_bytes_of_the_real_qwen3_8b_at_batch_8():
     # weights (16.4 GB in bf16) + KV cache + one layer's prefill working set: 16k inputs fit 80 GB, 32k do not
     c = memory.load_config("Qwen/Qwen3-8B")
     weights = memory.weight_bytes(c, 2)
-    assert gb.predicted_generation_bytes(c, 8, 1, 64, 2) == pytest.approx(weights, rel=0.01)
-    assert gb.predicted_generation_bytes(c, 8, 2**14, 64, 2) < 80 * memory.GB
-    assert gb.predicted_generation_bytes(c, 8, 2**15, 64, 2) > 80 * memory.GB
+    assert memory.predicted_generation_bytes(c, 8, 1, 64, 2) == pytest.approx(weights, rel=0.01)
+    assert memory.predicted_generation_bytes(c, 8, 2**14, 64, 2) < 80 * memory.GB
+    assert memory.predicted_generation_bytes(c, 8, 2**15, 64, 2) > 80 * memory.GB
 
 
 def test_measure_generation_reports_time_and_throughput(tiny):
@@ -112,7 +112,7 @@ def test_a_budget_or_prediction_never_makes_an_oom_row(tiny, store):
     rows = gb.run_generation_sweep(store, tiny, [config(4), config(512)], meta=meta(), warmup=0, repeats=1,
                                    progress=False)
     assert [r["status"] for r in rows] == ["ok", "ok"]
-    predicted = [gb.predicted_generation_bytes(tiny.config, 2, r["input_len"], 3, 4) for r in rows]
+    predicted = [memory.predicted_generation_bytes(tiny.config, 2, r["input_len"], 3, 4) for r in rows]
     assert predicted[1] > predicted[0]  # a prediction is a number to report, nothing more
     assert "oom" not in store.frame()["status"].tolist()
     assert not is_oom(ValueError("x"))

@@ -10,6 +10,7 @@ import torch
 from helpers import kv_cache, tables
 from helpers.kv_cache import bench as kv_cache_bench
 from helpers.kv_cache import sweep as kv_sweep
+from helpers.generation.sweeps import generate_exact
 from helpers.memory import cache_tensor_bytes, kv_cache_bytes
 from tiny_models import tiny_qwen3
 
@@ -48,14 +49,25 @@ def test_text_prompt_too_long_is_a_clear_error():
 def test_transformers_without_cache_recomputes_the_prefix(tiny_hf):
     """Guards the meaning of use_cache=False in the pinned transformers: every step sees the whole sequence."""
     prompt = torch.randint(0, 128, (1, 6))
-    counts = {}
+    counts, outputs = {}, {}
     for use_cache in (True, False):
         with kv_sweep.ForwardTokenCounter(tiny_hf) as counter:
-            tokens = kv_sweep.hf_generate(tiny_hf, prompt, 5, use_cache=use_cache)
+            tokens = generate_exact(tiny_hf, prompt, 5, use_cache=use_cache)
         counts[use_cache] = counter.tokens
-        assert tokens.shape == (1, 5)
+        assert tokens.shape == (1, 11) and torch.equal(tokens[:, :6], prompt)
+        outputs[use_cache] = tokens
     assert counts[True] == [6, 1, 1, 1, 1]
     assert counts[False] == [6, 7, 8, 9, 10]
+    assert torch.equal(outputs[True], outputs[False])  # the cache changes the work, not the tokens
+
+
+def test_make_prompt_text_rows_or_fixed_random_ids():
+    ids = kv_sweep.make_prompt(CharTokenizer(), 12, 3, vocab_size=50, device="cpu")
+    assert ids.shape == (3, 12) and torch.equal(ids[0], ids[2])
+    assert torch.equal(ids[:1], kv_sweep.text_prompt_ids(CharTokenizer(), 12))
+    random_ids = kv_sweep.make_prompt(None, 7, 2, vocab_size=50, device="cpu")
+    assert random_ids.shape == (2, 7) and int(random_ids.max()) < 50
+    assert torch.equal(random_ids, kv_sweep.make_prompt(None, 7, 2, vocab_size=50, device="cpu"))
 
 
 def test_transformers_cache_bytes_match_the_formula(tiny_hf):

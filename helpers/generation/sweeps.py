@@ -10,7 +10,7 @@ forward passes can use CUDA events instead. Each finished configuration is one r
 A configuration that does not fit is a result only when it really did not fit: a ``torch.OutOfMemoryError``
 (CUDA), or on the CPU a ``MemoryError`` / allocator ``RuntimeError`` saying memory could not be allocated,
 becomes a row with status "oom" and the sweep goes on. A *predicted* size
-(:func:`predicted_generation_bytes`) is only ever a labelled prediction, never an "oom" row. A sweep can also
+(:func:`helpers.memory.predicted_generation_bytes`) is only ever a labelled prediction, never an "oom" row. A sweep can also
 stop early at a time cap (:func:`run_capped_generation_sweep`): the configurations after the first one whose
 median batch takes longer than the cap are returned as "not run" rows, which are never stored.
 """
@@ -19,9 +19,11 @@ from __future__ import annotations
 import time
 from typing import Iterable
 
+import numpy as np
+import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
-from helpers import memory
 from helpers.results import ResultStore
 from helpers.timing import measure
 
@@ -34,11 +36,14 @@ def random_batch(vocab_size: int, batch_size: int, seq_len: int, *, device="cpu"
 
 
 @torch.no_grad()
-def generate_exact(model, input_ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
-    """Greedy generation of exactly ``new_tokens`` tokens per sequence (EOS cannot stop it early)."""
+def generate_exact(model, input_ids: torch.Tensor, new_tokens: int, *, use_cache: bool = True) -> torch.Tensor:
+    """Greedy generation of exactly ``new_tokens`` tokens per sequence (EOS cannot stop it early) with transformers'
+    ``generate``, with or without its KV cache; returns prompt + new tokens (``out[:, input_ids.shape[1]:]`` are the
+    new ones). The one such wrapper for generation and KV-cache sweeps."""
     out = model.generate(
         input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=new_tokens,
-        min_new_tokens=new_tokens, do_sample=False, pad_token_id=0, temperature=None, top_p=None, top_k=None,
+        min_new_tokens=new_tokens, do_sample=False, use_cache=use_cache, pad_token_id=0, temperature=None,
+        top_p=None, top_k=None,
     )
     expected = (input_ids.shape[0], input_ids.shape[1] + new_tokens)
     if tuple(out.shape) != expected:
@@ -47,23 +52,6 @@ def generate_exact(model, input_ids: torch.Tensor, new_tokens: int) -> torch.Ten
 
 
 STATUS_NOT_RUN = "not run"  # a configuration past a profile's time cap: never measured, never stored
-
-
-def predicted_generation_bytes(config, batch_size: int, input_len: int, new_tokens: int,
-                               bytes_per_elem: int) -> int:
-    """A *prediction* of peak memory for one ``generate`` call: weights + full KV cache + prefill working set.
-
-    The prefill working set counts the residual stream and attention projections (about 4 x hidden) and the
-    MLP's gate, up and product (3 x intermediate) for every prompt token of one layer, plus float32 logits for
-    the last position. It ignores framework overhead and attention scores (flash / memory-efficient attention
-    does not materialise them). Use it to say which configurations a GPU is *expected* not to fit; an "oom"
-    row only ever comes from a real out-of-memory error.
-    """
-    weights = memory.param_count(config) * bytes_per_elem
-    kv = memory.kv_cache_bytes(config, input_len + new_tokens, batch_size, bytes_per_elem)
-    prefill = batch_size * input_len * (4 * config.hidden_size + 3 * config.intermediate_size) * bytes_per_elem
-    logits = batch_size * config.vocab_size * 4
-    return weights + kv + prefill + logits
 
 
 def measure_generation(model, *, batch_size: int, input_len: int, new_tokens: int, warmup: int = 2,
@@ -115,8 +103,6 @@ def measure_forward(model, *, batch_size: int, seq_len: int, warmup: int = 2, re
 def _progress(items: list, progress: bool, desc: str):
     if not progress:
         return items
-    from tqdm.auto import tqdm
-
     return tqdm(items, desc=desc)
 
 
@@ -204,8 +190,6 @@ def status_table(rows: list[dict], key: str, columns: dict[str, str], status_col
     (:data:`STATUS_LABELS`), or, with ``status_column``, are empty (``None``) and a column of that name states
     each row's status.
     """
-    import pandas as pd
-
     out = []
     for row in rows:
         status = row.get("status")
@@ -268,8 +252,6 @@ HANDOUT_PROTOCOL = {
 
 def protocol_table(ours: dict):
     """A DataFrame comparing :data:`HANDOUT_PROTOCOL` with ``ours`` (same keys, values as text)."""
-    import pandas as pd
-
     missing = set(HANDOUT_PROTOCOL) - set(ours)
     extra = set(ours) - set(HANDOUT_PROTOCOL)
     if missing or extra:
@@ -284,8 +266,6 @@ def linear_fit(x, y, relative: bool = False) -> dict:
     ``relative=True`` minimises relative rather than absolute errors (weights ``1 / y``), so that points
     spread over orders of magnitude (lengths 1 to 256) all count, not just the largest.
     """
-    import numpy as np
-
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if len(x) < 2:
         raise ValueError("a linear fit needs at least two points")

@@ -16,15 +16,15 @@ import torch
 
 import pandas as pd
 
-from helpers import models, tables
+from helpers import tables
+from helpers.generation.loading import CPU_PAIR_TARGET, load_model_or_stand_in
 from helpers.kv_cache.decode import generate
-from helpers.models.train_cpu_pair import make_config
+from helpers.kv_cache.sweep import make_prompt
 from helpers.models.qwen3 import from_hf
 from helpers.hardware import device_info, resolve_device
 from helpers.timing import measure_interleaved
 
 GOAL_SPEEDUP = 5.0
-CPU_PAIR_TARGET = "cpu-pair/target"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,28 +43,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-transformers", action="store_true", help="do not time transformers' generate")
     parser.add_argument("--report-profile", default=None,
                         help="also write the figures for the report (report/generated/<profile>/04_kv_bench.*)")
-
-
-def load_qwen3(name: str, weights: str | None, device, dtype):
-    """``(transformers model, tokenizer or None)``; the CPU pair's target falls back to random weights."""
-    try:
-        return models.load_model(name, weights=weights, device=device, dtype=dtype)
-    except FileNotFoundError:
-        if name != CPU_PAIR_TARGET:
-            raise
-    # Not trained yet: same architecture, random weights, so that the benchmark still runs (labelled).
-    return models.random_model(make_config("target", models.load_cpu_tokenizer()), device=device, dtype=dtype), None
-
-
-def make_prompt(tokenizer, prompt_len: int, batch_size: int, vocab_size: int, device) -> torch.Tensor:
-    """Real text when there is a tokenizer (the standard library's help topics), else fixed random ids."""
-    if tokenizer is not None:
-        from .kv_sweep import text_prompt_ids
-
-        row = text_prompt_ids(tokenizer, prompt_len)
-        return row.repeat(batch_size, 1).to(device)
-    generator = torch.Generator().manual_seed(0)
-    return torch.randint(0, vocab_size, (batch_size, prompt_len), generator=generator).to(device)
 
 
 def time_interleaved(modes: dict, *, warmup: int, repeats: int, device) -> tuple[dict, dict]:
@@ -86,7 +64,7 @@ def run(args: argparse.Namespace) -> dict:
     if device.type == "cpu":
         torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
-    hf_model, tokenizer = load_qwen3(args.model, args.weights, device, dtype)
+    hf_model, tokenizer = load_model_or_stand_in(args.model, args.weights, device, dtype)
     model = from_hf(hf_model)
     input_ids = make_prompt(tokenizer, args.prompt_len, args.batch_size, model.config.vocab_size, device)
     n = args.new_tokens

@@ -20,15 +20,20 @@ from functools import lru_cache
 
 import numpy as np
 import torch
+from pydoc_data.topics import topics
+from scipy.optimize import nnls
+from torch.profiler import ProfilerActivity, profile
 
-from helpers.timing import measure_interleaved
+from helpers import models
+from helpers.timing import Timer, measure_interleaved
+
+OWN_TOKENIZER = "own tokenizer"
+PAIR_TOKENIZER = "CPU-pair tokenizer, ids folded into the vocabulary"
 
 
 @lru_cache(maxsize=1)
 def prompt_text() -> str:
     """Python's own help topics (what ``help('for')`` prints), concatenated in a fixed order: ~700 kB."""
-    from pydoc_data.topics import topics
-
     return "\n\n".join(topics[name] for name in sorted(topics))
 
 
@@ -78,19 +83,44 @@ class ForwardTokenCounter:
         self._handle.remove()
 
 
-def hf_generate(model, input_ids: torch.Tensor, new_tokens: int, use_cache: bool) -> torch.Tensor:
-    """Exactly ``new_tokens`` greedy tokens from a transformers model, with or without its KV cache."""
-    with torch.inference_mode():
-        out = model.generate(
-            input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            min_new_tokens=new_tokens,
-            max_new_tokens=new_tokens,
-            do_sample=False,
-            use_cache=use_cache,
-            pad_token_id=model.config.pad_token_id if model.config.pad_token_id is not None else 0,
-        )
-    return out[:, input_ids.shape[1]:]
+def sweep_tokenizer(tokenizer, vocab_size: int) -> tuple:
+    """``(tokenizer, fold, note)`` for prompts of a model whose ``tokenizer`` may be None: random-weight models have
+    no tokenizer of their own, so the CPU pair's encodes the text and ids are folded into the model's vocabulary
+    (``fold`` = ``vocab_size``; timing needs counts only); with its own tokenizer ``fold`` is None."""
+    if tokenizer is not None:
+        return tokenizer, None, OWN_TOKENIZER
+    return models.load_cpu_tokenizer(), vocab_size, PAIR_TOKENIZER
+
+
+def prompt_ids(tokenizer, *, text: str | None = None, num_tokens: int | None = None,
+               vocab_size: int | None = None) -> torch.Tensor:
+    """Shape (1, P): ``text`` as the tokenizer encodes it (with its special tokens), or the first ``num_tokens``
+    tokens of :func:`prompt_text`; ``vocab_size`` folds the ids (``id % vocab_size``)."""
+    if (text is None) == (num_tokens is None):
+        raise ValueError("pass exactly one of text and num_tokens")
+    if num_tokens is not None:
+        return text_prompt_ids(tokenizer, num_tokens, vocab_size=vocab_size)
+    ids = torch.tensor([tokenizer(text)["input_ids"]])
+    return ids if vocab_size is None else ids % vocab_size
+
+
+def cold_start(one_token, *, repeats: int, device) -> dict:
+    """The first call in a process against warm calls: ``one_token(use_cache)`` generates one token. Times the first
+    call (with the cache), then ``repeats`` warm calls per mode, interleaved (medians)."""
+    with Timer(device) as first:
+        one_token(True)  # the first call in this process
+    warm = measure_interleaved({True: lambda: one_token(True), False: lambda: one_token(False)},
+                               repeats=repeats, device=device)
+    return {"first_call_s": first.seconds, "warm_cached_s": warm[True].median, "warm_uncached_s": warm[False].median}
+
+
+def make_prompt(tokenizer, prompt_len: int, batch_size: int, vocab_size: int, device) -> torch.Tensor:
+    """``(batch_size, prompt_len)`` ids: real text when there is a tokenizer (:func:`text_prompt_ids`, the same row
+    repeated), else fixed random ids (seed 0)."""
+    if tokenizer is not None:
+        return text_prompt_ids(tokenizer, prompt_len).repeat(batch_size, 1).to(device)
+    generator = torch.Generator().manual_seed(0)
+    return torch.randint(0, vocab_size, (batch_size, prompt_len), generator=generator).to(device)
 
 
 def output_lengths(max_new_tokens: int) -> list[int]:
@@ -186,8 +216,6 @@ def fit_growth(lengths, seconds, degree: int) -> np.ndarray:
     Non-negative because each term is a cost (fixed, per step, growth of the step with the prefix); an
     unconstrained fit to noisy points can bend down and extrapolate to nonsense.
     """
-    from scipy.optimize import nnls
-
     n = np.asarray(lengths, dtype=float)
     t = np.asarray(seconds, dtype=float)
     if len(n) < degree + 1:
@@ -275,8 +303,6 @@ def matmul_weights(model) -> dict:
 
 def matmul_time_share(fn, ops=("aten::mm", "aten::addmm", "aten::bmm")) -> float:
     """Fraction of the CPU time of ``fn()`` spent in matrix-multiply kernels (``torch.profiler``, self time)."""
-    from torch.profiler import ProfilerActivity, profile
-
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         fn()
     events = prof.key_averages()
