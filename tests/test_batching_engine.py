@@ -6,7 +6,7 @@ minute on two idle cores.
 import random
 
 import pytest
-from helpers.batching.engine import WorkerFailed, run_continuous, run_static_baseline, summarize
+from helpers.batching.engine import WorkerFailed, run_continuous, run_static_baseline, step_time_by_batch, summarize
 from helpers.batching.model_ops import PretrainedDir, divergence_margin, generate_alone
 from helpers.batching.request import Request
 from helpers.batching.workers import EngineConfig
@@ -105,3 +105,11 @@ def test_divergence_margin_locates_the_first_difference(tiny):
     wrong = reference[:2] + [(reference[2] + 1) % 256] + reference[3:]
     index, gap = divergence_margin(model, prompt, wrong, reference)
     assert index == 2 and gap > 1e-3  # the scaled LM head leaves no near-ties: this difference would be a bug
+
+
+def test_step_time_by_batch_times_each_batch_size(tiny):
+    model, _ = tiny
+    rows = step_time_by_batch(model, [1, 3], prompt_len=5, steps=2, warmup=1)
+    assert [r["batch"] for r in rows] == [1, 3]
+    for r in rows:
+        assert r["step_s"] > 0 and r["tok_s"] == r["batch"] / r["step_s"]

@@ -1,6 +1,9 @@
 """Request life cycle, the length-bucketing priority queue and paged KV accounting (no model, no processes)."""
+from types import SimpleNamespace
+
 import pytest
 
+from helpers.batching import bench
 from helpers.batching.kv_memory import PagedKVMemory, blocks_for, does_fit, reserved_blocks
 from helpers.batching.queue import BucketedQueue
 from helpers.batching.request import Request, State
@@ -102,3 +105,21 @@ def test_request_that_can_never_fit_is_named():
     memory.check_can_ever_fit(req(8, 4, output_length=28))  # 32 tokens: fits
     with pytest.raises(ValueError, match="positive sizes"):
         PagedKVMemory(0, 16, 512)
+
+
+def test_compare_alternates_which_policy_goes_first_and_keeps_the_median_pair(monkeypatch):
+    calls, throughput = [], {"continuous": iter([30.0, 20.0, 40.0]), "static": iter([10.0, 10.0, 10.0])}
+
+    def fake(policy):
+        def serve(*args, **kwargs):
+            calls.append(policy)
+            return SimpleNamespace(policy=policy, throughput=next(throughput[policy]))
+        return serve
+
+    monkeypatch.setattr(bench, "run_continuous", fake("continuous"))
+    monkeypatch.setattr(bench, "run_static_baseline", fake("static"))
+    monkeypatch.setattr(bench, "summarize", lambda run: {"throughput_tok_s": run.throughput})
+    out = bench.compare("w", [], None, None, None, static_threads=1, check=False, repeats=3)
+    assert calls == ["continuous", "static", "static", "continuous", "continuous", "static"]
+    assert out["speedups"] == [2.0, 3.0, 4.0] and out["speedup"] == 3.0
+    assert out["runs"]["continuous"].throughput == 30.0  # the runs of the median pair, kept together

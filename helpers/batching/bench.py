@@ -11,10 +11,12 @@ import time
 
 import torch
 
-from .engine import run_continuous, run_static_baseline, summarize
-from .model_ops import generate_alone, model_max_len, model_source
-from .workers import EngineConfig
-from .workload import WORKLOADS, make_workload, prompt_token_stream
+from helpers.batching.engine import run_continuous, run_static_baseline, summarize
+from helpers.batching.model_ops import generate_alone, model_max_len, model_source
+from helpers.batching.workers import EngineConfig
+from helpers.batching.workload import WORKLOADS, make_workload, prompt_token_stream
+from helpers.models import load_cpu_tokenizer
+from helpers.timing import measure_interleaved
 
 COLUMNS = [("policy", "{:>10}"), ("throughput_tok_s", "{:>8.0f}"), ("ttft_p50_s", "{:>7.3f}"), ("ttft_p90_s", "{:>7.3f}"),
            ("tpot_p50_s", "{:>7.4f}"), ("tpot_p90_s", "{:>7.4f}"), ("e2e_p50_s", "{:>7.2f}"), ("e2e_p90_s", "{:>7.2f}"),
@@ -59,16 +61,20 @@ def reference_outputs(model, requests, cfg: EngineConfig, threads: int) -> tuple
 def compare(workload: str, requests, cfg: EngineConfig, source, model, *, static_threads: int, check: bool,
             repeats: int = 1) -> dict:
     """Serve one workload both ways ``repeats`` times, alternating which goes first (on a shared machine the load
-    drifts, and a fixed order would hand one policy the quieter minutes); keeps the pair with the median speedup.
-    Checks every output against the request generated alone when ``check``."""
+    drifts, and a fixed order would hand one policy the quieter minutes: the interleaved rounds of
+    :func:`helpers.timing.measure_interleaved`); keeps the pair with the median speedup. The speedup is the ratio
+    of the runs' own throughputs (tokens over makespan, from the requests' timestamps), not of wall times, which
+    would count the worker processes' start-up. Checks every output against the request generated alone when
+    ``check``."""
+    results = {"continuous": [], "static": []}
+    serve = {"continuous": lambda: results["continuous"].append(run_continuous(source, requests, cfg)),
+             "static": lambda: results["static"].append(
+                 run_static_baseline(model, requests, cfg, threads=static_threads))}
+    measure_interleaved(serve, repeats=repeats)
     pairs = []
-    for rep in range(repeats):
-        runs = {}
-        for policy in (("continuous", "static") if rep % 2 == 0 else ("static", "continuous")):
-            runs[policy] = (run_continuous(source, requests, cfg) if policy == "continuous"
-                            else run_static_baseline(model, requests, cfg, threads=static_threads))
-        speedup = summarize(runs["continuous"])["throughput_tok_s"] / summarize(runs["static"])["throughput_tok_s"]
-        pairs.append((speedup, runs))
+    for continuous, static in zip(results["continuous"], results["static"]):
+        speedup = summarize(continuous)["throughput_tok_s"] / summarize(static)["throughput_tok_s"]
+        pairs.append((speedup, {"continuous": continuous, "static": static}))
     pairs.sort(key=lambda pair: pair[0])
     speedup, runs = pairs[len(pairs) // 2]
     out = {"workload": workload, "speedup": speedup, "speedups": [round(p[0], 3) for p in pairs], "runs": runs,
@@ -93,8 +99,6 @@ def print_table(results: list[dict]) -> None:
 
 
 def run(args) -> dict:
-    from helpers.models import load_cpu_tokenizer
-
     source = model_source(args.model)
     model = source()
     tokenizer = load_cpu_tokenizer()

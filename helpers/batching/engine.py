@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch.multiprocessing as mp
 
-from .request import Request, State
-from .static import run_static
-from .workers import DECODE_RANK, PREFILL_RANK, ROLES, EngineConfig, worker_main
+from helpers.batching.model_ops import DecodeBatch, prefill
+from helpers.batching.request import Request, State
+from helpers.batching.static import run_static
+from helpers.batching.workers import DECODE_RANK, PREFILL_RANK, ROLES, EngineConfig, worker_main
+from helpers.timing import measure
 
 
 class WorkerFailed(RuntimeError):
@@ -137,11 +139,10 @@ def summarize(result: RunResult) -> dict:
 
 def step_time_by_batch(model, batch_sizes: list[int], *, prompt_len: int = 64, steps: int = 16,
                        warmup: int = 3) -> list[dict]:
-    """Seconds per decode step at each batch size (same context for every row): the cost of batching."""
-    import torch
+    """Seconds per decode step at each batch size (same context for every row): the cost of batching.
 
-    from .model_ops import DecodeBatch, prefill
-
+    Each step appends a token to every row, so ``warmup`` untimed steps are followed by ``steps`` timed ones
+    (:func:`helpers.timing.measure`, synchronised on CUDA)."""
     rows = []
     for size in batch_sizes:
         requests = [Request(i, [(7 * i + j) % 97 + 3 for j in range(prompt_len)], steps + warmup + 1)
@@ -151,24 +152,11 @@ def step_time_by_batch(model, batch_sizes: list[int], *, prompt_len: int = 64, s
             request.generated.append(token)
         batch = DecodeBatch(model)
         batch.add(requests, kvs)
-        for i in range(warmup + steps):
-            if i == warmup:
-                if model.device.type == "cuda":
-                    torch.cuda.synchronize()
-                start = time.perf_counter()
+
+        def step():
             for request, token in zip(requests, batch.step()):
                 request.generated.append(token)
-        if model.device.type == "cuda":
-            torch.cuda.synchronize()
-        seconds = (time.perf_counter() - start) / steps
+
+        seconds = measure(step, warmup=warmup, repeats=steps, device=model.device).mean
         rows.append({"batch": size, "step_s": seconds, "tok_s": size / seconds})
     return rows
-
-
-def timeline_frame(result: RunResult):
-    """The decode timeline as a DataFrame with the policy attached (for plotting)."""
-    import pandas as pd
-
-    frame = pd.DataFrame(result.timeline)
-    frame["policy"] = result.policy
-    return frame

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .request import Request
+from helpers.batching.request import Request
 
 
 def blocks_for(tokens: int, block_size: int) -> int:

@@ -6,7 +6,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Iterator
 
-from .request import Request
+from helpers.batching.request import Request
 
 
 class BucketedQueue:

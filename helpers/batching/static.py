@@ -7,8 +7,8 @@ import time
 
 import torch
 
-from .model_ops import DecodeBatch, prefill
-from .request import Request, State
+from helpers.batching.model_ops import DecodeBatch, prefill
+from helpers.batching.request import Request, State
 
 
 def run_static(model, requests: list[Request], *, batch_size: int, max_seq_len: int,

@@ -23,11 +23,11 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from .kv_memory import PagedKVMemory, does_fit
-from .model_ops import DecodeBatch, prefill
-from .queue import BucketedQueue
-from .request import Request, State
-from .transport import END, FREED, KV, Channel
+from helpers.batching.kv_memory import PagedKVMemory, does_fit
+from helpers.batching.model_ops import DecodeBatch, prefill
+from helpers.batching.queue import BucketedQueue
+from helpers.batching.request import Request, State
+from helpers.batching.transport import END, FREED, KV, Channel
 
 PREFILL_RANK, DECODE_RANK = 0, 1
 ROLES = {PREFILL_RANK: "prefill", DECODE_RANK: "decode"}

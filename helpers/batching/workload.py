@@ -7,9 +7,12 @@
 """
 from __future__ import annotations
 
+import importlib
+import inspect
+
 import numpy as np
 
-from .request import Request
+from helpers.batching.request import Request
 
 WORKLOADS = ("high_variance", "uniform")
 HIGH_VARIANCE_SIGMA = 1.0  # sigma of the log-normal output lengths of the high-variance workload
@@ -17,9 +20,6 @@ HIGH_VARIANCE_SIGMA = 1.0  # sigma of the log-normal output lengths of the high-
 
 def prompt_token_stream(tokenizer, modules: tuple[str, ...] = ("textwrap", "json.decoder", "argparse")) -> list[int]:
     """Token ids of a few standard-library sources: real text that every Python installation carries."""
-    import importlib
-    import inspect
-
     text = "\n".join(inspect.getsource(importlib.import_module(name)) for name in modules)
     return tokenizer(text)["input_ids"]
 
