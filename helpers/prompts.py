@@ -1,5 +1,9 @@
 """The workbook's prompt set, ``data/prompts.jsonl``: one JSON object per line.
 
+Also every other prompt source of the workbook: :func:`select_prompts` (a round-robin subset over sources),
+:func:`encode_prompts` (token ids for a model), :func:`source_counts` (a one-line description of a subset) and
+:func:`heldout_source_prompts` (fixed-length token windows of held-out library code, notebook 09).
+
 Fields: ``id`` (unique), ``profile`` ("gpu": the handout's heterogeneous requests — chat, code, math,
 summarisation, translation, QA; "cpu": text the CPU pair never trained on, built by :func:`build_cpu_prompts` —
 library code, docstrings, prose documentation and generated repetitive data), ``source`` (the kind of request, for
@@ -7,9 +11,13 @@ per-source breakdowns) and ``prompt``; CPU rows also name their ``document``.
 """
 from __future__ import annotations
 
+import ast
 import json
+import random
 import re
+from collections import Counter
 
+from helpers.models.corpus import is_heldout, load_corpus, stdlib_dir
 from helpers.paths import DATA_DIR
 
 PROMPTS_PATH = DATA_DIR / "prompts.jsonl"
@@ -51,9 +59,7 @@ _SKIP_PARTS = ("test", "tests", "idle_test", "idlelib", "turtledemo", "tkinter",
 
 def heldout_documents() -> dict[str, str]:
     """Name -> text of the CPU pair's held-out documents: its training script's own split
-    (:func:`helpers.models.train_cpu_pair.load_corpus`, one document in 20 by a hash of its name)."""
-    from helpers.models.train_cpu_pair import load_corpus
-
+    (:func:`helpers.models.corpus.load_corpus`, one document in 20 by a hash of its name)."""
     corpus = load_corpus()
     return dict(zip(corpus.heldout_names, corpus.heldout))
 
@@ -78,8 +84,6 @@ def _module_docs(documents: dict[str, str]) -> list[tuple[str, str]]:
 
 
 def _functions(text: str):
-    import ast
-
     try:
         tree = ast.parse(text)
     except SyntaxError:
@@ -91,8 +95,6 @@ def _functions(text: str):
 def _code_prompts(documents, count: int) -> list[tuple[str, str]]:
     """One function per module in turn (round-robin over modules, longest body first): its source without
     the docstring, from the ``def`` line."""
-    import ast
-
     per_module = []
     for name, text in _module_docs(documents):
         lines = text.splitlines(keepends=True)
@@ -114,8 +116,6 @@ def _code_prompts(documents, count: int) -> list[tuple[str, str]]:
 def _docstring_prompts(documents, count: int) -> list[tuple[str, str]]:
     """Functions and classes with a docstring of several lines, modules in reverse name order (so that they
     are mostly other modules than the code prompts'): (signature down to the opening quotes, docstring text)."""
-    import ast
-
     per_module = []
     for name, text in reversed(_module_docs(documents)):
         lines = text.splitlines(keepends=True)
@@ -138,10 +138,7 @@ def _docstring_prompts(documents, count: int) -> list[tuple[str, str]]:
 
 def _prose_prompts(documents, count: int) -> list[tuple[str, str]]:
     """Held-out pydoc topics, then paragraphs of the standard library's prose documentation files."""
-    import sysconfig
-    from pathlib import Path
-
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    stdlib = stdlib_dir()
     per_doc = [(name, [text.strip() + "\n"]) for name, text in sorted(documents.items())
                if name.startswith("pydoc_data.topics/")]
     for relative in _PROSE_FILES:
@@ -153,8 +150,6 @@ def _prose_prompts(documents, count: int) -> list[tuple[str, str]]:
 
 def _data_prompts(count: int) -> list[tuple[str, str]]:
     """Repetitive data: CSV tables and server logs, generated with fixed seeds (random.Random is stable)."""
-    import random
-
     cities = ["Berlin", "Lisbon", "Oslo", "Madrid", "Vienna", "Dublin", "Prague", "Warsaw"]
     paths = ["/", "/index.html", "/api/v1/items", "/api/v1/users", "/static/app.js", "/login", "/health"]
     out = []
@@ -224,6 +219,66 @@ def write_cpu_prompts(path=PROMPTS_PATH) -> list[dict]:
         for row in rows:
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
     return rows
+
+
+# --------------------------------------------------------------------------------------- subsets and encodings
+
+
+def select_prompts(rows: list[dict], count: int) -> list[dict]:
+    """``count`` prompts taken round-robin over their sources (every source early), in file order within one."""
+    if count <= 0 or count >= len(rows):
+        return list(rows)
+    by_source: dict[str, list[dict]] = {}
+    for row in rows:
+        by_source.setdefault(row["source"], []).append(row)
+    picked, depth = [], 0
+    while len(picked) < count:
+        for group in by_source.values():
+            if depth < len(group) and len(picked) < count:
+                picked.append(group[depth])
+        depth += 1
+    return picked
+
+
+def source_counts(rows: list[dict]) -> str:
+    """How many prompts of each source, in order of first appearance: "5 code, 5 docstring, ..."."""
+    return ", ".join(f"{count} {source}" for source, count in Counter(row["source"] for row in rows).items())
+
+
+def encode_prompts(tokenizer, rows: list[dict], device, max_prompt_tokens: int | None = None) -> list[dict]:
+    """Prompt rows with ``input_ids`` (1, n) on ``device``; raw text, no chat template."""
+    cases = []
+    for row in rows:
+        ids = tokenizer(row["prompt"], return_tensors="pt")["input_ids"]
+        if max_prompt_tokens is not None:
+            ids = ids[:, -max_prompt_tokens:]
+        cases.append({**row, "input_ids": ids.to(device)})
+    return cases
+
+
+def heldout_source_prompts(tokenizer, count: int, length: int) -> list[list[int]]:
+    """``count`` prompts of ``length`` tokens from standard-library files the CPU pair never trained on.
+
+    Uses the corpus's held-out rule (:func:`helpers.models.corpus.is_heldout`, a hash of the file name), reading
+    only the files it needs; each prompt starts in the middle of its file (past the licence header and imports).
+    """
+    stdlib = stdlib_dir()
+    prompts = []
+    for path in sorted(stdlib.rglob("*.py")):
+        name = path.relative_to(stdlib).as_posix()
+        if "site-packages" in name or "/test" in name or name.startswith("test") or not is_heldout(name):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        ids = tokenizer(text)["input_ids"]
+        if len(ids) >= 2 * length:
+            middle = len(ids) // 2
+            prompts.append(ids[middle: middle + length])
+        if len(prompts) == count:
+            return prompts
+    raise ValueError(f"only {len(prompts)} held-out files are long enough for {count} prompts of {length} tokens")
 
 
 if __name__ == "__main__":

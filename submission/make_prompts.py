@@ -42,11 +42,10 @@ LONG_PROMPT_CHARS = 111_000  # about 32k tokens of the CPU pair's tokenizer (pri
 def build_prompts() -> list[dict]:
     """Notebook 07's main-table prompts: the first PROMPT_COUNT of the workbook's CPU prompt set
     (:func:`helpers.prompts.build_cpu_prompts`, held-out text of four kinds), taken round-robin over the sources by
-    :func:`helpers.specdec.sweeps.select_prompts`, so every source contributes equally."""
+    :func:`helpers.prompts.select_prompts`, so every source contributes equally."""
     if str(HERE.parent) not in sys.path:
         sys.path.insert(0, str(HERE.parent))
-    from helpers.prompts import build_cpu_prompts
-    from helpers.specdec.sweeps import select_prompts
+    from helpers.prompts import build_cpu_prompts, select_prompts
 
     picked = select_prompts(build_cpu_prompts(), PROMPT_COUNT)
     return [{"id": row["id"], "source": row["source"], "prompt": row["prompt"], "origin": row["document"]}

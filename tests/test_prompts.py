@@ -4,8 +4,9 @@ import platform
 
 import pytest
 
-from helpers.models.train_cpu_pair import _is_heldout
-from helpers.prompts import CPU_SOURCES, PER_SOURCE, build_cpu_prompts, load_prompts
+from helpers.models.corpus import is_heldout
+from helpers.prompts import (CPU_SOURCES, PER_SOURCE, build_cpu_prompts, heldout_source_prompts, load_prompts,
+                             select_prompts, source_counts)
 
 
 @pytest.mark.parametrize("profile", ["cpu", "gpu"])
@@ -40,7 +41,7 @@ def test_cpu_prompts_cover_four_kinds_with_enough_prompts_each_from_heldout_text
         # the training corpus is *.py files and pydoc topics: those must be held out by the training split;
         # anything else (a .rst file, generated data) was never in it
         if document.endswith(".py") or document.startswith("pydoc_data.topics/"):
-            assert _is_heldout(document), document
+            assert is_heldout(document), document
         else:
             assert document.endswith(".rst") or document.startswith("generated/"), document
     assert len({p["document"] for p in prompts if p["source"] == "code"}) == PER_SOURCE  # one module each
@@ -50,3 +51,22 @@ def test_cpu_prompts_cover_four_kinds_with_enough_prompts_each_from_heldout_text
 def test_committed_cpu_prompts_are_rebuilt_exactly():
     assert build_cpu_prompts() == [{k: p[k] for k in ("id", "profile", "source", "document", "prompt")}
                                    for p in load_prompts("cpu")]
+
+
+def test_source_counts_in_order_of_first_appearance():
+    rows = [{"source": s} for s in "bab c".replace(" ", "")]
+    assert source_counts(rows) == "2 b, 1 a, 1 c"
+    assert source_counts(select_prompts(load_prompts("cpu"), 20)) == "5 code, 5 docstring, 5 prose, 5 data"
+
+
+class _CharTokenizer:
+    def __call__(self, text):
+        return {"input_ids": [ord(ch) % 256 for ch in text]}
+
+
+def test_heldout_source_prompts_are_fixed_length_windows_of_heldout_files():
+    prompts = heldout_source_prompts(_CharTokenizer(), 3, 50)
+    assert len(prompts) == 3 and all(len(p) == 50 for p in prompts)
+    assert prompts == heldout_source_prompts(_CharTokenizer(), 3, 50)
+    with pytest.raises(ValueError, match="held-out files"):
+        heldout_source_prompts(_CharTokenizer(), 10_000, 50)

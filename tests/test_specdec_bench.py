@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from helpers.specdec.analysis import predicted_speedup
 from helpers.specdec.bench import _pair_figures, _print_table
+from helpers.prompts import select_prompts
+from helpers.specdec.figures import plot_by_source
 from helpers.specdec.sweeps import (alpha_for_speedup, assisted_generate, bootstrap_ratio_interval, gamma_rows,
-                                    measure_pair, select_prompts, source_breakdown, summarise, wilson_interval)
+                                    measure_config, measure_pair, pair_optimum, select_sweep, source_breakdown,
+                                    source_claims, source_table, summarise, sweep_configs, wilson_interval)
 
 
 @pytest.fixture(scope="module")
@@ -61,17 +65,6 @@ def test_gamma_rows_pool_counts_and_compare(rows, cases):
         assert row["speedup_vs_assisted"] == pytest.approx(row["tokens_per_s"] / row["assisted_tokens_per_s"])
         assert [p["prompt_id"] for p in row["per_prompt"]] == [c["id"] for c in cases]
         assert row["identical_to_ar"] and row["assisted_identical_to_ar"]
-
-
-def test_summarise_matches_gamma_rows(rows):
-    summary = summarise([{**r, "pair": "tiny"} for r in rows])
-    per_gamma = {r["gamma"]: r for r in gamma_rows(rows)}
-    ar = summary[summary["method"] == "ar"].iloc[0]
-    assert ar["speedup"] == pytest.approx(1.0)
-    for gamma, row in per_gamma.items():
-        line = summary[(summary["method"] == "sd") & (summary["gamma"] == gamma)].iloc[0]
-        assert line["speedup"] == pytest.approx(row["speedup"])
-        assert line["alpha"] == pytest.approx(row["alpha"])
 
 
 def test_benchmark_table_and_headline(rows, capsys):
@@ -143,3 +136,62 @@ def test_alpha_for_speedup_inverts_eq5():
     assert float(predicted_speedup(5, alpha, 0.1, 1.3)) == pytest.approx(1.8, abs=1e-4)
     assert alpha_for_speedup(1.0, 3, 0.1, 1.2) < alpha
     assert alpha_for_speedup(50.0, 3, 0.1, 1.2) != alpha_for_speedup(50.0, 3, 0.1, 1.2)  # nan: out of reach
+
+
+def _sweep_frame():
+    base = {"temperature": 0.0, "max_new_tokens": 8, "prompt_ids": ["p0", "p1"], "target_weights": "t",
+            "draft_weights": "d", "alpha": 0.7, "c": 0.1, "verify_ratio": 1.2}
+    rows = [{**base, "pair": pair, "gamma": g, "speedup": s}
+            for pair, speeds in (("T / B", (1.2, 1.5, 1.4)), ("T / A", (1.1, 1.3, 1.6)))
+            for g, s in zip((1, 3, 5), speeds)]
+    rows.append({**base, "pair": "T / A", "gamma": 3, "speedup": 9.0, "max_new_tokens": 16})  # another output length
+    rows.append({**base, "pair": "T / A", "gamma": 5, "speedup": 9.0, "prompt_ids": ["p0"]})  # other prompts
+    rows.append({**base, "pair": "T / A", "gamma": 7, "speedup": 9.0})  # a gamma not asked for
+    return pd.DataFrame(rows)
+
+
+def test_sweep_configs_one_per_gamma_with_weights():
+    configs = sweep_configs("T", "D", [1, 3], prompt_ids=("p0",), temperature=0.0, max_new_tokens=8, repeats=1,
+                            dtype="float32", device="cpu")
+    assert [c["gamma"] for c in configs] == [1, 3] and configs[0]["pair"] == "T / D"
+    assert configs[0]["target_weights"] == "T" and configs[0]["prompt_ids"] == ["p0"]  # not a CPU-pair name
+
+
+def test_select_sweep_keeps_the_answers_in_pair_order_with_eq5():
+    configs = [{"pair": pair, "gamma": g, "temperature": 0.0, "max_new_tokens": 8, "prompt_ids": ["p0", "p1"],
+                "target_weights": "t", "draft_weights": "d"} for pair in ("T / A", "T / B") for g in (1, 3, 5)]
+    frame = select_sweep(_sweep_frame(), configs)
+    assert list(zip(frame["pair"].astype(str), frame["gamma"])) == [
+        ("T / A", 1), ("T / A", 3), ("T / A", 5), ("T / B", 1), ("T / B", 3), ("T / B", 5)]
+    assert frame["speedup"].max() < 9
+    assert frame["eq5"].iloc[0] == pytest.approx(float(predicted_speedup(1, 0.7, 0.1, 1.2)))
+    optimum = pair_optimum(frame)
+    assert list(optimum) == ["T / A", "T / B"]
+    assert optimum["T / A"]["shape"] == "is still rising at the largest gamma measured"
+    assert optimum["T / B"] == {"gamma": 3, "speedup": 1.5, "shape": "peaks inside the sweep", "first": 1, "last": 5,
+                                "alpha_range": (0.7, 0.7), "c": 0.1}
+
+
+def _by_source():
+    per_prompt = [{"source": s, "accepted": a, "rejections": r, "new_tokens": 10, "rounds": 4, "ar_time_s": t,
+                   "time_s": 1.0} for s, a, r, t in (("data", 9, 1, 2.0), ("data", 8, 2, 2.2), ("prose", 3, 4, 1.1),
+                                                    ("prose", 2, 4, 1.0), ("code", 6, 3, 1.5), ("code", 5, 3, 1.4))]
+    return source_breakdown(per_prompt, resamples=200), per_prompt
+
+
+def test_source_claims_and_table():
+    by_source, per_prompt = _by_source()
+    claims = source_claims(by_source)
+    assert claims["fast"] == "data" and claims["slow"] == "prose"
+    assert claims["expected"] == ["data", "code", "prose"] and claims["measured_order"] == ["data", "code", "prose"]
+    assert claims["correlation"] > 0.9 and 0 <= claims["wilson_narrower"] <= 3
+    table = source_table(by_source)
+    assert list(table["source"]) == list(by_source.index) and table["95% CI"].str.match(r"\d\.\d\d-\d\.\d\d").all()
+    fig = plot_by_source(by_source, per_prompt, "title")
+    assert len(fig.axes) == 2 and [t.get_text() for t in fig.axes[0].get_xticklabels()] == list(by_source.index)
+
+
+def test_measure_config_is_one_gamma_row_without_config_columns(peaked_pair, cases):
+    row = measure_config(*peaked_pair, cases[:2], 2, 6, exclude={"gamma", "temperature"}, repeats=1)
+    assert "gamma" not in row and "temperature" not in row and row["identical_to_ar"]
+    assert row["prompt_ids"] == ["p0", "p1"] and "assisted_time_s" not in row

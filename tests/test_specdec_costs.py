@@ -3,8 +3,9 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.specdec.costs import (alpha_by_source, compare_batched, draft_summary, last_level_cache_bytes,
-                                   main_study_rows, measure_costs, speedup_sweep)
+from helpers.specdec.costs import (alpha_by_source, batch_table, compare_batched, compare_drafts, cost_terms,
+                                   draft_summary, interleaved_runs, last_level_cache_bytes, main_study_rows,
+                                   measure_costs, speedup_sweep)
 from tiny_models import RAGGED_PROMPTS as PROMPTS
 
 
@@ -75,3 +76,49 @@ def test_draft_summary_and_alpha_by_source():
     by_source = alpha_by_source(rows[rows["draft"] == "d1"]).set_index("source")
     assert by_source.loc["code", "alpha"] == 9 / 11 and by_source.loc["docs", "alpha"] == 3 / 9
     assert alpha_by_source(rows[rows["draft"] == "d2"]).empty
+
+
+def test_cost_terms_from_a_stored_row():
+    terms = cost_terms({"T_T": 2.0, "T_D": 0.2, "T_V": {"1": 2.2, "3": 2.6}, "T_D_round": {"1": 0.3, "3": 0.4}})
+    assert terms["c"] == pytest.approx(0.1) and terms["T_V"] == {1: 2.2, 3: 2.6}
+    assert terms["verify_ratio"] == {1: pytest.approx(1.1), 3: pytest.approx(1.3)}
+    assert terms["c_round"] == {1: pytest.approx(0.15), 3: pytest.approx(0.2)}
+    table = terms["table"]
+    assert list(table["gamma"]) == [1, 3] and list(table["gamma*c"]) == pytest.approx([0.1, 0.3])
+    # without an in-round measurement c_round is c
+    assert cost_terms({"T_T": 2.0, "T_D": 0.2, "T_V": {"2": 2.4}})["c_round"] == {2: pytest.approx(0.1)}
+
+
+def test_batch_table_adds_ratios_and_prediction():
+    row = {column: 1.0 for column in ("ar_tokens_per_s", "sd_tokens_per_s", "speedup", "decode_speedup",
+                                      "mean_accepted_per_round", "rows_identical", "rounds", "ar_steps", "ar_decode_s",
+                                      "sd_decode_s")}
+    rows = [{**row, "batch_size": b, "alpha": 0.7, "rounds_per_row_mean": 8.0, "rounds_per_row_max": 10.0, "T_T": 2.0,
+             "T_D": 0.2, "T_V": 2.4, "phase_seconds": {}, "extra": "dropped"} for b in (1, 2)]
+    out = batch_table(rows, 3)
+    assert "extra" not in out and list(out["straggler"]) == [1.25, 1.25]
+    assert out.loc[0, "c"] == pytest.approx(0.1) and out.loc[0, "T_V/T_T"] == pytest.approx(1.2)
+    assert out.loc[0, "predicted / straggler"] == pytest.approx(out.loc[0, "predicted"] / 1.25)
+
+
+def test_compare_drafts_cheap_against_dear():
+    summary = pd.DataFrame([
+        {"draft": "a", "c": 0.1, "alpha": 0.6, "best_gamma": 3, "best_speedup": 1.5, "gamma_max": 9},
+        {"draft": "b", "c": 0.2, "alpha": 0.8, "best_gamma": 9, "best_speedup": 1.8, "gamma_max": 9}])
+    out = compare_drafts(summary)
+    assert out["cheap"]["draft"] == "a" and out["dear"]["draft"] == "b"
+    assert out["accuracy_wins"] and out["larger_gamma"] and out["at_edge"] == ["b"]
+    assert compare_drafts(summary.iloc[:1]) is None
+
+
+def test_interleaved_runs_keep_every_result_in_call_order():
+    calls = []
+
+    def run(name):
+        calls.append(name)
+        return len(calls)
+
+    out = interleaved_runs({"a": lambda: run("a"), "b": lambda: run("b")}, 3, warmup=1)
+    assert calls[:2] == ["a", "b"] and len(calls) == 8  # one warm-up each, then 3 interleaved rounds
+    assert len(out["a"][0]) == len(out["a"][1]) == 3 and all(s >= 0 for s in out["b"][0])
+    assert [calls[i - 1] for i in out["a"][1]] == ["a"] * 3  # results, not the warm-up's

@@ -4,17 +4,24 @@ import pytest
 
 from helpers.gpu_specs import gpu_spec
 from helpers.memory import load_config
+import pandas as pd
+
 from helpers.specdec.analysis import (
+    batch_accounting,
     batched_speedup_accounting,
     estimate_alpha,
     expected_tokens_per_round,
     linear_verify_cost,
     magicdec_grid,
+    magicdec_trend,
     naive_acceptance_rate,
     optimal_gamma,
+    pooled_alpha,
+    pooled_speedup,
     predicted_speedup,
     relative_latency,
     sweep_claims,
+    what_if_speedups,
 )
 
 
@@ -138,3 +145,51 @@ def test_sweep_claims_hand_example():
     with pytest.raises(ValueError, match="two gammas"):
         sweep_claims([1], [0.5], [1], [1.5], measured=[1], predicted=[1], predicted_round=[1], pooled_alpha=0.5,
                      gamma_star=1)
+
+
+def test_pooled_alpha_is_the_mle_over_counts_or_totals():
+    assert pooled_alpha(12, 8) == 0.6
+    assert pooled_alpha([3, 4, 5], [1, 0, 7]) == 12 / 20
+    assert np.isnan(pooled_alpha(0, 0)) and pooled_alpha(0, 0, empty=None) is None
+    assert pooled_alpha(pd.Series([3, 1]), pd.Series([1, 1])) == 4 / 6
+    # the per-round estimator is the same pooled ratio
+    assert estimate_alpha([2, 0, 3], 3) == pooled_alpha(5, 2)
+    with pytest.raises(ValueError):
+        pooled_alpha(-1, 2)
+
+
+def test_pooled_speedup_time_ratio_when_identical_else_tokens_per_second():
+    assert pooled_speedup(4.0, 2.0, new_tokens=10, ar_tokens=10, identical=True) == 2.0
+    # sampled: 12 tokens in 2 s against 8 tokens in 4 s
+    assert pooled_speedup(4.0, 2.0, new_tokens=12, ar_tokens=8, identical=False) == pytest.approx(3.0)
+    with pytest.raises(ValueError):
+        pooled_speedup(0.0, 1.0, new_tokens=1, ar_tokens=1, identical=True)
+
+
+def test_what_if_speedups_make_one_term_ideal_at_a_time():
+    out = what_if_speedups(3, 0.7, 0.1, 1.2)
+    assert out["measured"] == pytest.approx(float(predicted_speedup(3, 0.7, 0.1, 1.2)))
+    assert out["free draft (c = 0)"] > out["measured"] and out["free verification (T_V/T_T = 1)"] > out["measured"]
+    assert out["perfect draft (alpha = 1)"] == pytest.approx(4 / (0.3 + 1.2))
+
+
+def test_magicdec_trend_reads_first_and_last_batch():
+    grid = pd.DataFrame([{"S": 512, "B": b, "draft": kind, "speedup": s}
+                         for kind, speeds in (("full KV draft", (2.0, 1.5, 1.1)),
+                                              ("512-token KV draft", (2.0, 2.2, 2.5)))
+                         for b, s in zip((1, 2, 4), speeds)])
+    assert magicdec_trend(grid, 512, "full") == (2.0, 1.1, 4)
+    assert magicdec_trend(grid, 512, "512") == (2.0, 2.5, 4)
+    with pytest.raises(ValueError):
+        magicdec_trend(grid, 4096, "full")
+
+
+def test_batch_accounting_one_row_per_batch_with_bracket_flags():
+    by_batch = pd.DataFrame([{"batch_size": 1, "alpha": 0.7, "T_T": 1.0, "T_D": 0.1, "T_V": 1.2, "ar_decode_s": 32.0,
+                              "ar_steps": 32, "sd_decode_s": 16.0, "rounds": 10, "rounds_per_row_mean": 10.0,
+                              "phase_seconds": {"draft": 3.0, "verify": 12.0, "bookkeeping": 1.0}}])
+    out = batch_accounting(by_batch, 3)
+    assert list(out["B"]) == [1] and out.loc[0, "measured"] == pytest.approx(2.0)
+    assert out.loc[0, "accounted"] == pytest.approx(out.loc[0, "measured"])
+    assert out.loc[0, "below_eq5"] == (out.loc[0, "measured"] <= out.loc[0, "eq5"])
+    assert out.loc[0, "overhead"] == pytest.approx(15 / 16)

@@ -16,10 +16,9 @@ import torch
 import helpers.kv_cache
 import helpers.specdec
 from helpers.kv_cache.sweep import prompt_text
-from helpers.models.train_cpu_pair import load_corpus
-from helpers.prompts import CPU_SOURCES, load_prompts
+from helpers.models.corpus import load_corpus
+from helpers.prompts import CPU_SOURCES, load_prompts, select_prompts
 from helpers.specdec import autoregressive_generate
-from helpers.specdec.sweeps import select_prompts
 from submission import benchmark, make_prompts, specdec
 from submission import kv_cache_implementation as twin
 

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from helpers.models import train_cpu_pair as tcp
+from helpers.models.corpus import is_heldout
 from tiny_models import tiny_qwen3
 
 TEXTS = [
@@ -31,8 +32,8 @@ def tiny(tokenizer, layers=1, seed=0):
 
 def test_heldout_split_is_deterministic_and_about_one_in_twenty():
     names = [f"lib/module_{i}.py" for i in range(2000)]
-    held = [n for n in names if tcp._is_heldout(n)]
-    assert held == [n for n in names if tcp._is_heldout(n)]
+    held = [n for n in names if is_heldout(n)]
+    assert held == [n for n in names if is_heldout(n)]
     assert 60 < len(held) < 140
 
 

@@ -25,26 +25,27 @@ the same computation; only the wall time depends on the machine.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import platform
 import sys
-import sysconfig
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+import tokenizers
 import torch
 import torch.nn.functional as F
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedTokenizerFast, Qwen3Config
 
 from helpers.hardware import cpu_name
-from helpers.paths import DATA_DIR
+from helpers.kv_cache import generate
+from helpers.models import CPU_PAIR_DIR, describe
+from helpers.models.corpus import HELDOUT_EVERY, Corpus, is_heldout, load_corpus  # noqa: F401 (re-exported)
+from helpers.models.qwen3 import from_hf
 
-CPU_PAIR_DIR = DATA_DIR / "cpu_pair"
 EOS_TOKEN = "<|endoftext|>"
 VOCAB_SIZE = 4096
-HELDOUT_EVERY = 20  # one document in 20 (by name hash) is held out
 
 # Shapes: on a CPU a small model's decode step costs mostly per-layer overhead, so the cost ratio is set by
 # depth, not width. The target is deep (16 layers) so that a 1-layer draft of the SAME width costs about a
@@ -60,56 +61,14 @@ MODEL_SHAPES: dict[str, dict] = {
 DRAFT_NAMES = ("draft", "draft-2l")
 
 
-# --------------------------------------------------------------------------- corpus and tokenizer
-
-@dataclass
-class Corpus:
-    train: list[str]
-    heldout: list[str]
-    train_names: list[str]
-    heldout_names: list[str]
-
-
-def _is_heldout(name: str) -> bool:
-    return int(hashlib.sha256(name.encode()).hexdigest(), 16) % HELDOUT_EVERY == 0
-
-
-def load_corpus() -> Corpus:
-    """Standard-library source plus pydoc topics, split deterministically by document name."""
-    import pydoc_data.topics
-
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    docs: list[tuple[str, str]] = []
-    for path in sorted(stdlib.rglob("*.py")):
-        rel = path.relative_to(stdlib)
-        if "site-packages" in rel.parts or "dist-packages" in rel.parts:
-            continue
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue  # a few test fixtures are deliberately not UTF-8
-        docs.append((rel.as_posix(), text))
-    for key in sorted(pydoc_data.topics.topics):
-        docs.append((f"pydoc_data.topics/{key}", pydoc_data.topics.topics[key]))
-    if not docs:
-        raise RuntimeError(f"no standard-library source found under {stdlib}")
-    corpus = Corpus([], [], [], [])
-    for name, text in docs:
-        if _is_heldout(name):
-            corpus.heldout.append(text), corpus.heldout_names.append(name)
-        else:
-            corpus.train.append(text), corpus.train_names.append(name)
-    return corpus
-
+# --------------------------------------------------------------------------- tokenizer
 
 def train_tokenizer(texts: list[str], vocab_size: int = VOCAB_SIZE):
     """Byte-level BPE, so that any text round-trips; returned as a transformers fast tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
+    pre_tokenizers, trainers = tokenizers.pre_tokenizers, tokenizers.trainers
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
+    tok.decoder = tokenizers.decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, min_frequency=2, special_tokens=[EOS_TOKEN],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
@@ -133,8 +92,6 @@ def encode_documents(tokenizer, texts: list[str]) -> torch.Tensor:
 # --------------------------------------------------------------------------- models
 
 def make_config(shape: str, tokenizer):
-    from transformers import Qwen3Config
-
     eos = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
     return Qwen3Config(
         vocab_size=len(tokenizer), max_position_embeddings=4096, tie_word_embeddings=True,
@@ -144,12 +101,10 @@ def make_config(shape: str, tokenizer):
 
 
 def make_model(shape: str, tokenizer, seed: int):
-    from transformers import Qwen3ForCausalLM
-
     torch.manual_seed(seed)
     config = make_config(shape, tokenizer)
     config._attn_implementation = "sdpa"
-    return Qwen3ForCausalLM(config)
+    return transformers.Qwen3ForCausalLM(config)
 
 
 def init_from_target(draft, target) -> None:
@@ -165,11 +120,6 @@ def init_from_target(draft, target) -> None:
     with torch.no_grad():
         for name, tensor in draft.state_dict().items():
             tensor.copy_(source[name])
-
-
-def param_count(model) -> int:
-    """Unique parameters (the tied LM head counts once)."""
-    return sum(p.numel() for p in model.parameters())
 
 
 # --------------------------------------------------------------------------- training
@@ -289,18 +239,10 @@ def heldout_loss(model, windows: torch.Tensor, batch_size: int = 8) -> float:
 
 @torch.no_grad()
 def greedy_continuation(model, prompts: torch.Tensor, new_tokens: int) -> torch.Tensor:
-    """The model's own greedy continuation (KV-cached), returned with the prompt."""
-    from transformers import DynamicCache
-
+    """The model's own greedy continuation (KV-cached: :func:`helpers.kv_cache.generate` on the minimal Qwen3
+    decoder sharing the model's weights), returned with the prompt."""
     model.eval()
-    cache = DynamicCache()
-    out = model(input_ids=prompts, past_key_values=cache, use_cache=True)
-    seq = prompts
-    for _ in range(new_tokens):
-        nxt = out.logits[:, -1].argmax(-1, keepdim=True)
-        seq = torch.cat([seq, nxt], dim=1)
-        out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
-    return seq
+    return torch.cat([prompts, generate(from_hf(model), prompts, new_tokens)], dim=1)
 
 
 @torch.no_grad()
@@ -319,8 +261,6 @@ def decode_step_seconds(model, prompt: torch.Tensor, steps: int = 48, repeats: i
 
     The minimum over repeats: on a shared machine, the least-disturbed run is closest to the true cost.
     """
-    from transformers import DynamicCache
-
     model.eval()
     samples = []
     for _ in range(repeats + 1):  # the first pass is warm-up
@@ -345,8 +285,6 @@ def save_model(model, out_dir: Path) -> None:
 
 
 def load_saved(out_dir: Path):
-    from transformers import AutoModelForCausalLM
-
     return AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float32).eval()
 
 
@@ -439,7 +377,6 @@ def main(argv: list[str] | None = None) -> dict:
     corpus = load_corpus()
     log(f"corpus: {len(corpus.train)} training and {len(corpus.heldout)} held-out documents")
     if args.skip_target:
-        from transformers import AutoTokenizer
         tokenizer = AutoTokenizer.from_pretrained(out / "tokenizer")
     else:
         tokenizer = train_tokenizer(corpus.train)
@@ -454,7 +391,7 @@ def main(argv: list[str] | None = None) -> dict:
         target_stage = json.loads((out / "card.json").read_text())["stages"]["target"]
     else:
         target = make_model("target", tokenizer, args.seed)
-        log(f"target: {param_count(target):,} parameters")
+        log(f"target: {describe(target)['parameters']:,} parameters")
         target_stage = train_target(target, train_ids, steps=target_steps, lr=2e-3 if not on_gpu else 1.5e-3,
                                     seed=args.seed, **common)
         save_model(target, out / "target")
@@ -479,7 +416,7 @@ def main(argv: list[str] | None = None) -> dict:
         results[name] = {
             "layers": model.config.num_hidden_layers,
             "hidden_size": model.config.hidden_size,
-            "parameters": param_count(model),
+            "parameters": describe(model)["parameters"],
             "training_tokens": (target_stage if name == "target" else draft_stage)["tokens"],
             "heldout_loss": round(heldout_loss(model, windows), 4),
             "decode_ms_per_token": round(1000 * decode_step_seconds(model, timing_prompt), 3),
@@ -492,7 +429,6 @@ def main(argv: list[str] | None = None) -> dict:
             greedy_agreement(models["target"], models[name], prompts, new_tokens), 4)
         log(f"{name}: cost ratio {results[name]['cost_ratio']}, agreement {results[name]['greedy_agreement']}")
 
-    import transformers
     stored = sum(f.stat().st_size for f in out.rglob("*") if f.is_file() and f.suffix in {".safetensors", ".json"})
     card = {
         "seed": args.seed,

@@ -10,6 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
+import pandas as pd
+
+from helpers.gpu_specs import roofline_seconds
+from helpers.memory import kv_cache_bytes, weight_bytes
 
 
 def _check_alpha(alpha) -> np.ndarray:
@@ -83,6 +87,39 @@ def linear_verify_cost(gammas, verify_ratios) -> Callable[[int], float]:
     return lambda gamma: float(intercept + slope * gamma)
 
 
+def pooled_alpha(accepted, rejections, *, empty=float("nan")):
+    """THE pooled alpha of the workbook: maximum likelihood over many rounds, sum(accepted) / (sum(accepted) +
+    sum(rejections)), where a rejection is a round that ended before all its drafts were accepted (see
+    :func:`estimate_alpha`). ``accepted`` and ``rejections`` are totals (numbers) or per-round/per-prompt counts
+    (summed here); ``empty`` is returned when nothing was tested (no accepted draft and no rejection)."""
+    accepted, rejections = float(np.sum(accepted)), float(np.sum(rejections))
+    if accepted < 0 or rejections < 0:
+        raise ValueError(f"accepted and rejections must be counts >= 0, got {accepted} and {rejections}")
+    return accepted / (accepted + rejections) if accepted + rejections > 0 else empty
+
+
+def pooled_speedup(ar_time_s: float, time_s: float, *, new_tokens: int, ar_tokens: int, identical: bool) -> float:
+    """THE pooled speedup over AR of a configuration on the same prompts: summed AR time / summed time when the
+    outputs are identical (greedy: the same tokens), else the ratio of tokens/s (sampling ends prompts at
+    different lengths)."""
+    if min(ar_time_s, time_s) <= 0:
+        raise ValueError(f"times must be positive, got AR {ar_time_s} s and {time_s} s")
+    if identical and new_tokens == ar_tokens:
+        return float(ar_time_s / time_s)
+    return float((new_tokens / time_s) / (ar_tokens / ar_time_s))
+
+
+def what_if_speedups(gamma: int, alpha: float, draft_ratio: float, verify_ratio: float) -> dict[str, float]:
+    """Eq. 5 at one configuration and with one term made ideal at a time: "measured" (as given), "free draft
+    (c = 0)", "free verification (T_V/T_T = 1)" and "perfect draft (alpha = 1)"."""
+    return {
+        "measured": float(predicted_speedup(gamma, alpha, draft_ratio, verify_ratio)),
+        "free draft (c = 0)": float(predicted_speedup(gamma, alpha, 0.0, verify_ratio)),
+        "free verification (T_V/T_T = 1)": float(predicted_speedup(gamma, alpha, draft_ratio, 1.0)),
+        "perfect draft (alpha = 1)": float(predicted_speedup(gamma, 1.0, draft_ratio, verify_ratio)),
+    }
+
+
 def estimate_alpha(accepted_counts, gammas) -> float:
     """Maximum-likelihood alpha from per-round accepted draft counts.
 
@@ -101,11 +138,10 @@ def estimate_alpha(accepted_counts, gammas) -> float:
         raise ValueError("no rounds given: estimate_alpha needs the accepted count of at least one round")
     if np.any(counts < 0) or np.any(counts > gammas):
         raise ValueError("each accepted count must lie in [0, gamma] for its round")
-    accepted = counts.sum()
-    rejections = np.count_nonzero(counts < gammas)
-    if accepted + rejections == 0:
+    alpha = pooled_alpha(counts.sum(), np.count_nonzero(counts < gammas), empty=None)
+    if alpha is None:
         raise ValueError("every round had gamma = 0: there is nothing to estimate alpha from")
-    return float(accepted / (accepted + rejections))
+    return alpha
 
 
 def naive_acceptance_rate(accepted_counts, gammas) -> float:
@@ -170,9 +206,6 @@ def magicdec_grid(target_config, draft_config, gpu, *, alpha: float, gamma: int,
     fit in ``gpu["vram_gb"]`` is left out. Rows: S, B, draft (``"full KV draft"`` or ``"<window>-token KV draft"``),
     c, T_V/T_T and the speedup.
     """
-    from helpers.gpu_specs import roofline_seconds
-    from helpers.memory import kv_cache_bytes, weight_bytes
-
     if draft_window < 1:
         raise ValueError(f"draft_window must be >= 1 token, got {draft_window}")
     rows = []
@@ -206,8 +239,6 @@ def sweep_claims(gammas, alpha, rounds, tokens_per_round, measured, predicted, p
     mean absolute relative error than ``predicted``. ``shape_corr``: Spearman rank correlation of predicted and
     measured speedups (``shape_follows`` when >= 0.5). ``flat_loss``: the largest relative loss of a gamma within
     one of the best."""
-    import pandas as pd
-
     frame = pd.DataFrame({"gamma": np.asarray(gammas, dtype=int), "alpha": alpha, "rounds": rounds,
                           "tpr": tokens_per_round, "measured": measured, "predicted": predicted,
                           "predicted_round": predicted_round}).sort_values("gamma", ignore_index=True)
@@ -230,3 +261,27 @@ def sweep_claims(gammas, alpha, rounds, tokens_per_round, measured, predicted, p
         "round_closer": bool(error_round < error), "shape_corr": shape, "shape_follows": bool(shape >= 0.5),
         "flat_loss": float(1 - near["measured"].min() / best["measured"]),
     }
+
+
+def magicdec_trend(grid, context_len: int, draft_kind: str) -> tuple[float, float, int]:
+    """From :func:`magicdec_grid` rows (a DataFrame, batch sizes ascending): the speedup at the smallest and at the
+    largest batch size that fits, for context length ``context_len`` and the draft whose name starts with
+    ``draft_kind`` ("full" or the window size), and that largest batch size."""
+    group = grid[(grid["S"] == context_len) & (grid["draft"].str.startswith(draft_kind))]
+    if group.empty:
+        raise ValueError(f"no roofline rows for S={context_len} and a {draft_kind!r} draft")
+    return group.iloc[0]["speedup"], group.iloc[-1]["speedup"], int(group.iloc[-1]["B"])
+
+
+def batch_accounting(by_batch, gamma: int):
+    """:func:`batched_speedup_accounting` for every row of a batched comparison (columns ``batch_size``, ``alpha``,
+    ``T_T``, ``T_D``, ``T_V``, ``ar_decode_s``, ``ar_steps``, ``sd_decode_s``, ``rounds``, ``rounds_per_row_mean``,
+    ``phase_seconds``): one row per batch size ``B`` with the factors, and the flags ``below_eq5`` (measured <= Eq. 5)
+    and ``above_eq5_over_straggler`` (measured >= Eq. 5 / straggler)."""
+    accounting = pd.DataFrame([{"B": int(r.batch_size), **batched_speedup_accounting(
+        gamma, r.alpha, r.T_T, r.T_D, r.T_V, ar_step_s=r.ar_decode_s / r.ar_steps, ar_steps=int(r.ar_steps),
+        round_s=r.sd_decode_s / r.rounds, rounds=int(r.rounds), rounds_per_row_mean=r.rounds_per_row_mean,
+        round_phase_shares=r.phase_seconds)} for r in by_batch.itertuples()])
+    accounting["below_eq5"] = accounting["measured"] <= accounting["eq5"]
+    accounting["above_eq5_over_straggler"] = accounting["measured"] >= accounting["eq5_over_straggler"]
+    return accounting

@@ -11,10 +11,10 @@ from __future__ import annotations
 import torch
 
 from helpers.models import load_cpu_model, load_cpu_tokenizer
-from helpers.prompts import load_prompts
+from helpers.prompts import encode_prompts, load_prompts, select_prompts
 from helpers.specdec.analysis import predicted_speedup
 from helpers.specdec.costs import measure_costs
-from helpers.specdec.sweeps import encode_prompts, measure_pair, select_prompts, summarise
+from helpers.specdec.sweeps import measure_pair, summarise
 
 
 def add_arguments(parser) -> None:

@@ -10,16 +10,16 @@ generation they predict.
 from __future__ import annotations
 
 import statistics
-import sysconfig
-import time
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from helpers.models.runtime import cached_decoder, resolve_runtime
+from helpers.specdec.analysis import estimate_alpha, pooled_alpha, predicted_speedup
 from helpers.specdec.batched import batched_autoregressive_generate, batched_speculative_generate
-from helpers.specdec.analysis import estimate_alpha
-from helpers.timing import Timing, measure
+from helpers.specdec.linear import autoregressive_generate, speculative_generate
+from helpers.timing import Timing, measure, measure_interleaved
 
 
 @torch.inference_mode()
@@ -94,35 +94,22 @@ def compare_batched(target, draft, prompts, max_new_tokens: int, gamma: int, *, 
                     eos_token_id: int | None = None) -> dict:
     """Wall time of batched greedy AR vs batched speculative decoding on the same prompts.
 
-    The two are run alternately ``repeats`` times after one untimed warm-up of each, and the median of each
-    is kept (alternating spreads slow phases of a shared machine over both); ``ar_steps`` and ``rounds`` count
-    the forwards of each, and ``phase_seconds`` splits the rounds of one extra, untimed speculative run into draft,
+    The two are run alternately ``repeats`` times after one untimed warm-up of each (:func:`interleaved_runs`),
+    and the median of each is kept (alternating spreads slow phases of a shared machine over both); ``ar_steps``
+    and ``rounds`` count the forwards of each, and ``phase_seconds`` splits the rounds of one extra, untimed speculative run into draft,
     verify, bookkeeping and rollback time (see ``batched_speculative_generate``). ``rows_identical`` is the
     fraction of rows whose outputs agree; below 1 only where a padded low-precision forward flipped an
     argmax at a near-tie (see ``specdec_batched``), which the caller should report.
     """
     device = next(target.parameters()).device
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-
-    def timed(fn):
-        sync()
-        start = time.perf_counter()
-        result = fn()
-        sync()
-        return time.perf_counter() - start, result
-
     run_ar = lambda: batched_autoregressive_generate(target, prompts, max_new_tokens, eos_token_id)  # noqa: E731
     run_sd = lambda: batched_speculative_generate(target, draft, prompts, max_new_tokens, gamma,  # noqa: E731
                                                   eos_token_id)
-    run_ar(), run_sd()
-    ar_times, sd_times, ar_decode, sd_decode = [], [], [], []
-    for _ in range(repeats):
-        seconds, ar = timed(run_ar)
-        ar_times.append(seconds)
-        ar_decode.append(seconds - ar.stats["prefill_seconds"])
-        seconds, sd = timed(run_sd)
-        sd_times.append(seconds)
-        sd_decode.append(seconds - sd.stats["prefill_seconds"])
+    runs = interleaved_runs({"ar": run_ar, "sd": run_sd}, repeats, warmup=1, device=device)
+    (ar_times, ar_runs), (sd_times, sd_runs) = runs["ar"], runs["sd"]
+    ar, sd = ar_runs[-1], sd_runs[-1]
+    ar_decode = [seconds - run.stats["prefill_seconds"] for seconds, run in zip(ar_times, ar_runs)]
+    sd_decode = [seconds - run.stats["prefill_seconds"] for seconds, run in zip(sd_times, sd_runs)]
     accepted = [n for row in sd.stats["accepted"] for n in row]
     new_tokens = sum(len(row) for row in ar.tokens)
     ar_s, sd_s = statistics.median(ar_times), statistics.median(sd_times)
@@ -150,43 +137,25 @@ def compare_batched(target, draft, prompts, max_new_tokens: int, gamma: int, *, 
     }
 
 
-def heldout_source_prompts(tokenizer, count: int, length: int) -> list[list[int]]:
-    """``count`` prompts of ``length`` tokens from standard-library files the CPU pair never trained on.
-
-    Uses the training script's held-out rule (a hash of the file name), reading only the files it needs.
-    """
-    from helpers.models.train_cpu_pair import _is_heldout
-
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    prompts = []
-    for path in sorted(stdlib.rglob("*.py")):
-        name = path.relative_to(stdlib).as_posix()
-        if "site-packages" in name or "/test" in name or name.startswith("test") or not _is_heldout(name):
-            continue
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
-        ids = tokenizer(text)["input_ids"]
-        if len(ids) >= 2 * length:  # start in the middle of the file: past the licence header and imports
-            middle = len(ids) // 2
-            prompts.append(ids[middle: middle + length])
-        if len(prompts) == count:
-            return prompts
-    raise ValueError(f"only {len(prompts)} held-out files are long enough for {count} prompts of {length} tokens")
+def interleaved_runs(runs: dict, repeats: int, *, warmup: int = 0, device=None) -> dict:
+    """``{key: (seconds, results)}``: every ``runs[key]()`` called ``repeats`` times in interleaved rounds by
+    :func:`helpers.timing.measure_interleaved` (the workbook's one interleaved timer: a drift in machine load hits
+    every run alike), with the wall seconds of each call and what it returned, in call order."""
+    results = {key: [] for key in runs}
+    timings = measure_interleaved({key: (lambda key=key: results[key].append(runs[key]())) for key in runs},
+                                  repeats=repeats, warmup=warmup, device=device)
+    return {key: (timings[key].samples, results[key][warmup:]) for key in runs}
 
 
 def _least_disturbed_pair(run_a, run_b, repeats: int):
-    """Run ``run_a`` and ``run_b`` alternately ``repeats`` times; the fastest result of each.
+    """Run ``run_a`` and ``run_b`` alternately ``repeats`` times (:func:`interleaved_runs`); the fastest result of
+    each by its own timer (``stats.time_total_s``).
 
     On a shared machine the least-disturbed run is closest to the true cost, and alternating makes both see
     the same phases of load, so their ratio is meaningful even when the load drifts."""
-    a_runs, b_runs = [], []
-    for _ in range(repeats):
-        a_runs.append(run_a())
-        b_runs.append(run_b())
+    runs = interleaved_runs({"a": run_a, "b": run_b}, repeats)
     fastest = lambda runs: min(runs, key=lambda r: r.stats.time_total_s)  # noqa: E731
-    return fastest(a_runs), fastest(b_runs)
+    return fastest(runs["a"][1]), fastest(runs["b"][1])
 
 
 def speedup_sweep(target, draft, prompts, gammas, max_new_tokens: int, *, repeats: int = 2) -> dict:
@@ -198,8 +167,6 @@ def speedup_sweep(target, draft, prompts, gammas, max_new_tokens: int, *, repeat
     every prompt), tokens per round, and whether every output equals the AR output (greedy speculative
     decoding is lossless).
     """
-    from helpers.specdec import autoregressive_generate, speculative_generate
-
     device = next(target.parameters()).device
     cuda = device.type == "cuda"  # phase timing would add a synchronize per phase there
     inputs = [torch.tensor([p], device=device) for p in prompts]
@@ -257,8 +224,6 @@ def main_study_rows(frame, target: str):
     Keeps rows with status ok (where recorded) and the columns a speedup needs; where several rows share a
     (draft, gamma) — e.g. a per-source study over a subset of the prompts, or another output length — the one
     that generated the most tokens is kept (ties: the latest). Extra columns are carried along untouched."""
-    import pandas as pd
-
     needed = {"target", "draft", "gamma", "alpha", "speedup", "c"}
     if frame.empty or not needed <= set(frame.columns):
         return pd.DataFrame(columns=sorted(needed))
@@ -275,12 +240,10 @@ def main_study_rows(frame, target: str):
 def draft_summary(rows) -> "pd.DataFrame":
     """Per draft of :func:`main_study_rows`: c, pooled alpha (MLE over every round where accepted/rejections
     are recorded, else the mean), the best gamma and its speedup, and the gammas measured."""
-    import pandas as pd
-
     out = []
     for draft, group in rows.groupby("draft"):
         if {"accepted", "rejections"} <= set(group.columns) and group[["accepted", "rejections"]].notna().all().all():
-            alpha = float(group["accepted"].sum() / (group["accepted"].sum() + group["rejections"].sum()))
+            alpha = float(pooled_alpha(group["accepted"], group["rejections"]))
         else:
             alpha = float(group["alpha"].mean())
         best = group.loc[group["speedup"].idxmax()]
@@ -293,8 +256,6 @@ def draft_summary(rows) -> "pd.DataFrame":
 def alpha_by_source(rows) -> "pd.DataFrame":
     """Acceptance per prompt source (MLE, pooled over the given rows' ``per_prompt`` entries that record
     ``source``, ``accepted`` and ``rejections``); empty when the rows carry no per-prompt detail."""
-    import pandas as pd
-
     counts: dict[str, list[int]] = {}
     for entries in rows.get("per_prompt", pd.Series(dtype=object)).dropna():
         for entry in entries if isinstance(entries, list) else []:
@@ -303,6 +264,73 @@ def alpha_by_source(rows) -> "pd.DataFrame":
                 total[0] += entry["accepted"]
                 total[1] += entry["rejections"]
                 total[2] += 1
-    return pd.DataFrame([{"source": s, "alpha": a / (a + r) if a + r else float("nan"), "prompt_runs": n}
+    return pd.DataFrame([{"source": s, "alpha": pooled_alpha(a, r), "prompt_runs": n}
                          for s, (a, r, n) in counts.items()]).sort_values("alpha", ignore_index=True) \
         if counts else pd.DataFrame(columns=["source", "alpha", "prompt_runs"])
+
+
+# ------------------------------------------------------------------------------------- notebook 09's tables
+
+
+def cost_terms(cost_row: dict) -> dict:
+    """The Eq. 5 terms of a :func:`measure_costs` result (as stored: gamma keys may be strings): ``T_T``, ``T_D``,
+    ``c`` = T_D/T_T, ``T_V`` and ``verify_ratio`` = T_V/T_T per gamma, ``c_round`` = T_D_round/T_T per gamma
+    (``c`` where the in-round draft cost was not measured), and ``table``: one row per gamma with T_V (ms), T_V/T_T,
+    gamma*c and c_round."""
+    T_T, T_D = cost_row["T_T"], cost_row["T_D"]
+    c = T_D / T_T
+    T_V = {int(g): t for g, t in cost_row["T_V"].items()}  # JSON keys come back as strings
+    verify_ratio = {g: t / T_T for g, t in T_V.items()}
+    table = pd.DataFrame({"gamma": list(T_V), "T_V (ms)": [t * 1e3 for t in T_V.values()],
+                          "T_V/T_T": list(verify_ratio.values())})
+    table["gamma*c"] = table["gamma"] * c
+    T_D_round = {int(g): t for g, t in cost_row.get("T_D_round", {}).items()} or {g: T_D for g in T_V}
+    c_round = {g: t / T_T for g, t in T_D_round.items()}
+    table["c_round"] = table["gamma"].map(c_round)
+    return {"T_T": T_T, "T_D": T_D, "c": c, "T_V": T_V, "verify_ratio": verify_ratio, "c_round": c_round,
+            "table": table}
+
+
+def batched_point(target, draft, prompts, max_new_tokens: int, gamma: int, *, repeats: int,
+                  timing_repeats: int) -> dict:
+    """One batch size of notebook 09's batched curve: :func:`compare_batched` on ``prompts`` plus the Eq. 5 costs
+    ``T_T``, ``T_D`` and ``T_V`` (at ``gamma``) measured at this batch size on the transformers runtime (as the
+    batched decoder runs)."""
+    device = next(target.parameters()).device
+    run = compare_batched(target, draft, prompts, max_new_tokens, gamma, repeats=repeats)
+    cost = measure_costs(target, draft, torch.tensor(prompts, device=device), [gamma], repeats=timing_repeats,
+                         runtime="transformers")
+    return {**run, "T_T": cost["T_T"], "T_D": cost["T_D"], "T_V": cost["T_V"][gamma]}
+
+
+BATCH_COLUMNS = ["batch_size", "ar_tokens_per_s", "sd_tokens_per_s", "speedup", "decode_speedup", "alpha",
+                 "mean_accepted_per_round", "rows_identical", "rounds_per_row_mean", "rounds_per_row_max", "T_T", "T_D",
+                 "T_V", "rounds", "ar_steps", "ar_decode_s", "sd_decode_s", "phase_seconds"]
+
+
+def batch_table(batch_rows: list[dict], gamma: int):
+    """Notebook 09's batched rows (:func:`batched_point` plus ``batch_size``) as a frame with the straggler factor
+    (max / mean rounds per row), c, T_V/T_T, the Eq. 5 prediction at each batch size and Eq. 5 / straggler."""
+    by_batch = pd.DataFrame(batch_rows)[BATCH_COLUMNS]
+    by_batch["straggler"] = by_batch["rounds_per_row_max"] / by_batch["rounds_per_row_mean"]
+    by_batch["c"] = by_batch["T_D"] / by_batch["T_T"]
+    by_batch["T_V/T_T"] = by_batch["T_V"] / by_batch["T_T"]
+    by_batch["predicted"] = predicted_speedup(gamma, by_batch["alpha"].to_numpy(), by_batch["c"].to_numpy(),
+                                              by_batch["T_V/T_T"].to_numpy())
+    by_batch["predicted / straggler"] = by_batch["predicted"] / by_batch["straggler"]
+    return by_batch
+
+
+def compare_drafts(summary) -> dict | None:
+    """Notebook 09's Q1 comparison of notebook 07's drafts (:func:`draft_summary`): the cheapest (``cheap``, lowest c)
+    and the dearest (``dear``) draft, whether the dearer one wins (higher alpha and higher best speedup) and whether
+    its best gamma is larger, and the drafts whose best gamma is the largest measured (``at_edge``); None for fewer
+    than two drafts."""
+    if len(summary) < 2:
+        return None
+    by_c = summary.sort_values("c")
+    cheap, dear = by_c.iloc[0], by_c.iloc[-1]
+    return {"cheap": cheap, "dear": dear,
+            "accuracy_wins": bool(dear["alpha"] > cheap["alpha"] and dear["best_speedup"] > cheap["best_speedup"]),
+            "larger_gamma": bool(dear["best_gamma"] > cheap["best_gamma"]),
+            "at_edge": list(summary[summary["best_gamma"] == summary["gamma_max"]]["draft"])}

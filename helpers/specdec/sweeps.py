@@ -40,11 +40,17 @@ integer ``gamma``). Columns, besides the metadata of ``run_metadata`` (device_na
 from __future__ import annotations
 
 import copy
-import time
+import hashlib
 
+import numpy as np
+import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
-from helpers.specdec import GenerationStats, autoregressive_generate, speculative_generate
+from helpers.models import CPU_PAIR_DIR, PAIR_PREFIX
+from helpers.specdec.analysis import pooled_alpha, pooled_speedup, predicted_speedup
+from helpers.specdec.costs import interleaved_runs
+from helpers.specdec.linear import GenerationStats, autoregressive_generate, speculative_generate
 
 SD_STAT_COLUMNS = ("rounds", "proposed", "accepted", "rejections", "acceptance_rate", "alpha",
                    "mean_accepted_per_round", "tokens_per_round", "time_prefill_s", "time_draft_s",
@@ -54,46 +60,10 @@ SD_STAT_COLUMNS = ("rounds", "proposed", "accepted", "rejections", "acceptance_r
 def weights_tag(model_name: str) -> str:
     """What identifies a model's weights in a result's config: a hash of the CPU pair's file (it may be
     retrained, and old rows must then not count as measured), else the name (pretrained / random)."""
-    import hashlib
-
-    from helpers.models import CPU_PAIR_DIR, PAIR_PREFIX
-
     if not model_name.startswith(PAIR_PREFIX):
         return model_name
     path = CPU_PAIR_DIR / model_name[len(PAIR_PREFIX):] / "model.safetensors"
     return hashlib.sha1(path.read_bytes()).hexdigest()[:12]
-
-
-def select_prompts(rows: list[dict], count: int) -> list[dict]:
-    """``count`` prompts taken round-robin over their sources (every source early), in file order within one."""
-    if count <= 0 or count >= len(rows):
-        return list(rows)
-    by_source: dict[str, list[dict]] = {}
-    for row in rows:
-        by_source.setdefault(row["source"], []).append(row)
-    picked, depth = [], 0
-    while len(picked) < count:
-        for group in by_source.values():
-            if depth < len(group) and len(picked) < count:
-                picked.append(group[depth])
-        depth += 1
-    return picked
-
-
-def encode_prompts(tokenizer, rows: list[dict], device, max_prompt_tokens: int | None = None) -> list[dict]:
-    """Prompt rows (``helpers.prompts``) with ``input_ids`` (1, n) on ``device``; raw text, no chat template."""
-    cases = []
-    for row in rows:
-        ids = tokenizer(row["prompt"], return_tensors="pt")["input_ids"]
-        if max_prompt_tokens is not None:
-            ids = ids[:, -max_prompt_tokens:]
-        cases.append({**row, "input_ids": ids.to(device)})
-    return cases
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 @torch.inference_mode()
@@ -145,14 +115,13 @@ def measure_pair(target, draft, cases: list[dict], gammas, max_new_tokens: int, 
                  peer_gammas=None, eos_token_id=None, progress: bool = False) -> list[dict]:
     """AR, speculative decoding per gamma and (``peer``) assisted generation, prompt by prompt.
 
-    For each prompt the methods run one after another, ``repeats`` times, so a slow phase of a shared machine
-    hits all of them alike; the fastest run of each is kept. Every speculative or assisted run uses the same
+    For each prompt the methods run in interleaved rounds, ``repeats`` of them
+    (:func:`helpers.specdec.costs.interleaved_runs`), so a slow phase of a shared machine hits all of them alike; the
+    fastest run of each is kept. Every speculative or assisted run uses the same
     seed as the AR run (``seed``: private generators for ours, ``torch.manual_seed`` for transformers').
     One untimed warm-up of every method precedes the first prompt. ``peer_gammas``: the gammas of the peer
     (default: ``gammas``).
     """
-    from tqdm.auto import tqdm
-
     device = next(target.parameters()).device
     gammas = [int(g) for g in gammas]
     methods = [("ar", None)] + [("sd", g) for g in gammas]
@@ -176,18 +145,9 @@ def measure_pair(target, draft, cases: list[dict], gammas, max_new_tokens: int, 
 
     rows = []
     for case in tqdm(cases, desc="prompts", disable=not progress):
-        times = {m: [] for m in methods}
-        outputs = {}
-        for _ in range(repeats):
-            for method, gamma in methods:
-                _sync(device)
-                start = time.perf_counter()
-                tokens, stats = call(method, gamma, case["input_ids"])
-                _sync(device)
-                times[(method, gamma)].append(time.perf_counter() - start)
-                fastest = min(times[(method, gamma)]) == times[(method, gamma)][-1]
-                if fastest or (method, gamma) not in outputs:
-                    outputs[(method, gamma)] = (tokens, stats)
+        runs = interleaved_runs({m: (lambda m=m: call(*m, case["input_ids"])) for m in methods}, repeats, device=device)
+        times = {m: seconds for m, (seconds, _) in runs.items()}
+        outputs = {m: results[int(np.argmin(seconds))] for m, (seconds, results) in runs.items()}  # the fastest run's
         reference = outputs[("ar", None)][0]
         for method, gamma in methods:
             tokens, stats = outputs[(method, gamma)]
@@ -204,8 +164,6 @@ def summarise(rows, by=("pair", "method", "gamma")):
     ``rows``: a list of row dicts or a DataFrame. ``speedup`` is the AR time over the configuration's time on
     the same prompts when the outputs are identical (greedy), else the ratio of tokens/s.
     """
-    import pandas as pd
-
     frame = pd.DataFrame(rows).copy()
     by = [c for c in by if c in frame.columns]
     frame["gamma_key"] = frame["gamma"].astype("Int64").astype(str)
@@ -216,8 +174,6 @@ def summarise(rows, by=("pair", "method", "gamma")):
 
     def pooled(group):
         accepted = group["accepted"].sum(min_count=1)
-        rejections = group["rejections"].sum(min_count=1)
-        tested = accepted + rejections
         return pd.Series({
             "gamma": group["gamma"].iloc[0],
             "prompts": len(group),
@@ -225,7 +181,7 @@ def summarise(rows, by=("pair", "method", "gamma")):
             "time_s": group["time_s"].sum(),
             "tokens_per_s": group["new_tokens"].sum() / group["time_s"].sum(),
             "identical_to_ar": bool(group["identical_to_ar"].all()),
-            "alpha": accepted / tested if tested > 0 else float("nan"),
+            "alpha": pooled_alpha(accepted, group["rejections"].sum(min_count=1)),
             "acceptance_rate": accepted / group["proposed"].sum(min_count=1),
             "mean_accepted_per_round": accepted / group["rounds"].sum(min_count=1),
             "tokens_per_round": group["new_tokens"].sum() / group["rounds"].sum(min_count=1),
@@ -235,16 +191,13 @@ def summarise(rows, by=("pair", "method", "gamma")):
 
     summary = frame.groupby(keys, dropna=False, sort=False).apply(pooled, include_groups=False).reset_index()
     summary = summary.join(ar_totals, on=ar_keys) if ar_keys else summary.assign(**ar_totals.iloc[0].to_dict())
-    same = summary["identical_to_ar"] & (summary["new_tokens"] == summary["ar_tokens"])
-    summary["speedup"] = (summary["ar_time_s"] / summary["time_s"]).where(
-        same, summary["tokens_per_s"] / (summary["ar_tokens"] / summary["ar_time_s"]))
+    summary["speedup"] = [pooled_speedup(r.ar_time_s, r.time_s, new_tokens=r.new_tokens, ar_tokens=r.ar_tokens,
+                                         identical=r.identical_to_ar) for r in summary.itertuples()]
     return summary.drop(columns=["gamma_key"])
 
 
 def gamma_rows(rows: list[dict], costs: dict | None = None) -> list[dict]:
     """One row per gamma of our speculative decoding, with the baseline and the peer in columns (see above)."""
-    import pandas as pd
-
     frame = pd.DataFrame(rows)
     ar = frame[frame["method"] == "ar"].set_index("prompt_id")
     peer = frame[frame["method"] == "assisted"]
@@ -260,7 +213,7 @@ def gamma_rows(rows: list[dict], costs: dict | None = None) -> list[dict]:
         row = {
             "gamma": gamma, "runtime": str(sd["runtime"].iloc[0]), "temperature": float(sd["temperature"].iloc[0]),
             "max_new_tokens": int(sd["max_new_tokens"].iloc[0]), "prompt_ids": list(sd.index),
-            "alpha": accepted / (accepted + rejections) if accepted + rejections else None,
+            "alpha": pooled_alpha(accepted, rejections, empty=None),
             "acceptance_rate": accepted / int(sd["proposed"].sum()),
             "mean_accepted_per_round": accepted / int(sd["rounds"].sum()),
             "tokens_per_round": new_tokens / int(sd["rounds"].sum()),
@@ -269,7 +222,8 @@ def gamma_rows(rows: list[dict], costs: dict | None = None) -> list[dict]:
             **{column: float(sd[column].sum()) for column in ("time_prefill_s", "time_draft_s", "time_verify_s",
                                                                "time_other_s")},
             "identical_to_ar": identical, "ar_time_s": ar_time_s, "ar_tokens_per_s": ar_tokens / ar_time_s,
-            "speedup": ar_time_s / time_s if identical else (new_tokens / time_s) / (ar_tokens / ar_time_s),
+            "speedup": pooled_speedup(ar_time_s, time_s, new_tokens=new_tokens, ar_tokens=ar_tokens,
+                                      identical=identical),
         }
         same_gamma = peer[peer["gamma"] == gamma].set_index("prompt_id")
         if len(same_gamma):
@@ -317,8 +271,6 @@ def bootstrap_ratio_interval(numerators, denominators, *, level: float = 0.95, r
     """Percentile bootstrap interval of sum(numerators) / sum(denominators), resampling whole prompts (the
     per-prompt pairs) with replacement: the unit that varies independently is the prompt, not the token.
     Deterministic for a given ``seed``."""
-    import numpy as np
-
     num, den = np.asarray(numerators, dtype=float), np.asarray(denominators, dtype=float)
     if num.shape != den.shape or num.ndim != 1 or len(num) < 2:
         raise ValueError(f"need two equal-length 1-D sequences of at least 2 prompts, got {num.shape} and {den.shape}")
@@ -337,8 +289,6 @@ def source_breakdown(per_prompt, *, level: float = 0.95, resamples: int = 2000, 
     with a bootstrap interval over prompts (and the narrower Wilson interval over acceptance tests), tokens
     per round, the speedup (summed AR time / summed speculative time) with a bootstrap interval over prompts,
     and the spread of the per-prompt speedups (min, median, max). Sorted by speedup, fastest first."""
-    import pandas as pd
-
     frame = pd.DataFrame(list(per_prompt))
     if frame.empty:
         raise ValueError("per_prompt is empty")
@@ -347,7 +297,7 @@ def source_breakdown(per_prompt, *, level: float = 0.95, resamples: int = 2000, 
         tested = group["accepted"] + group["rejections"]
         accepted, total = int(group["accepted"].sum()), int(tested.sum())
         per_prompt_speedup = group["ar_time_s"] / group["time_s"]
-        row = {"source": source, "prompts": len(group), "alpha": accepted / total if total else float("nan"),
+        row = {"source": source, "prompts": len(group), "alpha": pooled_alpha(accepted, total - accepted),
                "tokens_per_round": group["new_tokens"].sum() / group["rounds"].sum(),
                "speedup": group["ar_time_s"].sum() / group["time_s"].sum(),
                "speedup_min": float(per_prompt_speedup.min()), "speedup_median": float(per_prompt_speedup.median()),
@@ -369,8 +319,6 @@ def source_breakdown(per_prompt, *, level: float = 0.95, resamples: int = 2000, 
 def alpha_for_speedup(speedup: float, gamma: int, draft_ratio: float, verify_ratio: float) -> float:
     """The alpha at which Eq. 5 predicts ``speedup`` at this ``gamma``, cost ratio c and T_V/T_T (Eq. 5 rises
     monotonically with alpha); nan when even alpha = 1 falls short. Bisection to 1e-6."""
-    from helpers.specdec.analysis import predicted_speedup
-
     def at(alpha):
         return float(predicted_speedup(gamma, alpha, draft_ratio, verify_ratio))
 
@@ -383,3 +331,101 @@ def alpha_for_speedup(speedup: float, gamma: int, draft_ratio: float, verify_rat
         middle = (low + high) / 2
         low, high = (middle, high) if at(middle) < speedup else (low, middle)
     return high
+
+
+# ------------------------------------------------------------------------------------- notebook 07's configurations
+
+
+def sweep_configs(target: str, draft: str, gammas, *, prompt_ids: list, temperature: float, max_new_tokens: int,
+                  repeats: int, dtype: str, device: str) -> list[dict]:
+    """The result-store configurations of one pair's sweep, one per gamma (the config columns of the module
+    docstring, with the weights of both models, :func:`weights_tag`)."""
+    weights = {"target_weights": weights_tag(target), "draft_weights": weights_tag(draft)}
+    return [{"pair": f"{target} / {draft}", "target": target, "draft": draft, "gamma": int(g),
+             "temperature": temperature, "max_new_tokens": max_new_tokens, "prompt_ids": list(prompt_ids),
+             "repeats": repeats, "dtype": dtype, "device": device, **weights} for g in gammas]
+
+
+def select_sweep(frame, configs: list[dict]):
+    """The rows of a result frame that answer ``configs`` (:func:`sweep_configs`): same pair, gamma, temperature,
+    output length, prompts and weights; pairs in the order of ``configs`` (an ordered categorical), then gamma;
+    with the Eq. 5 prediction from each row's own alpha, c and T_V/T_T in a column ``eq5``."""
+    keys = ("temperature", "max_new_tokens", "target_weights", "draft_weights")
+    wanted = {(c["pair"], c["gamma"]): c for c in configs}
+
+    def answers(row) -> bool:
+        config = wanted.get((row["pair"], row["gamma"]))
+        return (config is not None and all(row[k] == config[k] for k in keys)
+                and list(row["prompt_ids"]) == list(config["prompt_ids"]))
+
+    frame = frame[[answers(row) for _, row in frame.iterrows()]].copy()
+    frame["pair"] = pd.Categorical(frame["pair"], list(dict.fromkeys(c["pair"] for c in configs)), ordered=True)
+    frame = frame.sort_values(["pair", "gamma"]).reset_index(drop=True)
+    frame["eq5"] = [float(predicted_speedup(int(g), a, c, v))
+                    for g, a, c, v in zip(frame["gamma"], frame["alpha"], frame["c"], frame["verify_ratio"])]
+    return frame
+
+
+def measure_config(target, draft, cases: list[dict], gamma: int, max_new_tokens: int, *, exclude=(), **options) -> dict:
+    """Our speculative decoding at one ``gamma`` with its AR baseline (no peer) over ``cases``: the
+    :func:`gamma_rows` row, without the keys in ``exclude`` (a configuration's own columns). ``options`` go to
+    :func:`measure_pair` (repeats, temperature, seed, progress, ...)."""
+    rows = measure_pair(target, draft, cases, [int(gamma)], max_new_tokens, peer=False, **options)
+    return {k: v for k, v in gamma_rows(rows)[0].items() if k not in exclude}
+
+
+def pair_optimum(frame) -> dict:
+    """Per pair of a sweep frame: the measured best gamma, its speedup, where it lies in the sweep (``shape``),
+    the largest gamma measured, the range of alpha and c."""
+    optimum = {}
+    for pair, group in frame.groupby("pair", observed=True):
+        top = group.loc[group["speedup"].idxmax()]
+        g, first, last = int(top["gamma"]), int(group["gamma"].min()), int(group["gamma"].max())
+        shape = ("is still rising at the largest gamma measured" if g == last else
+                 "is already falling from the smallest gamma measured" if g == first else "peaks inside the sweep")
+        optimum[pair] = {"gamma": g, "speedup": float(top["speedup"]), "shape": shape, "first": first, "last": last,
+                         "alpha_range": (group["alpha"].min(), group["alpha"].max()), "c": group["c"].iloc[0]}
+    return optimum
+
+
+# ------------------------------------------------------------------------------------- per-source claims and table
+
+EXPECTED_SOURCE_ORDER = ("data", "code", "docstring", "prose")  # most to least predictable, as notebook 07 argues
+
+
+def source_claims(by_source) -> dict:
+    """The checks behind notebook 07's per-source prose, on a :func:`source_breakdown` frame (fastest first):
+    the expected and the measured order of alpha, the fastest and slowest source, whether their speedup (and alpha)
+    intervals are separated, the correlation of alpha and speedup over sources (nan for two or fewer), and for how
+    many sources the Wilson interval is narrower than the bootstrap over prompts."""
+    expected = [s for s in EXPECTED_SOURCE_ORDER if s in by_source.index]
+    fast, slow = by_source.index[0], by_source.index[-1]
+    return {
+        "expected": expected,
+        "measured_order": [s for s in by_source.sort_values("alpha", ascending=False).index if s in expected],
+        "fast": fast, "slow": slow,
+        "separated": bool(by_source.loc[fast, "speedup_low"] > by_source.loc[slow, "speedup_high"]),
+        "alpha_separated": bool(by_source.loc[fast, "alpha_low"] > by_source.loc[slow, "alpha_high"]),
+        "correlation": by_source["alpha"].corr(by_source["speedup"]) if len(by_source) > 2 else float("nan"),
+        "wilson_narrower": int(((by_source["alpha_wilson_high"] - by_source["alpha_wilson_low"])
+                                < (by_source["alpha_high"] - by_source["alpha_low"])).sum()),
+    }
+
+
+def source_table(by_source):
+    """The report's per-source table of a :func:`source_breakdown` frame: rounded values and intervals as text."""
+    def interval(low, high):
+        return [f"{lo:.2f}-{hi:.2f}" for lo, hi in zip(low, high)]
+
+    return pd.DataFrame({
+        "source": by_source.index, "prompts": by_source["prompts"].to_numpy(),
+        "alpha (MLE)": by_source["alpha"].round(3).to_numpy(),
+        "95% CI (prompts)": interval(by_source["alpha_low"], by_source["alpha_high"]),
+        "Wilson 95% CI": interval(by_source["alpha_wilson_low"], by_source["alpha_wilson_high"]),
+        "tokens/round": by_source["tokens_per_round"].round(2).to_numpy(),
+        "speedup": by_source["speedup"].round(2).to_numpy(),
+        "95% CI": interval(by_source["speedup_low"], by_source["speedup_high"]),
+        "per prompt min/median/max": [f"{a:.2f}/{b:.2f}/{c:.2f}" for a, b, c in
+                                      zip(by_source["speedup_min"], by_source["speedup_median"],
+                                          by_source["speedup_max"])],
+    })
