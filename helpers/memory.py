@@ -99,6 +99,16 @@ def max_params_for_forward(
     return int(usable // (bytes_per_param * (1 + activation_fraction)))
 
 
+def forward_fit_row(role: str, gpu_label: str, gpu_bytes: int, activation_fraction: float, *, bytes_per_param: int,
+                    overhead_bytes: int) -> dict:
+    """One row of the §1.2.1 table: :func:`max_params_for_forward` on ``gpu_bytes`` and that count in whole
+    billions, rounded down (a model that fits must not be rounded up past the limit)."""
+    params_fit = max_params_for_forward(gpu_bytes, bytes_per_param=bytes_per_param, overhead_bytes=overhead_bytes,
+                                        activation_fraction=activation_fraction)
+    return {"role": role, "GPU memory": gpu_label, "f": activation_fraction, "max parameters": params_fit,
+            "billions (rounded down)": round_down(params_fit, 10**9) // 10**9}
+
+
 def round_down(value: int, multiple: int = 10) -> int:
     """Round down to a multiple (a length that fits must not be rounded up past the limit)."""
     return (value // multiple) * multiple

@@ -9,9 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+import matplotlib.pyplot as plt
 import seaborn as sns
 
-from helpers import paths
+from helpers import memory, paths
 
 TEXTWIDTH_IN = 6.5
 _SAVED_KW = dict(bbox_inches="tight", pad_inches=0.02)
@@ -49,3 +50,31 @@ def save_figure(fig, name: str, profile: str, png: bool = True) -> Path:
     if png:
         fig.savefig(out.with_suffix(".png"), metadata={"Software": None}, **_SAVED_KW)
     return out
+
+
+def memory_breakdown_figure(model_id: str = "Qwen/Qwen3-14B", gpu: str = "L40S (48 GB)", batch_size: int = 8,
+                            seq_len: int = 14000):
+    """A bar of weights, KV cache and what is left (red when it does not fit) of ``model_id`` on ``gpu`` (a key of
+    :data:`helpers.memory.GPU_MEMORY_GB`) at ``batch_size`` sequences of ``seq_len`` tokens; returns the figure."""
+    cfg = memory.load_config(model_id)
+    gpu_gb = memory.GPU_MEMORY_GB[gpu]
+    parts = memory.memory_breakdown(cfg, gpu_gb * memory.GB, batch_size, seq_len)
+    fig, ax = plt.subplots(figsize=figsize(0.18))
+    left = 0.0
+    for name, color in [("weights", "C0"), ("kv_cache", "C1")]:
+        ax.barh(0, parts[name] / memory.GB, left=left, color=color, label=f"{name}: {parts[name] / memory.GB:.1f} GB")
+        left += parts[name] / memory.GB
+    ok = parts["headroom"] >= 0
+    ax.barh(0, abs(parts["headroom"]) / memory.GB, left=left if ok else gpu_gb, color="0.85" if ok else "red",
+            label=("headroom" if ok else "OVER by") + f": {abs(parts['headroom']) / memory.GB:.1f} GB")
+    ax.axvline(gpu_gb, color="k", lw=1)
+    ax.set(yticks=[], xlabel="GB (1e9 bytes)", title=f"{model_id} on {gpu}: B={batch_size}, S={seq_len:,}")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6), ncol=3, fontsize="x-small")
+    return fig
+
+
+def show_memory_breakdown(model_id: str = "Qwen/Qwen3-14B", gpu: str = "L40S (48 GB)", batch_size: int = 8,
+                          seq_len: int = 14000) -> None:
+    """:func:`memory_breakdown_figure`, shown (the callback of notebook 01's calculator widget)."""
+    memory_breakdown_figure(model_id, gpu, batch_size, seq_len)
+    plt.show()

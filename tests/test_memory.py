@@ -1,8 +1,10 @@
+import matplotlib
+import matplotlib.pyplot as plt
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from helpers import memory
+from helpers import memory, plotting
 from helpers.memory import GB, GiB
 
 
@@ -110,3 +112,21 @@ def test_l40s_readings_are_in_bytes_and_sourced():
     cfg = memory.load_config("Qwen/Qwen3-14B")
     answers = [memory.seq_len_answer(cfg, b, 8)["rounded_down"] for _, b, _ in memory.L40S_MEMORY_READINGS]
     assert answers[0] == min(answers)  # the datasheet reading is the most conservative one
+
+
+def test_forward_fit_row_rounds_the_billions_down():
+    row = memory.forward_fit_row("answer", "80 GB", 80 * memory.GB, 0.0, bytes_per_param=2, overhead_bytes=0)
+    assert row["max parameters"] == 40 * 10**9 and row["billions (rounded down)"] == 40
+    row = memory.forward_fit_row("x", "80 GB", 80 * memory.GB, 0.1, bytes_per_param=2, overhead_bytes=2 * memory.GB)
+    assert row["max parameters"] == int(78 * memory.GB // 2.2) and row["billions (rounded down)"] == 35
+    assert (row["role"], row["GPU memory"], row["f"]) == ("x", "80 GB", 0.1)
+
+
+def test_memory_breakdown_figure_marks_a_model_that_does_not_fit():
+    matplotlib.use("Agg")
+    fig = plotting.memory_breakdown_figure("Qwen/Qwen3-14B", "L40S (48 GB)", 8, 14000)
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    parts = memory.memory_breakdown(memory.load_config("Qwen/Qwen3-14B"), 48 * memory.GB, 8, 14000)
+    assert labels[0] == f"weights: {parts['weights'] / memory.GB:.1f} GB"
+    assert labels[-1].startswith("headroom" if parts["headroom"] >= 0 else "OVER by")
+    plt.close(fig)

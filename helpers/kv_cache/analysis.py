@@ -8,8 +8,11 @@
 - :func:`plot_setting`: one setting's points, fits and extrapolations on an axis.
 - :func:`explain_table`: fitted costs and where the cache starts to matter, per setting.
 - :func:`weight_costs`: the weights a decode step multiplies by, per group, and the model's shape.
+- :func:`source_excerpt`: lines of a function's source, for notebook 04's side-by-side reading.
 """
 from __future__ import annotations
+
+import inspect
 
 import numpy as np
 import pandas as pd
@@ -128,3 +131,12 @@ def weight_costs(model) -> dict:
             "KV heads": cfg.num_key_value_heads, "attention weights (M)": groups["attention"] / 1e6,
             "MLP weights (M)": groups["mlp"] / 1e6, "LM-head weights (M)": groups["lm_head"] / 1e6,
             "weights per token (M)": sum(groups.values()) / 1e6}
+
+
+def source_excerpt(obj, start: str, stop: str | None = None) -> str:
+    """The lines of ``obj``'s source from the line containing ``start`` up to the one containing ``stop`` (to the
+    end without ``stop``)."""
+    lines = inspect.getsource(obj).splitlines()
+    first = next(i for i, line in enumerate(lines) if start in line)
+    last = next((i for i, line in enumerate(lines) if stop and i > first and stop in line), len(lines) - 1)
+    return "\n".join(lines[first : last + 1])

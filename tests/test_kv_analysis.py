@@ -1,0 +1,96 @@
+"""helpers.kv_cache.analysis (notebook 03's points, curves, tables and figure) and the prompt/cold-start helpers."""
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from helpers.kv_cache import analysis as kv_analysis  # noqa: E402
+from helpers.kv_cache import sweep as kv_sweep  # noqa: E402
+from tiny_models import tiny_qwen3  # noqa: E402
+
+LENGTHS = [1, 2, 4, 8]
+
+
+def sweep_row(mode, n, t, flagged=False):
+    return {"mode": mode, "new_tokens": n, "time_s_median": t, "time_s_samples": [0.9 * t, t, 1.1 * t],
+            "time_s_spread": 0.1, "repeats": 3, "flagged": flagged}
+
+
+def runs():
+    rows = [sweep_row("with cache", n, 1.0 + 0.1 * n) for n in LENGTHS]
+    rows += [sweep_row("without cache", n, 1.0 + 0.1 * n + 0.01 * n * n, flagged=n == 2) for n in LENGTHS[:3]]
+    ours = {"setting": "baseline", "model": "m", "prompt_tokens": 5, "no_cache_cap": 4, "rows": rows}
+    other = {**ours, "prompt_tokens": 6}  # another parameter setting: skipped
+    return pd.DataFrame([ours, other])
+
+
+def test_points_curves_and_table():
+    measured = kv_analysis.measured_points(runs(), {"baseline": ("m", 5, 4)})
+    assert len(measured) == 7 and measured["flagged"].sum() == 1
+    assert measured["q1_s"].iloc[0] == pytest.approx(1.0 * 1.1 * 0.95)
+    curves, fits = kv_analysis.fill_curves(measured, LENGTHS)
+    assert fits["baseline", True] == pytest.approx([1.0, 0.1], abs=1e-6)
+    assert fits["baseline", False] == pytest.approx([1.0, 0.1, 0.01], abs=1e-6)
+    guess = curves[curves["extrapolated"]]
+    assert list(guess["new_tokens"]) == [8] and guess["time_s"].iloc[0] == pytest.approx(1.0 + 0.8 + 0.64)
+    assert kv_analysis.fit_values(measured, fits) == pytest.approx(list(measured["time_s"]), rel=1e-6)
+    table = kv_analysis.speedup_table(curves, measured)
+    assert table.loc[("baseline", 8), "no-cache extrapolated"]
+    assert not table.loc[("baseline", 4), "no-cache extrapolated"]
+    assert table.loc[("baseline", 2), "noisy"] == "without"
+    assert table.loc[("baseline", 1), "speedup"] == pytest.approx(1.11 / 1.1)
+    explain = kv_analysis.explain_table(["baseline"], fits, table, measured, {"baseline": 5}, 8)
+    row = explain.loc["baseline"]
+    assert row["cached ms/token"] == pytest.approx(100) and row["no-cache measured up to"] == 4
+    assert row["first n with speedup >= 1.5"] == "not reached"
+    fig, ax = plt.subplots()
+    kv_analysis.plot_setting(ax, "baseline", curves, measured, fits, title="t", max_new_tokens=8, max_spread=0.05)
+    assert "noisy (spread > 0.05)" in ax.get_legend_handles_labels()[1]
+    plt.close(fig)
+
+
+class CharTokenizer:
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": ([1] if add_special_tokens else []) + [ord(ch) for ch in text]}
+
+
+def test_prompt_ids_text_or_length_and_folding():
+    assert kv_sweep.prompt_ids(CharTokenizer(), text="ab").tolist() == [[1, 97, 98]]
+    assert kv_sweep.prompt_ids(CharTokenizer(), text="ab", vocab_size=50).tolist() == [[1, 47, 48]]
+    assert kv_sweep.prompt_ids(CharTokenizer(), num_tokens=7).shape == (1, 7)
+    with pytest.raises(ValueError, match="exactly one"):
+        kv_sweep.prompt_ids(CharTokenizer(), text="ab", num_tokens=3)
+
+
+def test_sweep_tokenizer_keeps_its_own_and_folds_a_borrowed_one(monkeypatch):
+    own = CharTokenizer()
+    assert kv_sweep.sweep_tokenizer(own, 100) == (own, None, kv_sweep.OWN_TOKENIZER)
+    monkeypatch.setattr(kv_sweep.models, "load_cpu_tokenizer", lambda: own)
+    assert kv_sweep.sweep_tokenizer(None, 100) == (own, 100, kv_sweep.PAIR_TOKENIZER)
+
+
+def test_cold_start_times_the_first_call_then_interleaves_the_modes():
+    calls = []
+    result = kv_sweep.cold_start(calls.append, repeats=2, device="cpu")
+    assert calls[0] is True and sorted(calls[1:]) == [False, False, True, True]
+    assert set(result) == {"first_call_s", "warm_cached_s", "warm_uncached_s"}
+
+
+def test_weight_costs_of_a_tiny_model():
+    model = tiny_qwen3(0, vocab_size=128, hidden_size=32, intermediate_size=64, head_dim=8)
+    costs = kv_analysis.weight_costs(model)
+    assert costs["vocab"] == 128 and costs["MLP width"] == 64
+    assert costs["weights per token (M)"] == pytest.approx(
+        costs["attention weights (M)"] + costs["MLP weights (M)"] + costs["LM-head weights (M)"])
+
+
+def test_source_excerpt_cuts_from_start_to_stop():
+    text = kv_analysis.source_excerpt(kv_analysis.source_excerpt, "lines = inspect", "first = next")
+    assert text.splitlines()[0].strip().startswith("lines = inspect")
+    assert text.splitlines()[-1].strip().startswith("first")
+    assert len(text.splitlines()) == 2
+    assert kv_analysis.source_excerpt(kv_analysis.source_excerpt, "return").strip().startswith("return")
