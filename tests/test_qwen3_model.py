@@ -121,8 +121,41 @@ def test_bad_cache_operations_are_clear_errors(model):
         cache.rollback([5, 0])
     with pytest.raises(ValueError, match="padding can only be written into empty rows"):
         model(torch.zeros(2, 1, dtype=torch.long), cache, attention_mask=torch.ones(2, 1))
-    with pytest.raises(ValueError, match="at least one real token"):
-        model(torch.zeros(2, 2, dtype=torch.long), model.new_cache(2, 10), attention_mask=torch.tensor([[0, 0], [1, 1]]))
     cache.rollback([0, 2])
     with pytest.raises(ValueError, match="different numbers of tokens"):
         cache.length
+
+
+def test_rows_move_between_caches_with_their_kv(model):
+    """A prefill cache's rows (row_kv, padding stripped) join a decode cache (append_rows) of another capacity;
+    the decode cache grows (reserve) and each row goes on as if alone (the batching engine's handoff)."""
+    rows = [ids(4, 20), ids(9, 21)]
+    batch, mask = left_padded(rows)
+    prefill = model.new_cache(2, 9)
+    decode = model.new_cache(0, 1)
+    with torch.no_grad():
+        model(batch, prefill, attention_mask=mask)
+        decode.append_rows([prefill.row_kv(1)])
+        decode.append_rows([prefill.row_kv(0)])
+        assert decode.lengths == [9, 4] and decode.capacity == 9
+        decode.reserve(12)
+        nxt = torch.tensor([[3], [4]])
+        logits = model(nxt, decode)[:, -1]
+    torch.testing.assert_close(logits[0], alone(model, torch.cat([rows[1], nxt[0]]))[-1])
+    torch.testing.assert_close(logits[1], alone(model, torch.cat([rows[0], nxt[1]]))[-1])
+
+
+@pytest.mark.slow
+def test_compiled_decode_steps_equal_eager_ones():
+    """compile_decode (torch.compile over a static-shape cache) changes speed, not results; multi-token
+    calls stay eager. Needs a C++ compiler (inductor on CPU), which .ci/run installs."""
+    hf = tiny_qwen3(1, vocab_size=VOCAB, hidden_size=32, intermediate_size=64, head_dim=8, max_position_embeddings=96)
+    eager, compiled = from_hf(hf), from_hf(hf).compile_decode()
+    prompt = ids(6, 30)[None]
+    with torch.no_grad():
+        caches = eager.new_cache(1, 20), compiled.new_cache(1, 20, static_shapes=True)
+        eager(prompt, caches[0]), compiled(prompt, caches[1])
+        for step in range(4):
+            token = torch.tensor([[step + 1]])
+            torch.testing.assert_close(compiled(token, caches[1]), eager(token, caches[0]), rtol=1e-5, atol=1e-5)
+    assert caches[1].lengths == [10]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from helpers.specdec.analysis import estimate_alpha
-from helpers.specdec.batched import RaggedCache, batched_autoregressive_generate, batched_speculative_generate
+from helpers.specdec.batched import RaggedBatch, batched_autoregressive_generate, batched_speculative_generate
 from tiny_models import RAGGED_PROMPTS as PROMPTS
 from tiny_models import perturbed_copy, tiny_qwen3
 
@@ -95,19 +95,32 @@ def test_fp32_matches_on_separated_logits(references):
 
 
 @torch.no_grad()
-def test_ragged_cache_rollback_equals_fresh_prefill(target):
-    """keep() must leave each row's cache exactly as if only the kept tokens had ever been fed."""
+@pytest.mark.parametrize("runtime", ["minimal", "transformers"])
+def test_ragged_cache_rollback_equals_fresh_prefill(target, runtime):
+    """keep() must leave each row's cache exactly as if only the kept tokens had ever been fed, on both
+    runtimes (the model file's per-row lengths; the transformers adapter's crop + masked holes)."""
     rows = [[1, 2, 3, 4, 5, 6], [7, 8, 9]]
-    cache = RaggedCache(target, 2, torch.device("cpu"))
+    cache = RaggedBatch(target, runtime, 2, 16)
     cache.prefill(rows)
     cache.extend(torch.tensor([[10, 11, 12], [13, 14, 15]]))
     cache.keep(torch.tensor([7, 4]))  # row 0 keeps 1 of its 3 new tokens, row 1 keeps 1
     rolled = cache.extend(torch.tensor([[20], [21]]))[:, -1]
-    fresh = RaggedCache(target, 2, torch.device("cpu"))
+    fresh = RaggedBatch(target, runtime, 2, 16)
     fresh.prefill([[1, 2, 3, 4, 5, 6, 10], [7, 8, 9, 13]])
     expected = fresh.extend(torch.tensor([[20], [21]]))[:, -1]
     torch.testing.assert_close(rolled, expected)
-    assert cache.width == 8 and cache.lengths.tolist() == [8, 5]
+    assert cache.lengths.tolist() == [8, 5]
+    cache.keep(torch.tensor([3]), rows=torch.tensor([1]))  # row 0 leaves the batch
+    alone = RaggedBatch(target, runtime, 1, 16)
+    alone.prefill([[7, 8, 9]])
+    torch.testing.assert_close(cache.extend(torch.tensor([[30]]))[:, -1], alone.extend(torch.tensor([[30]]))[:, -1])
+
+
+@pytest.mark.parametrize("runtime", ["minimal", "transformers"])
+def test_both_runtimes_give_each_row_its_own_greedy_decoding(target, drafts, references, runtime):
+    result = batched_speculative_generate(target, drafts["perturbed"], PROMPTS, 12, 3, runtime=runtime)
+    assert result.stats["runtime"] == runtime
+    assert result.tokens == [references[i][:12] for i in range(len(PROMPTS))]
 
 
 def test_invalid_arguments_raise(target):

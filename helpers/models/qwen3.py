@@ -178,11 +178,19 @@ class KVCache:
                 "not fit; allocate a larger cache (capacity = prompt length + max_new_tokens)"
             )
 
-    def update(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(self, layer: int, keys: torch.Tensor, values: torch.Tensor,
+               slots: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Store this chunk's keys/values in each row's next free slots; return the buffers to attend over.
 
-        The lengths move once per forward pass (:meth:`advance`), after every layer has written.
+        ``slots`` (batch, new): where to write, given as a tensor by a compiled decode step (no host state is
+        read, so the traced graph does not depend on the lengths; the whole buffer is returned). The lengths
+        move once per forward pass (:meth:`advance`), after every layer has written.
         """
+        if slots is not None:
+            index = slots[:, None, :, None].expand_as(keys)
+            self.keys[layer].scatter_(2, index, keys)
+            self.values[layer].scatter_(2, index, values)
+            return self.keys[layer], self.values[layer]
         start, new = self.lengths[0], keys.shape[2]
         if self.uniform:  # every row writes the same slots: a slice
             self.keys[layer][:, :, start : start + new] = keys
@@ -394,7 +402,7 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
         self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
 
-    def forward(self, x, cos, sin, mask, cache: KVCache | None):
+    def forward(self, x, cos, sin, mask, cache: KVCache | None, slots=None):
         batch, seq, _ = x.shape
         # (batch, seq, heads * head_dim) -> (batch, heads, seq, head_dim)
         q = self.q_norm(self.q_proj(x).view(batch, seq, self.num_heads, self.head_dim)).transpose(1, 2)
@@ -407,7 +415,7 @@ class Attention(nn.Module):
             keys, values = k, v
         else:
             # With a cache: x holds only the new tokens; store their k, v and attend over everything stored.
-            keys, values = cache.update(self.layer_idx, k, v)
+            keys, values = cache.update(self.layer_idx, k, v, slots)
 
         # enable_gqa: each of the num_kv_heads key/value heads serves num_heads / num_kv_heads query heads.
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
@@ -437,8 +445,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x, cos, sin, mask, cache):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)
+    def forward(self, x, cos, sin, mask, cache, slots=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, slots)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -455,6 +463,7 @@ class MiniQwen3(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         self.rotary = Rotary(config.head_dim, config.rope_theta)
+        self.compiled_step = None  # set by compile_decode()
 
     def new_cache(self, batch_size: int, capacity: int, *, static_shapes: bool = False) -> KVCache:
         """An empty cache for ``batch_size`` sequences of up to ``capacity`` tokens, on the model's device."""
@@ -504,9 +513,17 @@ class MiniQwen3(nn.Module):
                 "shorten the prompt or max_new_tokens"
             )
 
-        cos, sin = self.rotary(positions, end, self.embed_tokens.weight.dtype)
+        cos, sin = self.rotary(positions, cache.capacity if cache is not None and cache.static_shapes else end,
+                               self.embed_tokens.weight.dtype)
         if positions.dim() == 2:  # per-row positions: broadcast over heads
             cos, sin = cos[:, None], sin[:, None]
+        if self.compiled_step is not None and cache is not None and cache.static_shapes and seq == 1:
+            # A decode step with the same shapes every call: the compiled graph writes through a slot tensor.
+            if positions.dim() == 1:
+                cos, sin = cos.expand(batch, 1, 1, -1), sin.expand(batch, 1, 1, -1)
+            logits = self.compiled_step(input_ids, cos, sin, mask, cache, cache.lengths_tensor()[:, None])
+            cache.advance(1)
+            return logits
         x = self.embed_tokens(input_ids)
         for layer in self.layers:
             x = layer(x, cos, sin, mask, cache)
@@ -515,6 +532,20 @@ class MiniQwen3(nn.Module):
         if last_only:
             x = x[:, -1:]
         return self.lm_head(self.norm(x))
+
+    def _step(self, input_ids, cos, sin, mask, cache, slots):
+        """One decode step over the whole static cache (what ``torch.compile`` traces)."""
+        x = self.embed_tokens(input_ids)
+        for layer in self.layers:
+            x = layer(x, cos, sin, mask, cache, slots)
+        return self.lm_head(self.norm(x))
+
+    def compile_decode(self, mode: str | None = None) -> "MiniQwen3":
+        """Run decode steps (one token per row, on a cache made with ``static_shapes=True``) through
+        ``torch.compile`` (CPU: inductor, needs a C++ compiler; CUDA: ``mode="reduce-overhead"`` adds CUDA
+        graphs). Prefill and multi-token calls stay eager. Returns the model."""
+        self.compiled_step = torch.compile(self._step, mode=mode, dynamic=False, fullgraph=True)
+        return self
 
 
 def from_hf(hf_model) -> MiniQwen3:

@@ -97,9 +97,13 @@ class MinimalDecoder:
 
     runtime = "minimal"
 
-    def __init__(self, model, capacity: int, batch_size: int = 1):
+    def __init__(self, model, capacity: int, batch_size: int = 1, compile: bool = False):
         self.model = minimal_view(model)
-        self.cache = self.model.new_cache(batch_size, min(capacity, self.model.config.max_seq_len))
+        if compile and self.model.compiled_step is None:
+            self.model.compile_decode()
+        # compiled decode steps need the same shapes every call: attend over the whole (static) buffer
+        self.cache = self.model.new_cache(batch_size, min(capacity, self.model.config.max_seq_len),
+                                          static_shapes=compile)
 
     @property
     def length(self) -> int:
@@ -161,11 +165,14 @@ def resolve_runtime(runtime: str, *models) -> str:
     return runtime
 
 
-def cached_decoder(model, runtime: str, capacity: int, batch_size: int = 1):
+def cached_decoder(model, runtime: str, capacity: int, batch_size: int = 1, *, compile: bool = False):
     """A fresh cache for ``model`` on a resolved ``runtime`` ("minimal" or "transformers"), room for ``capacity``
-    tokens per row (the minimal runtime preallocates them)."""
+    tokens per row (the minimal runtime preallocates them). ``compile``: decode steps through
+    ``torch.compile`` over a static-shape cache (minimal runtime only; the first steps pay the compilation)."""
     if runtime == "minimal":
-        return MinimalDecoder(model, capacity, batch_size)
+        return MinimalDecoder(model, capacity, batch_size, compile)
+    if compile:
+        raise ValueError("compile=True needs the minimal runtime (a Qwen3 model); the transformers adapter is eager")
     if runtime == "transformers":
         return TransformersDecoder(model, batch_size)
     raise ValueError(f"resolve the runtime first (resolve_runtime); got {runtime!r}")

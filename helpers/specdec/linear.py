@@ -46,6 +46,7 @@ class GenerationStats:
     """
 
     runtime: str = ""  # "minimal" or "transformers" (helpers.models.runtime)
+    compiled: bool = False  # decode steps through torch.compile (helpers.models.qwen3.MiniQwen3.compile_decode)
     new_tokens: int = 0
     rounds: int = 0
     proposed: int = 0
@@ -179,16 +180,17 @@ def autoregressive_generate(
     *,
     eos_token_id: int | list[int] | None = None,
     runtime: str = "auto",
+    compile: bool = False,
 ) -> GenerationResult:
     """Plain decoding with a KV cache: one target forward per new token (greedy when temperature == 0)."""
     _check_common(model, input_ids, max_new_tokens, temperature)
     device = input_ids.device
     eos = _eos_ids(model, eos_token_id)
     generator = _generator(seed, device)
-    stats = GenerationStats(runtime=resolve_runtime(runtime, model))
+    stats = GenerationStats(runtime=resolve_runtime(runtime, model), compiled=compile)
     start = time.perf_counter()
 
-    decoder = cached_decoder(model, stats.runtime, input_ids.shape[1] + max_new_tokens)
+    decoder = cached_decoder(model, stats.runtime, input_ids.shape[1] + max_new_tokens, compile=compile)
     logits = decoder.extend(input_ids)[:, -1]
     stats.target_forwards += 1
     _sync(device)
@@ -286,12 +288,14 @@ def speculative_generate(
     eos_token_id: int | list[int] | None = None,
     time_phases: bool = True,
     runtime: str = "auto",
+    compile: bool = False,
 ) -> GenerationResult:
     """Speculative decoding with γ drafts per round; exact greedy output at temperature 0, target samples above.
 
     ``time_phases`` splits wall time into draft / verify / rest; on CUDA that needs a synchronize at each
     phase boundary, so pass False for headline GPU throughput (on the CPU it costs nothing). ``runtime``:
-    see :mod:`helpers.models.runtime` (both models use the same one).
+    see :mod:`helpers.models.runtime` (both models use the same one). ``compile``: single-token forwards (the
+    draft's decode steps) through ``torch.compile`` over static-shape caches (minimal runtime).
     """
     _check_common(target, input_ids, max_new_tokens, temperature)
     _check_pair(target, draft, gamma)
@@ -299,7 +303,7 @@ def speculative_generate(
     eos = _eos_ids(target, eos_token_id)
     generator = _generator(seed, device)
     greedy = temperature == 0
-    stats = GenerationStats(runtime=resolve_runtime(runtime, target, draft))
+    stats = GenerationStats(runtime=resolve_runtime(runtime, target, draft), compiled=compile)
     clock = time.perf_counter
 
     def phase_mark() -> float:
@@ -310,8 +314,8 @@ def speculative_generate(
     start = clock()
     # never more than prompt + max_new_tokens tokens in a cache: a round drafts at most the tokens still due
     capacity = input_ids.shape[1] + max_new_tokens
-    target_cache = cached_decoder(target, stats.runtime, capacity)
-    draft_cache = cached_decoder(draft, stats.runtime, capacity)
+    target_cache = cached_decoder(target, stats.runtime, capacity, compile=compile)
+    draft_cache = cached_decoder(draft, stats.runtime, capacity, compile=compile)
     # Prefill everything but the last prompt token, which becomes the pending token of round 1 (Algorithm 2
     # verifies the pending token's position together with the drafts).
     if input_ids.shape[1] > 1:
