@@ -7,6 +7,7 @@ arithmetic intensity F / M against the GPU's ridge point peak_flops / bandwidth 
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from helpers import memory
-from helpers.paths import DATA_DIR
+from helpers.paths import DATA_DIR, output_root
 
 SPECS_PATH = DATA_DIR / "gpu_specs.csv"
 
@@ -75,10 +76,6 @@ def collect_results(notebook: str, root=None) -> pd.DataFrame:
     Comparing GPUs means comparing runs made on different machines, each written under its own profile.
     ``root``: where ``results/`` lives (default: the output root; ``helpers.paths.REPO_ROOT`` reads the committed
     results, e.g. when a notebook is validated alone in a fresh temporary output root)."""
-    import json
-
-    from helpers.paths import output_root
-
     frames = []
     for directory in sorted((Path(root) if root is not None else output_root()).joinpath("results").glob("*/")):
         path = directory / f"{notebook}.jsonl"
@@ -141,7 +138,7 @@ def eq5_prediction(target_config, draft_config, gpu: pd.Series, gamma: int, alph
     Each forward takes max(roofline time, host time): kernel launches are asynchronous, so the host issuing a
     forward's kernels (``host_fixed_s + host_per_layer_s * layers``) and the GPU running them overlap, and the
     slower of the two sets the pace. With zero host time (a captured CUDA graph) only the roofline remains."""
-    from helpers.specdec.analysis import predicted_speedup
+    from helpers.specdec.analysis import predicted_speedup  # here, not at the top: specdec.analysis imports this module
 
     def step(config, tokens):
         host = host_fixed_s + host_per_layer_s * config.num_hidden_layers

@@ -15,7 +15,9 @@ import platform
 from pathlib import Path
 from typing import Callable
 
+import pandas as pd
 import torch
+import transformers
 
 from helpers import paths
 from helpers.hardware import device_info
@@ -36,8 +38,6 @@ def is_oom(error: BaseException) -> bool:
 
 
 def _versions() -> dict:
-    import transformers
-
     return {
         "torch_version": torch.__version__,
         "transformers_version": transformers.__version__,
@@ -159,8 +159,6 @@ class ResultStore:
 
     def frame(self, latest_only: bool = True):
         """All rows as a pandas DataFrame (one per configuration unless ``latest_only=False``)."""
-        import pandas as pd
-
         rows = list(self.done().values()) if latest_only else self.rows()
         return pd.DataFrame(rows)
 

@@ -46,6 +46,7 @@ def notebooks(only: list[str] | None = None) -> list[Path]:
 
 def execute(notebook: Path, params: dict, out_dir: Path, progress: bool = True) -> float:
     """Run one notebook with papermill; on failure, name the cell and the error and stop."""
+    # Jupyter tooling is imported where it is used: helpers must import on a GPU machine without it
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 

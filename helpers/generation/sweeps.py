@@ -24,6 +24,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from helpers.models.runtime import cached_decoder
 from helpers.results import ResultStore
 from helpers.timing import measure
 
@@ -213,24 +214,22 @@ def measure_verify(model, *, prefix_len: int, new_tokens: int, warmup: int = 2, 
     ``new_tokens=1`` it is an ordinary decode step. The cache is cropped back after every call, so each
     sample sees the same prefix.
     """
-    from transformers import DynamicCache
-
     generator = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
     prefix = random_batch(vocab, 1, prefix_len, device=device, generator=generator)
     block = random_batch(vocab, 1, new_tokens, device=device, generator=generator)
-    cache = DynamicCache()
+    decoder = cached_decoder(model, "transformers", prefix_len + new_tokens)  # the model's own forward
     with torch.no_grad():
-        model(input_ids=prefix, past_key_values=cache, use_cache=True)
+        decoder.extend(prefix)
 
     @torch.no_grad()
     def verify():
-        model(input_ids=block, past_key_values=cache, use_cache=True)
-        cache.crop(-new_tokens)  # transformers 5.x: a negative count removes that many tokens
+        decoder.extend(block, last_only=False)
+        decoder.rollback(new_tokens)
 
     timing = measure(verify, warmup=warmup, repeats=repeats, device=device, cuda_events=cuda_events)
-    if cache.get_seq_length() != prefix_len:
-        raise RuntimeError(f"cache holds {cache.get_seq_length()} tokens after cropping, expected {prefix_len}")
+    if decoder.length != prefix_len:
+        raise RuntimeError(f"cache holds {decoder.length} tokens after rolling back, expected {prefix_len}")
     return {**timing.as_dict("time_s"), "time_ms_mean": 1000 * timing.mean, "time_ms_std": 1000 * timing.std}
 
 

@@ -6,11 +6,10 @@
 """
 from __future__ import annotations
 
-import time
-
 import torch
 
 from helpers.models.qwen3 import KVCache, MiniQwen3
+from helpers.timing import Timer
 
 
 @torch.inference_mode()
@@ -71,17 +70,12 @@ class _StepTimer:
 
     def __init__(self, model: MiniQwen3, times: list):
         self.model, self.times = model, times
-        self.cuda = model.embed_tokens.weight.device.type == "cuda"
 
     def new_cache(self, *args, **kwargs) -> KVCache:
         return self.model.new_cache(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
-        if self.cuda:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        out = self.model(*args, **kwargs)
-        if self.cuda:
-            torch.cuda.synchronize()
-        self.times.append(time.perf_counter() - start)
+        with Timer(self.model.embed_tokens.weight.device) as timer:
+            out = self.model(*args, **kwargs)
+        self.times.append(timer.seconds)
         return out

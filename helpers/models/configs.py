@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 
+from transformers import AutoConfig
+
 from helpers import paths
 
 # The handout's models, in the order its tables list them.
@@ -40,8 +42,6 @@ def _config_dict(model_id: str) -> str:
 
 def load_config(model_id: str):
     """The transformers config of a handout model, read offline from ``data/configs/``."""
-    from transformers import AutoConfig
-
     data = json.loads(_config_dict(model_id))
     model_type = data.pop("model_type")
     data.pop("_name_or_path", None)

@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from helpers.models.configs import KNOWN_MODELS as HANDOUT_MODELS, load_config
 from helpers.hardware import resolve_device
@@ -100,8 +101,6 @@ def model_config(name: str):
     if name in ANALOGS:
         return analog_config(name)
     if name.startswith(PAIR_PREFIX) and name[len(PAIR_PREFIX):] in CPU_PAIR_MODELS:
-        from transformers import AutoConfig
-
         return AutoConfig.from_pretrained(_pair_dir(name[len(PAIR_PREFIX):]))
     raise _unknown(name)
 
@@ -134,8 +133,6 @@ def init_random_weights_(model, seed: int = 0, std: float = 0.02) -> None:
 
 def random_model(config, *, device="cpu", dtype=torch.float32, seed: int = 0):
     """A causal LM with random weights: built on meta, materialised on ``device`` in ``dtype``."""
-    from transformers import AutoModelForCausalLM
-
     device = resolve_device(device)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
@@ -171,16 +168,12 @@ def _require_pair_files(*names: str) -> None:
 
 def load_cpu_tokenizer():
     """The CPU pair's shared byte-level BPE tokenizer."""
-    from transformers import AutoTokenizer
-
     _require_pair_files("tokenizer")
     return AutoTokenizer.from_pretrained(_pair_dir("tokenizer"))
 
 
 def load_cpu_model(name: str = "target", *, device="cpu", dtype=torch.float32):
     """One model of the CPU pair ('target', 'draft' or 'draft-2l'); stored bf16, loaded as ``dtype``."""
-    from transformers import AutoModelForCausalLM
-
     if name not in CPU_PAIR_MODELS:
         raise ValueError(f"unknown CPU pair model {name!r}; known: {', '.join(CPU_PAIR_MODELS)}")
     _require_pair_files(name)
@@ -210,8 +203,6 @@ def cpu_pair_info() -> dict:
 # --------------------------------------------------------------------------- one entry point
 
 def _pretrained(model_id: str, device: torch.device, dtype):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_id)
         model = AutoModelForCausalLM.from_pretrained(model_id, dtype=dtype, device_map=str(device))

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from helpers.models.runtime import cached_decoder, resolve_runtime
+from helpers.timing import sync
 
 
 @dataclass
@@ -90,8 +91,7 @@ def _check_prompts(prompts, max_new_tokens: int, min_length: int) -> list[list[i
 
 def _prefill_seconds(device: torch.device, start: float) -> float:
     """Seconds since ``start``, after the device finished its queued work (so decode time can be told apart)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    sync(device)
     return time.perf_counter() - start
 
 
@@ -100,7 +100,7 @@ def _phase_clock(device: torch.device, enabled: bool):
     if not enabled:
         return lambda: 0.0
     if device.type == "cuda":
-        return lambda: (torch.cuda.synchronize(device), time.perf_counter())[1]
+        return lambda: (sync(device), time.perf_counter())[1]
     return time.perf_counter
 
 

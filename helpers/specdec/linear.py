@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from helpers.models.runtime import cached_decoder, resolve_runtime
+from helpers.timing import sync
 from helpers.specdec.analysis import estimate_alpha
 
 __all__ = ["GenerationResult", "GenerationStats", "autoregressive_generate", "speculative_generate"]
@@ -150,11 +151,6 @@ def _generator(seed: int | None, device: torch.device) -> torch.Generator | None
     return generator
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return torch.softmax(logits.float() / temperature, dim=-1)
 
@@ -193,7 +189,7 @@ def autoregressive_generate(
     decoder = cached_decoder(model, stats.runtime, input_ids.shape[1] + max_new_tokens, compile=compile)
     logits = decoder.extend(input_ids)[:, -1]
     stats.target_forwards += 1
-    _sync(device)
+    sync(device)
     stats.time_prefill_s = time.perf_counter() - start
 
     tokens: list[int] = []
@@ -211,7 +207,7 @@ def autoregressive_generate(
         stats.target_forwards += 1
         stats.time_verify_s += time.perf_counter() - tick  # "verify" = target forwards, for a like-for-like split
 
-    _sync(device)
+    sync(device)
     stats.time_total_s = time.perf_counter() - start
     stats.new_tokens = stats.rounds = len(tokens)
     return GenerationResult(torch.tensor(tokens, dtype=torch.long), stats.finish())
@@ -308,7 +304,7 @@ def speculative_generate(
 
     def phase_mark() -> float:
         if time_phases:
-            _sync(device)
+            sync(device)
         return clock()
 
     start = clock()
