@@ -36,13 +36,14 @@ import tokenizers
 import torch
 import torch.nn.functional as F
 import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedTokenizerFast, Qwen3Config
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen3Config
 
 from helpers.hardware import cpu_name
 from helpers.kv_cache import generate
 from helpers.models import CPU_PAIR_DIR, describe
 from helpers.models.corpus import HELDOUT_EVERY, Corpus, is_heldout, load_corpus  # noqa: F401 (re-exported)
 from helpers.models.qwen3 import from_hf
+from helpers.models.runtime import cached_decoder
 
 EOS_TOKEN = "<|endoftext|>"
 VOCAB_SIZE = 4096
@@ -264,13 +265,11 @@ def decode_step_seconds(model, prompt: torch.Tensor, steps: int = 48, repeats: i
     model.eval()
     samples = []
     for _ in range(repeats + 1):  # the first pass is warm-up
-        cache = DynamicCache()
-        out = model(input_ids=prompt, past_key_values=cache, use_cache=True)
-        nxt = out.logits[:, -1:].argmax(-1)
+        decoder = cached_decoder(model, "transformers", prompt.shape[1] + steps)  # the model's own forward
+        nxt = decoder.extend(prompt)[:, -1:].argmax(-1)
         t0 = time.perf_counter()
         for _ in range(steps):
-            out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
-            nxt = out.logits[:, -1:].argmax(-1)
+            nxt = decoder.extend(nxt)[:, -1:].argmax(-1)
         samples.append((time.perf_counter() - t0) / steps)
     return min(samples[1:])
 

@@ -28,6 +28,8 @@ def add_arguments(parser) -> None:
                         help="torch CPU threads (1: these small models gain nothing from a second thread, and on "
                              "a busy 2-core machine two threads wait for each other)")
     parser.add_argument("--no-peer", action="store_true", help="skip transformers' assisted generation")
+    parser.add_argument("--compile", action="store_true",
+                        help="decode steps through torch.compile over static-shape caches (ours and AR; implies --no-peer)")
 
 
 def _print_table(summary, costs: dict) -> None:
@@ -98,14 +100,16 @@ def run(args) -> dict:
     for draft_name in args.drafts:
         draft = load_cpu_model(draft_name)
         rows = measure_pair(target, draft, cases, args.gammas, args.max_new_tokens, repeats=args.repeats,
-                            peer=not args.no_peer, progress=False)
+                            peer=not args.no_peer and not args.compile, progress=False, compile=args.compile)
         summary = summarise([{**row, "pair": draft_name} for row in rows])
-        costs = measure_costs(target, draft, cases[0]["input_ids"], args.gammas, repeats=20)
+        costs = measure_costs(target, draft, cases[0]["input_ids"], args.gammas, repeats=20, compile=args.compile)
         print(f"\n== cpu-pair/target / cpu-pair/{draft_name} ({len(cases)} prompts, {args.max_new_tokens} new tokens, "
-              f"greedy, {args.threads} thread(s); ours and AR on the {costs['runtime']} runtime)")
+              f"greedy, {args.threads} thread(s); ours and AR on the {costs['runtime']} runtime"
+              + (", decode steps compiled)" if args.compile else ")"))
         _print_table(summary, costs)
         per_pair.append(_pair_figures(summary, costs, draft_name))
     best = max(per_pair, key=lambda f: f["speedup_vs_ar"])
     return {"benchmark": "specdec", "threads": args.threads, "prompts": len(cases), "runtime": costs["runtime"],
+            "compiled": args.compile,
             "max_new_tokens": args.max_new_tokens, **best,
             "pairs": {f["pair"]: {k: v for k, v in f.items() if k != "pair"} for f in per_pair}}

@@ -24,12 +24,13 @@ from helpers.timing import Timing, measure, measure_interleaved
 
 @torch.inference_mode()
 def forward_time(model, context: torch.Tensor, new_tokens: int, *, all_logits: bool = False,
-                 warmup: int = 2, repeats: int = 10, runtime: str = "auto") -> Timing:
+                 warmup: int = 2, repeats: int = 10, runtime: str = "auto", compile: bool = False) -> Timing:
     """Seconds for one forward of ``new_tokens`` positions per row after a cached ``context`` (B, S)."""
     if context.dim() != 2 or context.shape[1] < 1:
         raise ValueError(f"context must be a (batch, seq_len >= 1) tensor of token ids, got {tuple(context.shape)}")
     device = context.device
-    decoder = cached_decoder(model, resolve_runtime(runtime, model), context.shape[1] + new_tokens, context.shape[0])
+    decoder = cached_decoder(model, resolve_runtime(runtime, model), context.shape[1] + new_tokens, context.shape[0],
+                             compile=compile)
     decoder.extend(context)
     ids = context[:, -new_tokens:].clone() if context.shape[1] >= new_tokens else context[:, :1].repeat(1, new_tokens)
 
@@ -42,7 +43,7 @@ def forward_time(model, context: torch.Tensor, new_tokens: int, *, all_logits: b
 
 @torch.inference_mode()
 def draft_time_in_round(target, draft, context: torch.Tensor, gamma: int, *, warmup: int = 2, repeats: int = 10,
-                        runtime: str = "auto") -> float:
+                        runtime: str = "auto", compile: bool = False) -> float:
     """Mean seconds per draft forward when ``gamma`` of them follow one target forward over ``gamma + 1``
     positions, the order of a speculative round. On a CPU this is more than ``T_D`` timed alone: the target's
     forward streams its weights through the caches and evicts the draft's, so the first draft forwards of a
@@ -50,8 +51,8 @@ def draft_time_in_round(target, draft, context: torch.Tensor, gamma: int, *, war
     runtime = resolve_runtime(runtime, target, draft)
     device = context.device
     length = context.shape[1]
-    target_cache = cached_decoder(target, runtime, length + gamma + 1, context.shape[0])
-    draft_cache = cached_decoder(draft, runtime, length + gamma, context.shape[0])
+    target_cache = cached_decoder(target, runtime, length + gamma + 1, context.shape[0], compile=compile)
+    draft_cache = cached_decoder(draft, runtime, length + gamma, context.shape[0], compile=compile)
     target_cache.extend(context)
     draft_cache.extend(context)
     block, ids = context[:, -1:].repeat(1, gamma + 1), context[:, -1:]
@@ -72,7 +73,7 @@ def draft_time_in_round(target, draft, context: torch.Tensor, gamma: int, *, war
 
 
 def measure_costs(target, draft, context: torch.Tensor, gammas, *, warmup: int = 2, repeats: int = 10,
-                  runtime: str = "auto") -> dict:
+                  runtime: str = "auto", compile: bool = False) -> dict:
     """Mean seconds: ``T_T``, ``T_D`` (one token) and ``T_V`` {gamma: target forward over gamma + 1 positions},
     ``T_D_round`` {gamma: a draft forward inside a round, see :func:`draft_time_in_round`}, plus the
     ``runtime`` they were measured on (the one speculative decoding uses for this pair).
@@ -80,13 +81,14 @@ def measure_costs(target, draft, context: torch.Tensor, gammas, *, warmup: int =
     The mean, not the median: a generation's wall time is a sum of forwards, stalls included, so the mean is
     what Eq. 5 must be fed to predict it (on a quiet machine the two agree)."""
     runtime = resolve_runtime(runtime, target, draft)
-    timing = dict(warmup=warmup, repeats=repeats, runtime=runtime)
+    timing = dict(warmup=warmup, repeats=repeats, runtime=runtime, compile=compile)
     return {
         "T_T": forward_time(target, context, 1, **timing).mean,
         "T_D": forward_time(draft, context, 1, **timing).mean,
         "T_V": {int(g): forward_time(target, context, int(g) + 1, all_logits=True, **timing).mean for g in gammas},
         "T_D_round": {int(g): draft_time_in_round(target, draft, context, int(g), **timing) for g in gammas},
         "runtime": runtime,
+        "compiled": compile,
     }
 
 

@@ -112,7 +112,7 @@ def _row(case: dict, method: str, gamma, times: list[float], tokens: torch.Tenso
 
 def measure_pair(target, draft, cases: list[dict], gammas, max_new_tokens: int, *, repeats: int = 1,
                  temperature: float = 0.0, seed: int = 42, peer: bool = True, peer_default: bool = True,
-                 peer_gammas=None, eos_token_id=None, progress: bool = False) -> list[dict]:
+                 peer_gammas=None, eos_token_id=None, progress: bool = False, compile: bool = False) -> list[dict]:
     """AR, speculative decoding per gamma and (``peer``) assisted generation, prompt by prompt.
 
     For each prompt the methods run in interleaved rounds, ``repeats`` of them
@@ -120,7 +120,7 @@ def measure_pair(target, draft, cases: list[dict], gammas, max_new_tokens: int, 
     fastest run of each is kept. Every speculative or assisted run uses the same
     seed as the AR run (``seed``: private generators for ours, ``torch.manual_seed`` for transformers').
     One untimed warm-up of every method precedes the first prompt. ``peer_gammas``: the gammas of the peer
-    (default: ``gammas``).
+    (default: ``gammas``). ``compile``: ours and AR with compiled decode steps (``MiniQwen3.compile_decode``).
     """
     device = next(target.parameters()).device
     gammas = [int(g) for g in gammas]
@@ -131,11 +131,13 @@ def measure_pair(target, draft, cases: list[dict], gammas, max_new_tokens: int, 
 
     def call(method, gamma, ids, tokens=max_new_tokens):
         if method == "ar":
-            result = autoregressive_generate(target, ids, tokens, temperature, seed, eos_token_id=eos_token_id)
+            result = autoregressive_generate(target, ids, tokens, temperature, seed, eos_token_id=eos_token_id,
+                                             compile=compile)
             return result.tokens, result.stats
         if method == "sd":
             result = speculative_generate(target, draft, ids, tokens, gamma, temperature, seed,
-                                          eos_token_id=eos_token_id, time_phases=device.type != "cuda")
+                                          eos_token_id=eos_token_id, time_phases=device.type != "cuda",
+                                          compile=compile)
             return result.tokens, result.stats
         torch.manual_seed(seed)
         return assisted_generate(target, draft, ids, tokens, gamma, temperature, eos_token_id), None
