@@ -17,8 +17,17 @@ import random
 import re
 from collections import Counter
 
+from pydoc_data.topics import topics
+
 from helpers.models.corpus import is_heldout, load_corpus, stdlib_dir
 from helpers.paths import DATA_DIR
+
+
+def help_topics_text() -> str:
+    """Python's own help topics (what ``help('for')`` prints), concatenated in a fixed order: ~700 kB. The text of
+    notebooks 03/04's prompts and of ``submission/long_prompt.txt``."""
+    return "\n\n".join(topics[name] for name in sorted(topics))
+
 
 PROMPTS_PATH = DATA_DIR / "prompts.jsonl"
 REQUIRED_FIELDS = ("id", "profile", "source", "prompt")

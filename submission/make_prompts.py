@@ -11,7 +11,7 @@ docstring and prose prompts come from the CPU pair's held-out documents, so the 
 are not inflated by memorised training text.
 
 ``long_prompt.txt`` (handout §2.1): the ``pydoc_data.topics`` entries in sorted order (notebook 03's prompt
-text, ``helpers.kv_cache.sweep.prompt_text``) up to the last paragraph end within ``LONG_PROMPT_CHARS`` characters,
+text, ``helpers.prompts.help_topics_text``) up to the last paragraph end within ``LONG_PROMPT_CHARS`` characters,
 about 32k tokens of the CPU pair's tokenizer (the script prints the count;
 other tokenizers split the same text into a different number of tokens).
 
@@ -55,13 +55,13 @@ def build_prompts() -> list[dict]:
 # --------------------------------------------------------------------------- the long prompt
 
 def build_long_prompt(max_chars: int = LONG_PROMPT_CHARS) -> str:
-    """The start of :func:`helpers.kv_cache.sweep.prompt_text` (the ``pydoc_data.topics`` entries in sorted order, the
+    """The start of :func:`helpers.prompts.help_topics_text` (the ``pydoc_data.topics`` entries in sorted order, the
     text notebook 03 cuts its prompts from), cut at the last paragraph end within ``max_chars`` characters."""
     if str(HERE.parent) not in sys.path:
         sys.path.insert(0, str(HERE.parent))
-    from helpers.kv_cache.sweep import prompt_text
+    from helpers.prompts import help_topics_text
 
-    text = prompt_text()
+    text = help_topics_text()
     end = text.rfind("\n\n", 0, max_chars)
     if end <= 0:
         raise ValueError(f"no paragraph end within the first {max_chars} characters of the help topics")

@@ -10,6 +10,7 @@ import torch
 from helpers import kv_cache, tables
 from helpers.kv_cache import bench as kv_cache_bench
 from helpers.kv_cache import sweep as kv_sweep
+from helpers.prompts import help_topics_text
 from helpers.generation.sweeps import generate_exact
 from helpers.memory import cache_tensor_bytes, kv_cache_bytes
 from tiny_models import tiny_qwen3
@@ -33,7 +34,7 @@ class CharTokenizer:
 def test_text_prompt_has_exactly_the_requested_tokens(num_tokens):
     ids = kv_sweep.text_prompt_ids(CharTokenizer(), num_tokens)
     assert ids.shape == (1, num_tokens)
-    assert "".join(map(chr, ids[0].tolist())) == kv_sweep.prompt_text()[:num_tokens]
+    assert "".join(map(chr, ids[0].tolist())) == help_topics_text()[:num_tokens]
 
 
 def test_text_prompt_folds_into_a_small_vocabulary():
@@ -43,7 +44,7 @@ def test_text_prompt_folds_into_a_small_vocabulary():
 
 def test_text_prompt_too_long_is_a_clear_error():
     with pytest.raises(ValueError, match="only"):
-        kv_sweep.text_prompt_ids(CharTokenizer(), len(kv_sweep.prompt_text()) + 1)
+        kv_sweep.text_prompt_ids(CharTokenizer(), len(help_topics_text()) + 1)
 
 
 def test_transformers_without_cache_recomputes_the_prefix(tiny_hf):

@@ -15,7 +15,7 @@ import torch
 
 import helpers.kv_cache
 import helpers.specdec
-from helpers.kv_cache.sweep import prompt_text
+from helpers.prompts import help_topics_text
 from helpers.models.corpus import load_corpus
 from helpers.prompts import CPU_SOURCES, load_prompts, select_prompts
 from helpers.specdec import autoregressive_generate
@@ -174,7 +174,7 @@ def test_long_prompt_is_the_start_of_notebook_03s_text():
     _skip_unless_built_with_this_python()
 
     text = make_prompts.LONG_PROMPT_PATH.read_text(encoding="utf-8")
-    assert prompt_text().startswith(text.rstrip("\n"))
+    assert help_topics_text().startswith(text.rstrip("\n"))
 
 
 def test_long_prompt_exceeds_the_cpu_pair_context():

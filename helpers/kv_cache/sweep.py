@@ -20,11 +20,11 @@ from functools import lru_cache
 
 import numpy as np
 import torch
-from pydoc_data.topics import topics
 from scipy.optimize import nnls
 from torch.profiler import ProfilerActivity, profile
 
 from helpers import models
+from helpers.prompts import help_topics_text
 from helpers.timing import Timer, measure_interleaved
 
 OWN_TOKENIZER = "own tokenizer"
@@ -32,20 +32,15 @@ PAIR_TOKENIZER = "CPU-pair tokenizer, ids folded into the vocabulary"
 
 
 @lru_cache(maxsize=1)
-def prompt_text() -> str:
-    """Python's own help topics (what ``help('for')`` prints), concatenated in a fixed order: ~700 kB."""
-    return "\n\n".join(topics[name] for name in sorted(topics))
-
-
 def text_prompt_ids(tokenizer, num_tokens: int, vocab_size: int | None = None) -> torch.Tensor:
-    """Shape (1, num_tokens): the first ``num_tokens`` tokens of :func:`prompt_text` under ``tokenizer``.
+    """Shape (1, num_tokens): the first ``num_tokens`` tokens of :func:`helpers.prompts.help_topics_text` under ``tokenizer``.
 
     ``vocab_size`` folds ids into a smaller vocabulary (``id % vocab_size``) for random-weight analogs that
     have no tokenizer of their own: their timing depends on the token count, not on which tokens.
     """
     if num_tokens < 1:
         raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
-    text = prompt_text()
+    text = help_topics_text()
     ids: list[int] = []
     chars = min(len(text), 8 * num_tokens + 64)  # ~4 characters per token: encode only what is needed
     while True:
@@ -95,7 +90,7 @@ def sweep_tokenizer(tokenizer, vocab_size: int) -> tuple:
 def prompt_ids(tokenizer, *, text: str | None = None, num_tokens: int | None = None,
                vocab_size: int | None = None) -> torch.Tensor:
     """Shape (1, P): ``text`` as the tokenizer encodes it (with its special tokens), or the first ``num_tokens``
-    tokens of :func:`prompt_text`; ``vocab_size`` folds the ids (``id % vocab_size``)."""
+    tokens of :func:`helpers.prompts.help_topics_text`; ``vocab_size`` folds the ids (``id % vocab_size``)."""
     if (text is None) == (num_tokens is None):
         raise ValueError("pass exactly one of text and num_tokens")
     if num_tokens is not None:
