@@ -19,7 +19,7 @@ from collections import Counter
 
 from pydoc_data.topics import topics
 
-from helpers.models.corpus import is_heldout, load_corpus, stdlib_dir
+from helpers.models.corpus import is_heldout, load_corpus, stdlib_dir, stdlib_sources
 from helpers.paths import DATA_DIR
 
 
@@ -271,16 +271,9 @@ def heldout_source_prompts(tokenizer, count: int, length: int) -> list[list[int]
     Uses the corpus's held-out rule (:func:`helpers.models.corpus.is_heldout`, a hash of the file name), reading
     only the files it needs; each prompt starts in the middle of its file (past the licence header and imports).
     """
-    stdlib = stdlib_dir()
     prompts = []
-    for path in sorted(stdlib.rglob("*.py")):
-        name = path.relative_to(stdlib).as_posix()
-        if "site-packages" in name or "/test" in name or name.startswith("test") or not is_heldout(name):
-            continue
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
+    code = lambda name: not ("/test" in name or name.startswith("test")) and is_heldout(name)  # noqa: E731
+    for _, text in stdlib_sources(code):
         ids = tokenizer(text)["input_ids"]
         if len(ids) >= 2 * length:
             middle = len(ids) // 2

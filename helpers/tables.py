@@ -34,13 +34,9 @@ def latex_escape(text) -> str:
 def _format_cell(value, float_format: str) -> str:
     if value is None or (isinstance(value, float) and value != value):
         return "--"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}".replace(",", "{,}")
     if isinstance(value, float):
         return float_format.format(value)
-    return latex_escape(value)
+    return format_number(value)  # bools, ints and text as in prose
 
 
 def table_tex(df, float_format: str = "{:.3g}", column_format: str | None = None, formats: dict | None = None) -> str:

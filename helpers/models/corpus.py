@@ -35,19 +35,25 @@ def stdlib_dir() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
-def load_corpus() -> Corpus:
-    """Standard-library source plus pydoc topics, split deterministically by document name."""
+def stdlib_sources(keep=lambda name: True):
+    """``(name, text)`` of the standard library's ``.py`` files in name order (installed packages excluded), for
+    the names ``keep`` accepts (checked before reading), skipping files that are not UTF-8."""
     stdlib = stdlib_dir()
-    docs: list[tuple[str, str]] = []
     for path in sorted(stdlib.rglob("*.py")):
         rel = path.relative_to(stdlib)
-        if "site-packages" in rel.parts or "dist-packages" in rel.parts:
+        if "site-packages" in rel.parts or "dist-packages" in rel.parts or not keep(rel.as_posix()):
             continue
         try:
             text = path.read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError):
             continue  # a few test fixtures are deliberately not UTF-8
-        docs.append((rel.as_posix(), text))
+        yield rel.as_posix(), text
+
+
+def load_corpus() -> Corpus:
+    """Standard-library source plus pydoc topics, split deterministically by document name."""
+    stdlib = stdlib_dir()
+    docs: list[tuple[str, str]] = list(stdlib_sources())
     for key in sorted(pydoc_data.topics.topics):
         docs.append((f"pydoc_data.topics/{key}", pydoc_data.topics.topics[key]))
     if not docs:

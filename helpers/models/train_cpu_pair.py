@@ -159,6 +159,19 @@ def _eta(start: float, step: int, steps: int) -> str:
     return f"step {step}/{steps}, {elapsed / 60:.1f} min, ~{elapsed / step * (steps - step) / 60:.1f} min left"
 
 
+def _set_lr(opt, lr: float) -> None:
+    for group in opt.param_groups:
+        group["lr"] = lr
+
+
+def _step(opt, model, loss) -> None:
+    """One optimiser step with gradients clipped to norm 1."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+
+
 def train_target(model, data, *, steps, seq_len, batch_size, lr, seed, device, log):
     """Next-token cross-entropy for ``steps`` steps (warm-up + cosine schedule over them)."""
     model.to(device).train()
@@ -167,16 +180,12 @@ def train_target(model, data, *, steps, seq_len, batch_size, lr, seed, device, l
     start, tokens = time.time(), 0
     for step in range(1, steps + 1):
         progress = (step - 1) / steps  # the fraction of the schedule done before this step
-        for group in opt.param_groups:
-            group["lr"] = lr_at(progress, lr)
+        _set_lr(opt, lr_at(progress, lr))
         batch = next(stream).to(device)
         with _autocast(device):
             logits = model(input_ids=batch[:, :-1]).logits
         loss = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        _step(opt, model, loss)
         tokens += batch[:, 1:].numel()
         if step % 50 == 0 or step == 1:
             log(f"target loss {loss.item():.3f} lr {opt.param_groups[0]['lr']:.2e} "
@@ -202,15 +211,11 @@ def distill_drafts(target, drafts: dict, data, *, steps, seq_len, batch_size, lr
         losses = {}
         for name, draft in drafts.items():
             opt = opts[name]
-            for group in opt.param_groups:
-                group["lr"] = lr_at(progress, lr)
+            _set_lr(opt, lr_at(progress, lr))
             with _autocast(device):
                 student = F.log_softmax(draft(input_ids=batch[:, :-1]).logits.float(), -1).flatten(0, 1)
             loss = F.kl_div(student, teacher, log_target=True, reduction="batchmean")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-            opt.step()
+            _step(opt, draft, loss)
             losses[name] = loss.item()
         tokens += batch[:, 1:].numel()
         if step % 50 == 0 or step == 1:
