@@ -1,6 +1,8 @@
 import pytest
 import torch
 
+from helpers.results import ResultStore
+
 from tiny_models import PEAK, perturbed_copy, tiny_qwen3
 
 
@@ -27,3 +29,10 @@ def float64_pair():
     speculative decoding, where float64 keeps padded-batch rounding far below any argmax gap."""
     target = tiny_qwen3(0, vocab_size=97).double()
     return target, perturbed_copy(target, 0.003)
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """An empty result store under a temporary output root (results/unit/99_test.jsonl)."""
+    monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
+    return ResultStore("unit", "99_test")

@@ -4,7 +4,8 @@ import torch
 
 from helpers.generation import sweeps as gb
 from helpers import memory, models
-from helpers.results import ResultStore, is_oom, run_metadata
+from helpers.results import is_oom
+from tiny_models import tiny_meta
 
 
 @pytest.fixture(scope="module")
@@ -13,14 +14,8 @@ def tiny():
     return models.random_model(config, seed=0)
 
 
-@pytest.fixture
-def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
-    return ResultStore("unit", "02_test")
-
-
 def meta():
-    return run_metadata(model_id="tiny", weights="random", dtype=torch.float32, device="cpu", seed=0)
+    return tiny_meta(seed=0)
 
 
 def config(input_len, new_tokens=3, batch_size=2):

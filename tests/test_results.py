@@ -5,16 +5,11 @@ import torch
 
 from helpers import paths
 from helpers.results import ResultStore, is_oom, run_metadata
-
-
-@pytest.fixture
-def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
-    return ResultStore("unit", "99_test")
+from tiny_models import tiny_meta
 
 
 def meta():
-    return run_metadata(model_id="tiny", weights="random", dtype=torch.float32, device="cpu", seed=1)
+    return tiny_meta(seed=1)
 
 
 def test_metadata_has_what_design_lists():

@@ -11,6 +11,8 @@ import copy
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from helpers.results import run_metadata
+
 PEAK = 10.0  # an LM-head scale that makes next-token distributions peaked rather than nearly uniform
 DEFAULTS = dict(
     vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -57,3 +59,8 @@ def perturbed_copy(model, scale: float, seed: int = 1, relative: bool = False):
 
 # Prompts of four different lengths (7, 2, 4, 11 tokens; ids below 64): a ragged batch for batched decoding.
 RAGGED_PROMPTS = [[5, 17, 3, 9, 22, 41, 7], [8, 2], [60, 61, 62, 63], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]]
+
+
+def tiny_meta(seed: int = 0) -> dict:
+    """Result-row metadata for a tiny random model on the CPU."""
+    return run_metadata(model_id="tiny", weights="random", dtype=torch.float32, device="cpu", seed=seed)
