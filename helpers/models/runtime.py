@@ -99,8 +99,9 @@ class MinimalDecoder:
 
     def __init__(self, model, capacity: int, batch_size: int = 1, compile: bool = False):
         self.model = minimal_view(model)
-        if compile and self.model.compiled_step is None:
-            self.model.compile_decode()
+        if compile and self.model.compiled_step is None:  # on CUDA, CUDA graphs over the static buffers too
+            cuda = self.model.embed_tokens.weight.device.type == "cuda"
+            self.model.compile_decode(mode="reduce-overhead" if cuda else None)
         # compiled decode steps need the same shapes every call: attend over the whole (static) buffer
         self.cache = self.model.new_cache(batch_size, min(capacity, self.model.config.max_seq_len),
                                           static_shapes=compile)
