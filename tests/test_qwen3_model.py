@@ -151,6 +151,7 @@ def test_compiled_decode_steps_equal_eager_ones():
     calls stay eager. Needs a C++ compiler (inductor on CPU), which .ci/run installs."""
     hf = tiny_qwen3(1, vocab_size=VOCAB, hidden_size=32, intermediate_size=64, head_dim=8, max_position_embeddings=96)
     eager, compiled = from_hf(hf), from_hf(hf).compile_decode()
+    torch.compiler.reset()
     prompt = ids(6, 30)[None]
     with torch.no_grad():
         caches = eager.new_cache(1, 20), compiled.new_cache(1, 20, static_shapes=True)
@@ -159,3 +160,8 @@ def test_compiled_decode_steps_equal_eager_ones():
             token = torch.tensor([[step + 1]])
             torch.testing.assert_close(compiled(token, caches[1]), eager(token, caches[0]), rtol=1e-5, atol=1e-5)
     assert caches[1].lengths == [10]
+    with torch.inference_mode():  # a new cache (and inference tensors) reuse the compiled step
+        for _ in range(12):
+            cache = compiled.new_cache(1, 20, static_shapes=True)
+            compiled(prompt, cache)
+            compiled(torch.tensor([[1]]), cache)

@@ -178,19 +178,12 @@ class KVCache:
                 "not fit; allocate a larger cache (capacity = prompt length + max_new_tokens)"
             )
 
-    def update(self, layer: int, keys: torch.Tensor, values: torch.Tensor,
-               slots: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store this chunk's keys/values in each row's next free slots; return the buffers to attend over.
 
-        ``slots`` (batch, new): where to write, given as a tensor by a compiled decode step (no host state is
-        read, so the traced graph does not depend on the lengths; the whole buffer is returned). The lengths
-        move once per forward pass (:meth:`advance`), after every layer has written.
+        The lengths move once per forward pass (:meth:`advance`), after every layer has written. (A compiled
+        decode step writes through a slot tensor instead, see :meth:`MiniQwen3.compile_decode`.)
         """
-        if slots is not None:
-            index = slots[:, None, :, None].expand_as(keys)
-            self.keys[layer].scatter_(2, index, keys)
-            self.values[layer].scatter_(2, index, values)
-            return self.keys[layer], self.values[layer]
         start, new = self.lengths[0], keys.shape[2]
         if self.uniform:  # every row writes the same slots: a slice
             self.keys[layer][:, :, start : start + new] = keys
@@ -413,9 +406,15 @@ class Attention(nn.Module):
         if cache is None:
             # Without a cache: x holds the whole sequence, so k and v are (re)computed for all of it.
             keys, values = k, v
+        elif slots is not None:
+            # A compiled decode step: ``cache`` is the (keys, values) buffer lists; write at the slot tensor.
+            keys, values = cache[0][self.layer_idx], cache[1][self.layer_idx]
+            index = slots[:, None, :, None].expand_as(k)
+            keys.scatter_(2, index, k)
+            values.scatter_(2, index, v)
         else:
             # With a cache: x holds only the new tokens; store their k, v and attend over everything stored.
-            keys, values = cache.update(self.layer_idx, k, v, slots)
+            keys, values = cache.update(self.layer_idx, k, v)
 
         # enable_gqa: each of the num_kv_heads key/value heads serves num_heads / num_kv_heads query heads.
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
@@ -521,7 +520,9 @@ class MiniQwen3(nn.Module):
             # A decode step with the same shapes every call: the compiled graph writes through a slot tensor.
             if positions.dim() == 1:
                 cos, sin = cos.expand(batch, 1, 1, -1), sin.expand(batch, 1, 1, -1)
-            logits = self.compiled_step(input_ids, cos, sin, mask, cache, cache.lengths_tensor()[:, None])
+            # the buffers, not the cache object, go in: a new cache per generation must not trigger a recompile
+            logits = self.compiled_step(input_ids, cos, sin, mask, (cache.keys, cache.values),
+                                        cache.lengths_tensor()[:, None])
             cache.advance(1)
             return logits
         x = self.embed_tokens(input_ids)
@@ -533,11 +534,11 @@ class MiniQwen3(nn.Module):
             x = x[:, -1:]
         return self.lm_head(self.norm(x))
 
-    def _step(self, input_ids, cos, sin, mask, cache, slots):
+    def _step(self, input_ids, cos, sin, mask, buffers, slots):
         """One decode step over the whole static cache (what ``torch.compile`` traces)."""
         x = self.embed_tokens(input_ids)
         for layer in self.layers:
-            x = layer(x, cos, sin, mask, cache, slots)
+            x = layer(x, cos, sin, mask, buffers, slots)
         return self.lm_head(self.norm(x))
 
     def compile_decode(self, mode: str | None = None) -> "MiniQwen3":
