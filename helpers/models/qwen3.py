@@ -545,6 +545,9 @@ class MiniQwen3(nn.Module):
         """Run decode steps (one token per row, on a cache made with ``static_shapes=True``) through
         ``torch.compile`` (CPU: inductor, needs a C++ compiler; CUDA: ``mode="reduce-overhead"`` adds CUDA
         graphs). Prefill and multi-token calls stay eager. Returns the model."""
+        # dynamo caches graphs per code object: every model (target and draft, their shapes, grad modes) shares
+        # _step's, so the default limit of 8 graphs is too small for a speculative pair
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         self.compiled_step = torch.compile(self._step, mode=mode, dynamic=False, fullgraph=True)
         return self
 

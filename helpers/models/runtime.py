@@ -102,6 +102,8 @@ class MinimalDecoder:
         if compile and self.model.compiled_step is None:  # on CUDA, CUDA graphs over the static buffers too
             cuda = self.model.embed_tokens.weight.device.type == "cuda"
             self.model.compile_decode(mode="reduce-overhead" if cuda else None)
+        if compile:  # one compiled graph per buffer shape: round the capacity up to a power of two (>= 256)
+            capacity = max(256, 1 << (capacity - 1).bit_length())
         # compiled decode steps need the same shapes every call: attend over the whole (static) buffer
         self.cache = self.model.new_cache(batch_size, min(capacity, self.model.config.max_seq_len),
                                           static_shapes=compile)
