@@ -104,6 +104,12 @@ def _functions(text: str):
 def _code_prompts(documents, count: int) -> list[tuple[str, str]]:
     """One function per module in turn (round-robin over modules, longest body first): its source without
     the docstring, from the ``def`` line."""
+    return _round_robin(_per_module_functions(documents), count)
+
+
+def _per_module_functions(documents) -> list[tuple[str, list[str]]]:
+    """(module, [its functions of 7+ lines, longest first: source without the docstring, dedented]) for every
+    held-out module."""
     per_module = []
     for name, text in _module_docs(documents):
         lines = text.splitlines(keepends=True)
@@ -119,7 +125,7 @@ def _code_prompts(documents, count: int) -> list[tuple[str, str]]:
             indent = len(body[0]) - len(body[0].lstrip())
             candidates.append((-len(body), node.lineno, "".join(line[indent:] if line.strip() else line for line in body)))
         per_module.append((name, [source for *_, source in sorted(candidates)]))
-    return _round_robin(per_module, count)
+    return per_module
 
 
 def _docstring_prompts(documents, count: int) -> list[tuple[str, str]]:
@@ -217,6 +223,48 @@ def build_cpu_prompts(per_source: int = PER_SOURCE) -> list[dict]:
                 prompt = _cut(text, budget, at=" " if source == "prose" else "\n")
             rows.append({"id": f"cpu-{source}-{index + 1}", "profile": "cpu", "source": source, "document": document,
                          "prompt": prompt})
+    return rows
+
+
+# --------------------------------------------------------------------------------------- input-grounded prompts
+
+GROUNDED_HEAD_LINES = 3  # lines of the second copy given in the prompt
+
+
+def grounded_prompts(tokenizer, count: int = 12, *, head_lines: int = GROUNDED_HEAD_LINES, min_tokens: int = 40,
+                     max_tokens: int = 110) -> list[dict]:
+    """Input-grounded prompts: the continuation should copy text that is in the prompt (prompt lookup's workload).
+
+    Each prompt is a held-out library function (the CPU pair never trained on its module; the same functions as
+    the "code" prompts draw from, one per module in turn, between ``min_tokens`` and ``max_tokens`` tokens of
+    ``tokenizer``), a blank line, and the first ``head_lines`` lines of the same function again: a model that
+    has learnt to copy re-emits the rest of it. Rows are shaped like :func:`load_prompts`'s (``id``,
+    ``profile`` "cpu", ``source`` "grounded", ``document``, ``prompt``) plus ``reference``, the text a
+    verbatim copy would continue with; :func:`encode_prompts` encodes them.
+    """
+    if isinstance(head_lines, bool) or not isinstance(head_lines, int) or head_lines < 1:
+        raise ValueError(f"head_lines (lines of the copy given in the prompt) must be an int >= 1, got {head_lines!r}")
+    if not 0 < min_tokens <= max_tokens:
+        raise ValueError(f"need 0 < min_tokens <= max_tokens, got {min_tokens} and {max_tokens}")
+    per_module = []
+    for name, sources in _per_module_functions(heldout_documents()):
+        fitting = [source for source in sources
+                   if source.count("\n") >= head_lines + 3
+                   and min_tokens <= len(tokenizer(source)["input_ids"]) <= max_tokens]
+        per_module.append((name, fitting))
+    per_module = [(name, fitting) for name, fitting in per_module if fitting]
+    try:
+        picked = _round_robin(per_module, count)
+    except ValueError as error:
+        raise ValueError(f"{error}: not enough held-out functions of {min_tokens}-{max_tokens} tokens for {count} "
+                         "grounded prompts; widen the token range or ask for fewer") from None
+    rows = []
+    for index, (document, source) in enumerate(picked):
+        lines = source.rstrip("\n").split("\n")
+        head = "\n".join(lines[:head_lines])
+        rows.append({"id": f"cpu-grounded-{index + 1}", "profile": "cpu", "source": "grounded", "document": document,
+                     "prompt": source.rstrip("\n") + "\n\n" + head,
+                     "reference": "\n" + "\n".join(lines[head_lines:]) + "\n"})
     return rows
 
 

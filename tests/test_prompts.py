@@ -5,7 +5,8 @@ import platform
 import pytest
 
 from helpers.models.corpus import is_heldout
-from helpers.prompts import (CPU_SOURCES, PER_SOURCE, build_cpu_prompts, heldout_source_prompts, load_prompts,
+from helpers.prompts import (CPU_SOURCES, GROUNDED_HEAD_LINES, PER_SOURCE, build_cpu_prompts, grounded_prompts,
+                             heldout_source_prompts, load_prompts,
                              select_prompts, source_counts)
 
 
@@ -70,3 +71,26 @@ def test_heldout_source_prompts_are_fixed_length_windows_of_heldout_files():
     assert prompts == heldout_source_prompts(_CharTokenizer(), 3, 50)
     with pytest.raises(ValueError, match="held-out files"):
         heldout_source_prompts(_CharTokenizer(), 10_000, 50)
+
+
+def test_grounded_prompts_repeat_the_head_of_a_heldout_function():
+    rows = grounded_prompts(_CharTokenizer(), 6, min_tokens=100, max_tokens=2000)
+    assert len(rows) == 6 and len({row["document"] for row in rows}) == 6  # one function per module
+    assert [row["id"] for row in rows] == [f"cpu-grounded-{i}" for i in range(1, 7)]
+    for row in rows:
+        assert row["source"] == "grounded" and row["profile"] == "cpu" and is_heldout(row["document"])
+        # the prompt holds the whole function, then its first lines again; the reference is the rest of it
+        head = "\n".join(row["prompt"].split("\n")[-GROUNDED_HEAD_LINES:])
+        function = (head + row["reference"]).rstrip("\n")
+        assert row["prompt"] == function + "\n\n" + head and head.startswith("def ")
+        assert 100 <= len(function) <= 2000
+    assert rows == grounded_prompts(_CharTokenizer(), 6, min_tokens=100, max_tokens=2000)
+
+
+def test_grounded_prompts_clear_errors():
+    with pytest.raises(ValueError, match="head_lines"):
+        grounded_prompts(_CharTokenizer(), 2, head_lines=0)
+    with pytest.raises(ValueError, match="min_tokens"):
+        grounded_prompts(_CharTokenizer(), 2, min_tokens=50, max_tokens=10)
+    with pytest.raises(ValueError, match="widen the token range"):
+        grounded_prompts(_CharTokenizer(), 2, min_tokens=10, max_tokens=11)

@@ -82,6 +82,11 @@ class GenerationStats:
         return self
 
     @property
+    def rounds_without_drafts(self) -> int:
+        """Rounds that proposed no draft token (prompt lookup without a match; a last round with one token due)."""
+        return sum(1 for gamma in self.gamma_per_round if gamma == 0)
+
+    @property
     def tokens_per_second(self) -> float:
         return self.new_tokens / self.time_total_s if self.time_total_s > 0 else float("nan")
 

@@ -1,0 +1,212 @@
+"""Prompt lookup decoding (PLD): speculative decoding whose drafts come from the context itself, not a model.
+
+When the continuation repeats text that is already in the context — code being re-emitted with an edit, a
+quoted passage, a field name seen before — the tokens that followed the last occurrence of the current suffix
+are a good guess for what comes next. Each round looks up the last ``n`` committed tokens (prompt + generated,
+longest ``n`` first, from ``ngram`` down to 1) in an index of the earlier context, proposes the tokens that
+followed their most recent earlier occurrence, and verifies them exactly as linear speculative decoding does
+(:func:`helpers.specdec.linear.speculative_generate`): the pending token and the drafts in ONE target forward,
+rollback of the target cache by length, one host sync per round.
+
+* **Index.** :class:`NgramIndex` maps every n-gram (n = 1..``ngram``) of the committed tokens to where its
+  most recent occurrence *ended*, updated as tokens are committed, so a lookup costs O(``ngram``) dictionary
+  probes instead of a scan over the context. An n-gram is registered only once a token follows it, so the
+  current suffix never matches itself. A copy that runs into the end of the context continues from its own
+  output (a repeating loop of period p proposes full-length drafts, not just p tokens).
+* **Draft length.** It adapts per round: it starts at ``num_draft``, grows by one after a round whose drafts
+  were all accepted, and after a rejection falls to ``accepted + 1`` (what this round showed to be right, plus
+  one). It never exceeds ``num_draft``, the tokens still due, or the tokens available after the match.
+* **No match, no draft.** A round without a match is a plain decode step: one single-token forward over the
+  last position, as :func:`~helpers.specdec.linear.autoregressive_generate` does, plus a dictionary probe.
+* **Lossless.** Greedy: the longest draft prefix equal to the target's argmax is kept
+  (:func:`~helpers.specdec.linear.accept_greedy`). Sampling: the draft distribution is a point mass on the
+  proposed token (the proposal is a deterministic function of the context), so the modified rejection step
+  (:func:`~helpers.specdec.linear.accept_sampling` with one-hot draft probabilities) keeps draft d with
+  probability q(d) and on rejection samples from q with d removed, renormalised — exactly the target's law.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from helpers.models.runtime import cached_decoder, resolve_runtime
+from helpers.specdec.linear import (GenerationResult, GenerationStats, _check_common, _eos_ids, _generator, _probs,
+                                    _truncate_at_eos, _vocab_size, accept_greedy, accept_sampling)
+from helpers.timing import sync
+
+__all__ = ["NgramIndex", "prompt_lookup_generate"]
+
+
+def _check_positive_int(name: str, value, meaning: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} ({meaning}) must be an int >= 1, got {value!r}")
+
+
+class NgramIndex:
+    """The committed tokens and, for every n-gram of them (n = 1..``ngram``), where its latest occurrence ends.
+
+    ``add(tokens)`` commits tokens; ``propose(limit)`` returns up to ``limit`` tokens that followed the most
+    recent earlier occurrence of the longest suffix (at most ``ngram`` tokens) that occurred before, or ``[]``.
+    """
+
+    def __init__(self, ngram: int = 3, tokens=()):
+        _check_positive_int("ngram", ngram, "the longest suffix looked up")
+        self.ngram = ngram
+        self.tokens: list[int] = []
+        self._next: dict[tuple[int, ...], int] = {}  # n-gram -> index of the token that followed its latest occurrence
+        self.last_match = 0  # n of the last successful lookup (0: none)
+        self.add(tokens)
+
+    def add(self, tokens) -> None:
+        """Commit ``tokens`` (ints): each new token registers the n-grams that END right before it."""
+        seq = self.tokens
+        for token in tokens:
+            end = len(seq)  # the n-grams seq[end - n: end] are now followed by seq[end]
+            for n in range(1, min(self.ngram, end) + 1):
+                self._next[tuple(seq[end - n: end])] = end
+            seq.append(int(token))
+
+    def lookup(self, n: int) -> int | None:
+        """Index of the token that followed the latest earlier occurrence of the last ``n`` tokens, or None."""
+        if n > len(self.tokens):
+            return None
+        return self._next.get(tuple(self.tokens[-n:]))
+
+    def propose(self, limit: int) -> list[int]:
+        """Up to ``limit`` draft tokens: longest matching suffix first (``ngram`` down to 1), latest occurrence."""
+        self.last_match = 0
+        if limit < 1:
+            return []
+        for n in range(min(self.ngram, len(self.tokens)), 0, -1):
+            start = self.lookup(n)
+            if start is not None:
+                self.last_match = n
+                return self._copy(start, limit)
+        return []
+
+    def _copy(self, start: int, limit: int) -> list[int]:
+        """``limit`` tokens from ``start`` on; past the end the copy goes on from its own output (LZ77 style), so
+        a period-p loop proposes ``limit`` tokens, not only the p that follow the latest occurrence."""
+        seq = self.tokens
+        if start + limit <= len(seq):
+            return seq[start: start + limit]
+        out = seq[start:]
+        while len(out) < limit:
+            out.append(out[len(out) - (len(seq) - start)])
+        return out
+
+
+def next_draft_length(current: int, drafted: int, accepted: int, num_draft: int) -> int:
+    """The adaptive rule: one more after a round whose ``drafted`` > 0 drafts were all accepted, ``accepted + 1``
+    after a rejection, unchanged after a round without drafts; always within [1, ``num_draft``]."""
+    if drafted == 0:
+        return current
+    if accepted == drafted:
+        return min(num_draft, current + 1)
+    return max(1, min(num_draft, accepted + 1))
+
+
+@torch.inference_mode()
+def prompt_lookup_generate(
+    target,
+    input_ids: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    *,
+    ngram: int = 3,
+    num_draft: int = 8,
+    eos_token_id: int | list[int] | None = None,
+    time_phases: bool = True,
+    runtime: str = "auto",
+    compile: bool = False,
+) -> GenerationResult:
+    """Prompt lookup decoding: drafts copied from the context (no draft model), verified by the target.
+
+    ``ngram``: the longest suffix looked up (then shorter ones, down to 1). ``num_draft``: the most drafts per
+    round (the draft length adapts below it: module docstring). Exact greedy output at temperature 0, target
+    samples above. Stats as :func:`~helpers.specdec.linear.speculative_generate`'s: ``gamma_per_round`` holds
+    each round's draft count, 0 for a round without a match (``stats.rounds_without_drafts`` counts them);
+    ``draft_forwards`` stays 0 and ``time_draft_s`` is the lookup time. ``time_phases``, ``runtime`` and
+    ``compile`` as for ``speculative_generate``.
+    """
+    _check_common(target, input_ids, max_new_tokens, temperature)
+    _check_positive_int("ngram", ngram, "the longest suffix looked up")
+    _check_positive_int("num_draft", num_draft, "the most draft tokens per round")
+    device = input_ids.device
+    eos = _eos_ids(target, eos_token_id)
+    generator = _generator(seed, device)
+    greedy = temperature == 0
+    vocab = _vocab_size(target)
+    stats = GenerationStats(runtime=resolve_runtime(runtime, target), compiled=compile)
+    clock = time.perf_counter
+
+    def phase_mark() -> float:
+        if time_phases:
+            sync(device)
+        return clock()
+
+    start = clock()
+    capacity = input_ids.shape[1] + max_new_tokens
+    cache = cached_decoder(target, stats.runtime, capacity, compile=compile)
+    # as in speculative_generate: the last prompt token is the pending token of round 1
+    if input_ids.shape[1] > 1:
+        cache.extend(input_ids[:, :-1])
+        stats.target_forwards += 1
+    pending = input_ids[:, -1:]
+    index = NgramIndex(ngram, input_ids[0].tolist())
+    draft_length = num_draft
+    stats.time_prefill_s = phase_mark() - start
+
+    tokens: list[int] = []
+    while len(tokens) < max_new_tokens:
+        tick = clock()
+        proposal = index.propose(min(draft_length, max_new_tokens - len(tokens) - 1))
+        drafted = len(proposal)
+        tock = clock()
+        stats.time_draft_s += tock - tick
+
+        if drafted == 0:  # a plain decode step, exactly the autoregressive baseline's work
+            logits = cache.extend(pending)[:, -1]
+            stats.target_forwards += 1
+            tick = phase_mark()
+            stats.time_verify_s += tick - tock
+            if greedy:
+                next_token = logits.argmax(dim=-1).view(())
+            else:
+                next_token = torch.multinomial(_probs(logits, temperature), 1, generator=generator).view(())
+            accepted, emitted = 0, [next_token.item()]  # the round's one host sync
+        else:
+            drafts = torch.tensor(proposal, dtype=torch.long, device=device)
+            target_logits = cache.extend(torch.cat([pending, drafts[None]], dim=1), last_only=False)[0]
+            stats.target_forwards += 1
+            tick = phase_mark()
+            stats.time_verify_s += tick - tock
+            if greedy:
+                k, next_token = accept_greedy(target_logits, drafts)
+            else:  # the draft is a point mass on each proposed token
+                one_hot = torch.zeros(drafted, vocab, device=device, dtype=torch.float32)
+                one_hot[torch.arange(drafted, device=device), drafts] = 1.0
+                k, next_token = accept_sampling(target_logits, one_hot, drafts, temperature, generator)
+            accepted, last = torch.stack([k, next_token]).tolist()  # the round's one host sync
+            emitted = proposal[:accepted] + [last]
+            cache.rollback(drafted - accepted)  # the target saw pending + drafts, keeps pending + accepted
+            draft_length = next_draft_length(draft_length, drafted, accepted, num_draft)
+        pending = next_token.view(1, 1)
+
+        stats.rounds += 1
+        stats.proposed += drafted
+        stats.accepted += accepted
+        stats.rejections += accepted < drafted
+        stats.accepted_per_round.append(accepted)
+        stats.gamma_per_round.append(drafted)
+        emitted, hit_eos = _truncate_at_eos(emitted, eos)
+        tokens.extend(emitted)
+        if hit_eos:
+            break
+        index.add(emitted)
+
+    stats.time_total_s = phase_mark() - start
+    stats.new_tokens = len(tokens)
+    return GenerationResult(torch.tensor(tokens, dtype=torch.long), stats.finish())
