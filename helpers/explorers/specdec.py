@@ -1,0 +1,375 @@
+"""Explorers of speculative decoding: notebook 07 (a live generation, token by token) and notebook 09 (Eq. 4/5).
+
+Notebook 07's explorer runs :func:`helpers.specdec.speculative_generate` on the CPU pair and colours every new token
+by where it came from. A round with γ_r drafts of which ``a`` were accepted emits the ``a`` drafts and then one
+token of the target: a *correction* when a draft was rejected (a < γ_r), a *bonus* when every draft was accepted
+(the target's prediction after the last draft). :func:`token_provenance` rebuilds that from the per-round counters
+the generator records (``stats.accepted_per_round``, ``stats.gamma_per_round``).
+
+Notebook 09's explorer draws Eq. 5's predicted speedup against γ (:func:`speedup_curve`) for α, c = T_D/T_T and a
+verification cost T_V(γ)/T_T that grows linearly in γ, with the workbook's measured speedups on top.
+"""
+from __future__ import annotations
+
+import functools
+import html
+import time
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from helpers.specdec.analysis import estimate_alpha, expected_tokens_per_round, predicted_speedup
+
+ACCEPTED, CORRECTED, BONUS = "accepted", "corrected", "bonus"
+# background, text colour, border: three hues that stay apart for the common colour-vision deficiencies, and each
+# kind also differs in its border so that the legend reads without colour
+STYLES = {
+    ACCEPTED: ("#cdeccd", "#0b3d0b", "1px solid #cdeccd"),
+    CORRECTED: ("#ffd9b3", "#5c2a00", "2px solid #d9730d"),
+    BONUS: ("#cfe0ff", "#0a2a66", "2px dotted #2f5fb3"),
+}
+DESCRIPTIONS = {
+    ACCEPTED: "draft token accepted by the target",
+    CORRECTED: "target's token after a rejected draft (correction)",
+    BONUS: "target's bonus token (every draft of the round accepted)",
+}
+DRAFTS = {"draft": "cpu-pair/draft (1 layer)", "draft-2l": "cpu-pair/draft-2l (2 layers)"}
+
+
+# ---------------------------------------------------------------------------------------------------- pure parts
+
+
+def token_provenance(accepted_per_round: Sequence[int], gamma_per_round: Sequence[int],
+                     n_tokens: int | None = None) -> list[tuple[int, str]]:
+    """``(round, kind)`` for every emitted token, rounds numbered from 1; kind is ACCEPTED, CORRECTED or BONUS.
+
+    Round r emits ``accepted_per_round[r]`` accepted drafts, then one target token: CORRECTED if fewer than
+    ``gamma_per_round[r]`` drafts were accepted, else BONUS. ``n_tokens`` cuts the list where the generation stopped
+    (an EOS inside the last round); it may not exceed what the rounds emitted.
+    """
+    if len(accepted_per_round) != len(gamma_per_round):
+        raise ValueError(f"one accepted count per round: got {len(accepted_per_round)} counts for "
+                         f"{len(gamma_per_round)} rounds")
+    out: list[tuple[int, str]] = []
+    for number, (accepted, gamma) in enumerate(zip(accepted_per_round, gamma_per_round), 1):
+        if not 0 <= accepted <= gamma:
+            raise ValueError(f"round {number}: {accepted} accepted drafts is outside [0, gamma={gamma}]")
+        out += [(number, ACCEPTED)] * accepted
+        out.append((number, CORRECTED if accepted < gamma else BONUS))
+    if n_tokens is not None:
+        if n_tokens > len(out):
+            raise ValueError(f"the rounds emitted {len(out)} tokens, fewer than the {n_tokens} asked for")
+        out = out[:n_tokens]
+    return out
+
+
+def token_pieces(tokenizer, token_ids: Sequence[int], prefix_ids: Sequence[int] = ()) -> list[str]:
+    """The text each token adds, decoded in context: ``decode(prefix + ids[:i+1]) - decode(prefix + ids[:i])``.
+
+    Decoding a byte-level BPE token alone can split a multi-byte character; decoding in context cannot, and the
+    pieces join to exactly the decoded continuation. ``prefix_ids`` (the prompt's last tokens) keeps a leading space
+    or a merge with the prompt where it belongs. A token that ends inside a multi-byte character gets an empty
+    piece; the token that completes the character carries it."""
+    ids = [int(i) for i in prefix_ids]
+    previous = tokenizer.decode(ids)
+    pieces = []
+    for index, token in enumerate(token_ids):
+        ids.append(int(token))
+        text = tokenizer.decode(ids)
+        if text.endswith("\ufffd") and index < len(token_ids) - 1:
+            pieces.append("")  # the token ends inside a multi-byte character: the next token completes it
+            continue
+        pieces.append(text[len(previous):] if text.startswith(previous) else tokenizer.decode([int(token)]))
+        previous = text
+    return pieces
+
+
+def _visible(text: str) -> str:
+    """HTML for a piece of code: escaped, with newlines and tabs drawn (↵, ⇥) and kept as line breaks."""
+    return html.escape(text).replace("\t", "⇥   ").replace("\n", '<span class="ws">↵</span>\n')
+
+
+def legend_html() -> str:
+    return " ".join(f'<span class="tok {kind}" title="{DESCRIPTIONS[kind]}">{kind}</span> {DESCRIPTIONS[kind]}'
+                    + ("&nbsp;&nbsp;" if kind != BONUS else "") for kind in (ACCEPTED, CORRECTED, BONUS))
+
+
+def tokens_html(pieces: Sequence[str], provenance: Sequence[tuple[int, str]], prompt: str = "",
+                prompt_chars: int = 400) -> str:
+    """The continuation as HTML: every token a coloured span (title: its round and kind) after the prompt's tail in
+    grey. Whitespace stays where it is (a monospaced, pre-wrapped block); newlines show as ↵, tabs as ⇥."""
+    if len(pieces) != len(provenance):
+        raise ValueError(f"{len(pieces)} token pieces but {len(provenance)} provenance entries")
+    tail = prompt[-prompt_chars:]
+    spans = [f'<span class="prompt" title="prompt">{"…" if len(prompt) > len(tail) else ""}{_visible(tail)}</span>']
+    for piece, (number, kind) in zip(pieces, provenance):
+        spans.append(f'<span class="tok {kind}" title="round {number}: {DESCRIPTIONS[kind]}">{_visible(piece)}</span>')
+    return f'<div class="code">{"".join(spans)}</div>'
+
+
+CSS = """<style>
+.wb-explorer .code {font-family: var(--jp-code-font-family, monospace); font-size: 13px; line-height: 1.55;
+  white-space: pre-wrap; background: #fafafa; border: 1px solid #ddd; padding: 8px 10px; max-height: 22em;
+  overflow-y: auto; color: #222}
+.wb-explorer .prompt {color: #888}
+.wb-explorer .ws {color: #999; font-size: 11px}
+.wb-explorer .tok {border-radius: 3px; padding: 0 1px; margin: 0 1px 0 0}
+""" + "".join(f".wb-explorer .tok.{kind} {{background: {bg}; color: {fg}; border-bottom: {border}}}\n"
+              for kind, (bg, fg, border) in STYLES.items()) + """
+.wb-explorer table {border-collapse: collapse; font-size: 12px; margin-top: 4px}
+.wb-explorer td, .wb-explorer th {padding: 1px 8px; text-align: right; border-bottom: 1px solid #eee}
+.wb-explorer .rounds {max-height: 12em; overflow-y: auto; display: inline-block; vertical-align: top; margin-right: 2em}
+.wb-explorer .numbers {display: inline-block; vertical-align: top}
+.wb-explorer .error {color: #a00; font-weight: bold}
+</style>"""
+
+
+def rounds_table(accepted_per_round: Sequence[int], gamma_per_round: Sequence[int]) -> pd.DataFrame:
+    """One row per round: drafts γ_r, accepted, the target's token (correction or bonus) and tokens emitted."""
+    return pd.DataFrame({"round": range(1, len(gamma_per_round) + 1), "drafts": list(gamma_per_round),
+                         "accepted": list(accepted_per_round),
+                         "target token": [CORRECTED if a < g else BONUS for a, g in zip(accepted_per_round,
+                                                                                         gamma_per_round)],
+                         "tokens": [a + 1 for a in accepted_per_round]})
+
+
+def result_html(run: Mapping, counter: int = 0) -> str:
+    """The explorer's output for one :func:`run_speculative` result."""
+    stats, ar = run["stats"], run["ar_stats"]
+    provenance = token_provenance(stats.accepted_per_round, stats.gamma_per_round, len(run["tokens"]))
+    counts = {kind: sum(k == kind for _, k in provenance) for kind in (ACCEPTED, CORRECTED, BONUS)}
+    speedup = stats.tokens_per_second / ar.tokens_per_second
+    alpha = estimate_alpha(stats.accepted_per_round, stats.gamma_per_round) if stats.proposed else float("nan")
+    if run["temperature"] == 0:
+        same = ("the same tokens as plain decoding (greedy: lossless)" if run["identical"] else
+                "NOT the same tokens as plain decoding")
+    else:
+        same = f"a sample at temperature {run['temperature']:g} (plain decoding drew its own; compare rates only)"
+    rows = "".join(f"<tr><td>{r['round']}</td><td>{r['drafts']}</td><td>{r['accepted']}</td>"
+                   f'<td><span class="tok {r["target token"]}">{r["target token"]}</span></td><td>{r["tokens"]}</td></tr>'
+                   for r in rounds_table(stats.accepted_per_round, stats.gamma_per_round).to_dict("records"))
+    numbers = [
+        ("new tokens", f"{stats.new_tokens} in {stats.rounds} rounds "
+                       f"({counts[ACCEPTED]} accepted, {counts[CORRECTED]} corrected, {counts[BONUS]} bonus)"),
+        ("α̂ (MLE)", f"{alpha:.3f}"),
+        ("accepted drafts per round", f"{stats.mean_accepted_per_round:.2f}"),
+        ("tokens per round", f"{stats.tokens_per_round:.2f}"),
+        ("speculative", f"{stats.tokens_per_second:.0f} tok/s ({stats.time_total_s * 1e3:.0f} ms: "
+                        f"draft {stats.time_draft_s * 1e3:.0f}, verify {stats.time_verify_s * 1e3:.0f})"),
+        ("plain decoding", f"{ar.tokens_per_second:.0f} tok/s ({ar.time_total_s * 1e3:.0f} ms, {ar.new_tokens} tokens)"),
+        ("speedup", f"<b>{speedup:.2f}x</b> (one run each, on a shared CPU: expect noise)"),
+        ("output", same),
+    ]
+    table = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{v}</td></tr>"
+                    for k, v in numbers)
+    return (f'<div class="wb-explorer explorer-07" data-run="{counter}">{CSS}'
+            f'<div style="margin: 2px 0 6px 0">{legend_html()}</div>'
+            f'{tokens_html(run["pieces"], provenance, run["prompt"])}'
+            f'<div class="rounds"><table><tr><th>round</th><th>γ_r</th><th>accepted</th><th>target token</th>'
+            f'<th>tokens</th></tr>{rows}</table></div>'
+            f'<div class="numbers"><table>{table}</table>'
+            f'<div style="font-size: 11px; color: #666">target cpu-pair/target (16 layers) with '
+            f'{DRAFTS.get(run["draft"], run["draft"])}, γ = {run["gamma"]}; hover a token for its round</div></div></div>')
+
+
+# ---------------------------------------------------------------------------------------------------- live runs
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_model(name: str):
+    from helpers.models import load_cpu_model
+    return load_cpu_model(name)
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_tokenizer():
+    from helpers.models import load_cpu_tokenizer
+    return load_cpu_tokenizer()
+
+
+def run_speculative(prompt: str, draft: str = "draft", gamma: int = 4, temperature: float = 0.0,
+                    max_new_tokens: int = 48, seed: int = 0, max_prompt_tokens: int = 512) -> dict:
+    """One speculative generation and one plain (AR) generation of ``prompt`` on the CPU pair, timed alike.
+
+    Returns the new tokens, their decoded pieces, both runs' statistics and whether the outputs are identical.
+    The first call per draft warms both paths up (untimed)."""
+    from helpers.specdec import autoregressive_generate, speculative_generate
+
+    if draft not in DRAFTS:
+        raise ValueError(f"unknown draft {draft!r}; choose one of {', '.join(DRAFTS)}")
+    tokenizer = _cpu_tokenizer()
+    ids = tokenizer(prompt, return_tensors="pt")["input_ids"][:, -max_prompt_tokens:]
+    if ids.shape[1] == 0:
+        raise ValueError("the prompt is empty: type some code or text to continue")
+    target, draft_model = _cpu_model("target"), _cpu_model(draft)
+    if not getattr(draft_model, "_explorer_warm", False):
+        speculative_generate(target, draft_model, ids, 4, 2)
+        autoregressive_generate(target, ids, 4)
+        draft_model._explorer_warm = True
+    result = speculative_generate(target, draft_model, ids, max_new_tokens, gamma, temperature, seed=seed)
+    plain = autoregressive_generate(target, ids, max_new_tokens, temperature, seed=seed)
+    tokens = result.tokens.tolist()
+    return {"prompt": prompt, "draft": draft, "gamma": gamma, "temperature": temperature, "tokens": tokens,
+            "pieces": token_pieces(tokenizer, tokens, ids[0, -8:].tolist()), "stats": result.stats,
+            "ar_stats": plain.stats, "identical": tokens == plain.tokens.tolist()}
+
+
+def default_prompt() -> str:
+    """A held-out code prompt of the CPU profile (``data/prompts.jsonl``): text the pair never trained on."""
+    from helpers.prompts import load_prompts
+    code = load_prompts("cpu", "code")
+    return max(code[:4], key=lambda row: len(row["prompt"]))["prompt"]
+
+
+def speculative_explorer(prompt: str | None = None, *, draft: str = "draft", gamma: int = 4, temperature: float = 0.0,
+                         max_new_tokens: int = 48, run: bool = True):
+    """Notebook 07's explorer: prompt, draft, γ, temperature and length → a live speculative generation on the CPU
+    pair, each token coloured (accepted draft / correction / bonus), per-round counts, and tokens/s beside plain
+    decoding of the same prompt. Press *Generate* after a change (a run takes about a second on a laptop CPU);
+    ``run`` generates once when the widget is built."""
+    import ipywidgets as widgets
+
+    style = {"description_width": "initial"}
+    prompt_box = widgets.Textarea(value=default_prompt() if prompt is None else prompt, description="prompt",
+                                  layout=widgets.Layout(width="98%", height="9em"), style=style)
+    draft_box = widgets.Dropdown(options=[(label, name) for name, label in DRAFTS.items()], value=draft,
+                                 description="draft", style=style)
+    gamma_box = widgets.IntSlider(value=gamma, min=1, max=12, description="γ (drafts per round)", style=style,
+                                  continuous_update=False)
+    temperature_box = widgets.FloatSlider(value=temperature, min=0.0, max=1.5, step=0.1, description="temperature",
+                                          style=style, continuous_update=False, readout_format=".1f")
+    length_box = widgets.IntSlider(value=max_new_tokens, min=8, max=160, step=8, description="new tokens",
+                                   style=style, continuous_update=False)
+    button = widgets.Button(description="Generate", button_style="primary", icon="play",
+                            tooltip="run speculative and plain decoding with these settings")
+    status = widgets.Label("")
+    output = widgets.HTML(f'<div class="wb-explorer explorer-07" data-run="0">{CSS}press Generate</div>')
+    state = {"runs": 0}
+
+    def generate(_=None):
+        button.disabled, status.value = True, "generating…"
+        start = time.perf_counter()
+        try:
+            result = run_speculative(prompt_box.value, draft_box.value, gamma_box.value, temperature_box.value,
+                                     length_box.value)
+            state["runs"] += 1
+            output.value = result_html(result, state["runs"])
+            status.value = f"done in {time.perf_counter() - start:.1f} s (both generations and the page)"
+        except Exception as error:  # shown in the widget: a callback's exception would vanish into the log
+            state["runs"] += 1
+            output.value = (f'<div class="wb-explorer explorer-07" data-run="{state["runs"]}">{CSS}'
+                            f'<span class="error">{html.escape(type(error).__name__)}: {html.escape(str(error))}'
+                            f'</span></div>')
+            status.value = "failed"
+        finally:
+            button.disabled = False
+
+    button.on_click(generate)
+    if run:
+        generate()
+    controls = widgets.HBox([draft_box, gamma_box, temperature_box, length_box],
+                            layout=widgets.Layout(flex_flow="row wrap"))
+    return widgets.VBox([prompt_box, controls, widgets.HBox([button, status]), output],
+                        layout=widgets.Layout(width="100%"))
+
+
+# ---------------------------------------------------------------------------------------------------- Eq. 4/5
+
+
+def verify_line(gammas: Iterable[int], ratios: Iterable[float]) -> tuple[float, float]:
+    """A least-squares line through measured T_V(γ)/T_T: ``(value at γ = 1, slope per extra draft)``; a single
+    point gives slope 0."""
+    gammas, ratios = np.asarray(list(gammas), dtype=float), np.asarray(list(ratios), dtype=float)
+    if len(gammas) == 0 or len(gammas) != len(ratios):
+        raise ValueError("need one T_V/T_T per gamma, at least one")
+    if len(np.unique(gammas)) < 2:
+        return float(ratios.mean()), 0.0
+    slope, intercept = np.polyfit(gammas, ratios, 1)
+    return float(intercept + slope), float(slope)
+
+
+def speedup_curve(alpha: float, c: float, verify_ratio: float, verify_slope: float = 0.0,
+                  gammas: Iterable[int] = range(1, 17)) -> pd.DataFrame:
+    """Eq. 4/5 over γ: columns ``gamma``, ``omega`` (expected tokens per round), ``verify_ratio`` (T_V(γ)/T_T =
+    ``verify_ratio + verify_slope * (γ - 1)``), ``round_cost`` (γ c + T_V/T_T, in target steps) and ``speedup``."""
+    gammas = np.asarray(list(gammas), dtype=int)
+    if gammas.size == 0 or np.any(gammas < 1):
+        raise ValueError("gammas must be lookaheads >= 1, at least one")
+    verify = verify_ratio + verify_slope * (gammas - 1)
+    if np.any(verify <= 0):
+        raise ValueError(f"T_V/T_T must stay positive over the gammas (got {verify.min():.3f})")
+    return pd.DataFrame({"gamma": gammas, "omega": expected_tokens_per_round(gammas, alpha), "verify_ratio": verify,
+                         "round_cost": gammas * c + verify,
+                         "speedup": predicted_speedup(gammas, alpha, c, verify)})
+
+
+def speedup_figure(alpha: float, c: float, verify_ratio: float, verify_slope: float, gamma: int,
+                   measured: Mapping[str, pd.DataFrame] | None = None, reference: Mapping | None = None,
+                   max_gamma: int = 16):
+    """The explorer's figure: Eq. 5 against γ, its optimum, the chosen γ, and measured speedups (each a frame with
+    columns ``gamma`` and ``speedup``); ``reference`` (alpha, c, verify_ratio, verify_slope) draws a second, grey
+    curve at the measured values."""
+    import matplotlib.pyplot as plt
+
+    curve = speedup_curve(alpha, c, verify_ratio, verify_slope, range(1, max_gamma + 1))
+    best = curve.loc[curve["speedup"].idxmax()]
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    if reference:
+        ref = speedup_curve(gammas=range(1, max_gamma + 1), **reference)
+        ax.plot(ref["gamma"], ref["speedup"], color="0.6", ls=":", lw=1.2,
+                label=f"Eq. 5 at the measured values (α={reference['alpha']:.2f}, c={reference['c']:.3f})")
+    ax.plot(curve["gamma"], curve["speedup"], "-", color="C0", lw=2, label="Eq. 5 with the sliders' values")
+    ax.plot(best["gamma"], best["speedup"], "*", color="C0", ms=15,
+            label=f"optimum γ* = {int(best['gamma'])}: {best['speedup']:.2f}x")
+    chosen = curve[curve["gamma"] == gamma].iloc[0]
+    ax.axvline(gamma, color="C3", lw=0.8, ls="--")
+    ax.annotate(f"γ={gamma}: Ω={chosen['omega']:.2f} tokens/round,\ncost {chosen['round_cost']:.2f} target steps "
+                f"→ {chosen['speedup']:.2f}x", (gamma, chosen["speedup"]), xytext=(8, -28), textcoords="offset points",
+                fontsize=8, color="C3")
+    markers = iter("osD^vP")
+    for index, (label, frame) in enumerate((measured or {}).items()):
+        ax.plot(frame["gamma"], frame["speedup"], next(markers, "o"), ls="none", ms=6, color=f"C{index + 1}",
+                label=f"measured: {label}")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set(xlabel="lookahead γ (draft tokens per round)", ylabel="speedup over plain decoding",
+           xlim=(0.5, max_gamma + 0.5), ylim=(0, max(2.0, float(curve["speedup"].max()) * 1.15,
+                                                  *[float(np.nanmax(f["speedup"])) * 1.15 for f in (measured or {}).values()])),
+           title=f"Eq. 5: α={alpha:.2f}, c={c:.3f}, T_V/T_T={verify_ratio:.2f}+{verify_slope:.3f}(γ−1)")
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    return fig
+
+
+def speedup_explorer(measured: Mapping[str, pd.DataFrame] | None = None, *, alpha: float = 0.7, c: float = 0.1,
+                     verify_ratio: float = 1.1, verify_slope: float = 0.02, gamma: int = 4, max_gamma: int = 16):
+    """Notebook 09's explorer: sliders for α, c = T_D/T_T, T_V/T_T (at γ = 1, and its slope per extra draft) and γ →
+    Eq. 5's speedup curve with its optimum marked, the chosen γ annotated and ``measured`` speedups overlaid. The
+    sliders start at the given (measured) values, which also draw a grey reference curve."""
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+
+    style = {"description_width": "initial"}
+    sliders = {
+        "alpha": widgets.FloatSlider(value=round(alpha, 2), min=0.0, max=0.99, step=0.01, description="α (acceptance)",
+                                     style=style, continuous_update=False),
+        "c": widgets.FloatSlider(value=round(c, 3), min=0.0, max=1.0, step=0.005, description="c = T_D/T_T",
+                                 style=style, continuous_update=False, readout_format=".3f"),
+        "verify_ratio": widgets.FloatSlider(value=round(verify_ratio, 2), min=0.5, max=4.0, step=0.01,
+                                            description="T_V/T_T at γ=1", style=style, continuous_update=False),
+        "verify_slope": widgets.FloatSlider(value=round(max(verify_slope, 0.0), 3), min=0.0, max=0.5, step=0.005,
+                                            description="T_V/T_T slope per draft", style=style,
+                                            continuous_update=False, readout_format=".3f"),
+        "gamma": widgets.IntSlider(value=gamma, min=1, max=max_gamma, description="γ", style=style,
+                                   continuous_update=False),
+    }
+    reference = {"alpha": alpha, "c": c, "verify_ratio": verify_ratio, "verify_slope": verify_slope}
+
+    def draw(alpha, c, verify_ratio, verify_slope, gamma):
+        speedup_figure(alpha, c, verify_ratio, verify_slope, gamma, measured, reference, max_gamma)
+        plt.show()
+
+    output = widgets.interactive_output(draw, sliders)
+    names = list(sliders)
+    return widgets.VBox([widgets.HBox([sliders[n] for n in names[:3]]), widgets.HBox([sliders[n] for n in names[3:]]),
+                         output])
