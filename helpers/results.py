@@ -11,6 +11,7 @@ import datetime as _dt
 import gc
 import json
 import math
+import os
 import platform
 from pathlib import Path
 from typing import Callable
@@ -24,6 +25,16 @@ from helpers.hardware import device_info
 
 STATUS_OK = "ok"
 STATUS_OOM = "oom"
+RESULTS_ONLY_ENV = "WORKBOOK_RESULTS_ONLY"  # set to 1: render committed rows, never measure (e.g. GPU rows on a CPU)
+
+
+def results_only() -> bool:
+    """True when ``WORKBOOK_RESULTS_ONLY`` is set (not empty, not 0): a missing row is an error, not a measurement."""
+    return os.environ.get(RESULTS_ONLY_ENV, "").strip() not in ("", "0")
+
+
+class MissingResultError(RuntimeError):
+    """A configuration is not in the results file and ``WORKBOOK_RESULTS_ONLY`` forbids measuring it."""
 
 
 def is_oom(error: BaseException) -> bool:
@@ -123,6 +134,7 @@ class ResultStore:
 
     def append(self, config: dict, metrics: dict, meta: dict, status: str = STATUS_OK) -> dict:
         """Write one finished row now (flushed), and return it."""
+        self._refuse_in_results_only(config)
         overlap = set(config) & set(metrics)
         if overlap:
             raise ValueError(f"metric names clash with config names: {sorted(overlap)}")
@@ -147,6 +159,7 @@ class ResultStore:
             previous = self.done().get(config_key(config))
             if previous is not None:
                 return previous
+        self._refuse_in_results_only(config)
         try:
             metrics = fn()
         except Exception as error:  # noqa: BLE001 - only OOM is swallowed, the rest re-raises
@@ -156,6 +169,13 @@ class ResultStore:
             free_memory()
             return self.append(config, {"error": "out of memory"}, meta, status=STATUS_OOM)
         return self.append(config, metrics, meta)
+
+    def _refuse_in_results_only(self, config: dict) -> None:
+        if results_only():
+            raise MissingResultError(
+                f"{self.path} has no row for {config_key(config)}, and {RESULTS_ONLY_ENV}=1 renders committed rows "
+                f"only. Measure it first (GPU profiles: python -m helpers.gpu_measure --profile {self.profile} "
+                f"--out DIR, then copy DIR/results/{self.profile}/ here), or unset {RESULTS_ONLY_ENV} to measure now.")
 
     def frame(self, latest_only: bool = True):
         """All rows as a pandas DataFrame (one per configuration unless ``latest_only=False``)."""
