@@ -1,0 +1,143 @@
+"""helpers.gpu_measure: the GPU measurement entry point, rehearsed on the CPU (--dry-run), and results-only rendering."""
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import yaml
+
+from helpers import gpu_measure, paths
+from helpers.results import MissingResultError, ResultStore
+
+PROFILE = "gpu-h100"
+DRY = f"{PROFILE}-dryrun"
+
+
+@pytest.fixture(scope="module")
+def dry(tmp_path_factory):
+    """One dry run of every part (the CPU profile's small models, a few tokens), timed."""
+    out = tmp_path_factory.mktemp("gpu_measure")
+    start = time.monotonic()
+    summary = gpu_measure.run(PROFILE, out, dry_run=True, budget_s=600)
+    return out, summary, time.monotonic() - start
+
+
+def rows(out, name):
+    path = out / "results" / DRY / f"{name}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_dry_run_measures_every_part_into_the_notebooks_files(dry):
+    out, summary, seconds = dry
+    assert summary["parts_done"] == list(gpu_measure.PARTS) and summary["stopped"] is None
+    assert seconds < 60, f"the dry run should take under a minute, took {seconds:.0f} s"
+    for part, names in gpu_measure.PART_FILES.items():
+        for name in names:
+            found = rows(out, name)
+            assert found, f"part {part} wrote no row to {name}.jsonl"
+            assert all(row["status"] == "ok" and row["device"] == "cpu" for row in found), name
+            assert all(row["weights"] in ("random", "cpu-pair") for row in found), name
+    eq5 = rows(out, "09_handout_costs")[0]
+    assert eq5["weights"] == "random" and set(eq5["T_V"]) == {"2", "3"}
+    assert "prediction" in eq5["eq5_note"] and set(eq5["eq5_prediction"]) == {"0.5", "0.6", "0.7", "0.8", "0.9"}
+
+
+def test_rerun_resumes_without_measuring(dry):
+    out, _, _ = dry
+    before = {f.name: f.read_bytes() for f in (out / "results" / DRY).glob("*.jsonl")}
+    summary = gpu_measure.run(PROFILE, out, dry_run=True, budget_s=600)
+    assert summary["measured"] == 0 and summary["stopped"] is None
+    assert {f.name: f.read_bytes() for f in (out / "results" / DRY).glob("*.jsonl")} == before
+
+
+def test_budget_stops_cleanly_before_measuring(tmp_path, capsys):
+    summary = gpu_measure.run(PROFILE, tmp_path, only=["06"], dry_run=True, budget_s=1)
+    assert summary["measured"] == 0 and summary["parts_done"] == []
+    assert "run the same command again" in summary["stopped"]
+    assert "INCOMPLETE" in capsys.readouterr().out
+
+
+def test_unknown_part_and_gpu_profile_without_cuda_are_clear_errors(tmp_path):
+    with pytest.raises(SystemExit, match="unknown part"):
+        gpu_measure.run(PROFILE, tmp_path, only=["99"], dry_run=True)
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    with pytest.raises(SystemExit, match="sees no CUDA device.*--dry-run"):
+        gpu_measure.run(PROFILE, tmp_path, only=["06"])
+
+
+def test_help_states_the_output_limits(capsys):
+    with pytest.raises(SystemExit):
+        gpu_measure.main(["--help"])
+    text = capsys.readouterr().out
+    assert "8 files" in text and "16 MiB" in text and "--dry-run" in text and "--budget-s" in text
+
+
+def test_too_many_files_is_a_warning(tmp_path):
+    folder = tmp_path / "results" / "p"
+    folder.mkdir(parents=True)
+    names = [f"f{i}" for i in range(9)]
+    for name in names:
+        (folder / f"{name}.jsonl").write_text("{}\n")
+    assert any("9 result files" in w for w in gpu_measure.check_outputs(tmp_path, "p", names))
+    assert gpu_measure.check_outputs(tmp_path, "p", names[:8]) == []
+
+
+def test_no_jupyter_import():
+    code = ("import sys, helpers.gpu_measure as g; g.profile_params('gpu-h100', True); "
+            "bad = [m for m in sys.modules if m.split('.')[0] in "
+            "{'papermill', 'nbval', 'nbformat', 'nbclient', 'jupyter_client', 'IPython', 'ipykernel'}]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=paths.REPO_ROOT)
+
+
+def test_chunks_resume_from_committed_rows(tmp_path):
+    source = paths.REPO_ROOT / "results" / "cpu" / "06_forward_pass_scaling.jsonl"
+    if not source.exists():
+        pytest.skip("no committed CPU rows of notebook 06")
+    gpu_measure.seed_outputs("cpu", tmp_path, ["06_forward_pass_scaling", "02_missing"])
+    assert (tmp_path / "results" / "cpu" / "06_forward_pass_scaling.jsonl").read_bytes() == source.read_bytes()
+    assert not (tmp_path / "results" / "cpu" / "02_missing.jsonl").exists()
+
+
+@pytest.mark.parametrize("profile", ["gpu-h100", "gpu-h200"])
+def test_gpu_profiles_are_the_gpu_profile_offline(profile):
+    gpu = yaml.safe_load((paths.PARAMS_DIR / "gpu.yaml").read_text())
+    params = yaml.safe_load((paths.PARAMS_DIR / f"{profile}.yaml").read_text())
+    assert params["profile"] == profile and params["device"] == "cuda"
+    assert set(params) == set(gpu), "same parameters as params/gpu.yaml (the notebooks declare them)"
+    assert all(v != "pretrained" for k, v in params.items() if k.endswith("_weights")), "no network: no Hub weights"
+    assert all(params[k] > 0 for k in ("gen_threads", "fp_threads")), "thread counts are part of 02's configurations"
+
+
+def test_results_only_never_measures(store, monkeypatch):
+    config = {"x": 1}
+    store.run(config, lambda: {"y": 2}, meta={})
+    monkeypatch.setenv("WORKBOOK_RESULTS_ONLY", "1")
+    assert store.run(config, lambda: pytest.fail("measured"), meta={})["y"] == 2
+    with pytest.raises(MissingResultError, match="gpu_measure"):
+        store.run({"x": 2}, lambda: pytest.fail("measured"), meta={})
+    with pytest.raises(MissingResultError):
+        store.append({"x": 3}, {"y": 1}, {})
+    monkeypatch.setenv("WORKBOOK_RESULTS_ONLY", "0")
+    assert store.run({"x": 2}, lambda: {"y": 5}, meta={})["y"] == 5
+
+
+@pytest.mark.notebooks
+def test_notebook_06_renders_the_dry_run_rows_without_measuring(dry, monkeypatch, tmp_path):
+    """The configurations gpu_measure writes are exactly the ones notebook 06 asks for: rendered with
+    WORKBOOK_RESULTS_ONLY=1, it finds every row (a missing one would fail the run) and measures nothing."""
+    pytest.importorskip("papermill")
+    from helpers import run_all
+
+    out, _, _ = dry
+    before = (out / "results" / DRY / "06_forward_pass_scaling.jsonl").read_bytes()
+    params, _ = gpu_measure.profile_params(PROFILE, dry_run=True)
+    monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(out))
+    monkeypatch.setenv("WORKBOOK_RESULTS_ONLY", "1")
+    notebook = paths.NOTEBOOKS_DIR / "06_forward_pass_scaling.ipynb"
+    run_all.execute(notebook, params, tmp_path / "build", progress=False)
+    assert (out / "results" / DRY / "06_forward_pass_scaling.jsonl").read_bytes() == before
+    assert (out / "report" / "generated" / DRY).is_dir()
