@@ -290,6 +290,7 @@ def speculative_generate(
     time_phases: bool = True,
     runtime: str = "auto",
     compile: bool = False,
+    stop_below: float | None = None,
 ) -> GenerationResult:
     """Speculative decoding with γ drafts per round; exact greedy output at temperature 0, target samples above.
 
@@ -297,9 +298,21 @@ def speculative_generate(
     phase boundary, so pass False for headline GPU throughput (on the CPU it costs nothing). ``runtime``:
     see :mod:`helpers.models.runtime` (both models use the same one). ``compile``: single-token forwards (the
     draft's decode steps) through ``torch.compile`` over static-shape caches (minimal runtime).
+
+    ``stop_below`` (adaptive lookahead, dynamic γ): a round stops drafting as soon as the draft's probability of
+    the token it has just drafted is below this threshold — greedy: its softmax maximum at temperature 1;
+    sampling: p(d) at the sampling temperature. That token is still proposed (its forward is already paid, and
+    it may be accepted); ``gamma`` stays the most drafts per round and ``stats.gamma_per_round`` records the
+    actual counts. The rule looks only at the draft's own values, so the output stays exact (greedy) and
+    distributed as the target's (sampling). It costs one host read per draft step; None (the default) keeps
+    the fixed-γ path, which has none.
     """
     _check_common(target, input_ids, max_new_tokens, temperature)
     _check_pair(target, draft, gamma)
+    if stop_below is not None and (isinstance(stop_below, bool) or not isinstance(stop_below, (int, float))
+                                   or not 0 <= stop_below <= 1):
+        raise ValueError(f"stop_below (the draft probability below which a round stops drafting) must be None or a "
+                         f"number in [0, 1], got {stop_below!r}")
     device = input_ids.device
     eos = _eos_ids(target, eos_token_id)
     generator = _generator(seed, device)
@@ -337,7 +350,7 @@ def speculative_generate(
         tick = clock()
         drafts, draft_probs = [], []
         draft_input = draft_pending
-        for _ in range(round_gamma):
+        for step in range(round_gamma):
             logits = draft_cache.extend(draft_input)[:, -1]
             if greedy:
                 draft_input = logits.argmax(dim=-1, keepdim=True)
@@ -346,6 +359,12 @@ def speculative_generate(
                 draft_probs.append(probs)
                 draft_input = torch.multinomial(probs, 1, generator=generator)
             drafts.append(draft_input)
+            if stop_below is not None and step + 1 < round_gamma:  # adaptive lookahead: a host read per step
+                confidence = (torch.softmax(logits.float(), dim=-1).amax() if greedy
+                              else probs[0, draft_input[0, 0]])
+                if confidence.item() < stop_below:
+                    round_gamma = step + 1
+                    break
         stats.draft_forwards += round_gamma
         draft_tokens = torch.cat(drafts, dim=1) if drafts else pending.new_empty(1, 0)  # (1, γ_r)
         tock = phase_mark()
