@@ -18,6 +18,12 @@ def resolve_device(name: str | torch.device | None = None) -> torch.device:
         device = torch.device(name)
     except RuntimeError:
         raise ValueError(f"device {str(name)!r} is not supported here: use 'cpu', 'cuda' or 'auto'") from None
+    if device.type == "cuda" and not torch.cuda.is_available() and _results_only():
+        # rendering committed GPU rows without the GPU: models are built on the meta device (no memory, no
+        # compute), the result store answers every measurement, and a missing row is an error (helpers.results)
+        return torch.device("meta")
+    if device.type == "meta" and _results_only():
+        return device
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(
             f"device {str(name)!r} was requested (a GPU profile such as params/gpu.yaml) but this machine has no "
@@ -27,6 +33,10 @@ def resolve_device(name: str | torch.device | None = None) -> torch.device:
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"device {str(name)!r} is not supported here: use 'cpu', 'cuda' or 'auto'")
     return device
+
+
+def _results_only() -> bool:
+    return os.environ.get("WORKBOOK_RESULTS_ONLY", "").strip() not in ("", "0")  # helpers.results.RESULTS_ONLY_ENV
 
 
 def cpu_name() -> str:
@@ -52,7 +62,9 @@ def device_info(device: str | torch.device | None = None) -> dict:
         "cpu_threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
     }
-    if dev.type == "cuda":
+    if dev.type == "meta":  # results-only rendering: the device of the rows is in the rows (device_name)
+        info.update(device_name="no device (results only)", total_memory_bytes=None, compute_capability=None)
+    elif dev.type == "cuda":
         index = dev.index if dev.index is not None else torch.cuda.current_device()
         props = torch.cuda.get_device_properties(index)
         info.update(

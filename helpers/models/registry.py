@@ -140,7 +140,8 @@ def random_model(config, *, device="cpu", dtype=torch.float32, seed: int = 0):
     _refresh_rotary_buffers(model, device)
     if getattr(model.config, "tie_word_embeddings", False):
         model.tie_weights()
-    init_random_weights_(model, seed)
+    if device.type != "meta":  # meta: results-only rendering (shapes only, see helpers.hardware.resolve_device)
+        init_random_weights_(model, seed)
     model.eval()
     model.weights_label = "random"
     return model
