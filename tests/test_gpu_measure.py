@@ -141,3 +141,55 @@ def test_notebook_06_renders_the_dry_run_rows_without_measuring(dry, monkeypatch
     run_all.execute(notebook, params, tmp_path / "build", progress=False)
     assert (out / "results" / DRY / "06_forward_pass_scaling.jsonl").read_bytes() == before
     assert (out / "report" / "generated" / DRY).is_dir()
+
+
+def as_gpu_rows(source, target):
+    """The dry run's rows of notebook 06 relabelled as if measured on 'cuda' (a test stand-in for committed GPU rows:
+    only the configuration's device changes, so the rendering must find them by key)."""
+    from helpers.results import config_key
+
+    lines = []
+    for line in source.read_text().splitlines():
+        row = json.loads(line)
+        config = json.loads(row["config_key"])
+        config["device"] = row["device"] = "cuda"
+        row["config_key"] = config_key(config)
+        lines.append(json.dumps(row, sort_keys=True))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("\n".join(lines) + "\n")
+
+
+def test_results_only_builds_models_on_meta_for_a_gpu_profile(monkeypatch):
+    from helpers.generation.loading import load_for_sweep
+    from helpers.hardware import device_info, resolve_device
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    with pytest.raises(RuntimeError, match="no CUDA GPU"):
+        resolve_device("cuda")
+    monkeypatch.setenv("WORKBOOK_RESULTS_ONLY", "1")
+    device = resolve_device("cuda")
+    assert device.type == "meta" and "results only" in device_info(device)["device_name"]
+    loaded = load_for_sweep("cpu/Qwen3-4B", "random", device, torch.float32)
+    assert next(loaded.model.parameters()).is_meta and loaded.label == "random"
+
+
+@pytest.mark.notebooks
+def test_notebook_06_renders_gpu_rows_on_a_machine_without_gpu(dry, monkeypatch, tmp_path):
+    """A GPU profile (device 'cuda') rendered here, with no GPU: models on meta, every number from the rows."""
+    pytest.importorskip("papermill")
+    from helpers import run_all
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    out, _, _ = dry
+    profile = "gpu-rendertest"
+    as_gpu_rows(out / "results" / DRY / "06_forward_pass_scaling.jsonl",
+                tmp_path / "results" / profile / "06_forward_pass_scaling.jsonl")
+    params, _ = gpu_measure.profile_params(PROFILE, dry_run=True)
+    params.update(profile=profile, device="cuda")
+    monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
+    monkeypatch.setenv("WORKBOOK_RESULTS_ONLY", "1")
+    run_all.execute(paths.NOTEBOOKS_DIR / "06_forward_pass_scaling.ipynb", params, tmp_path / "build", progress=False)
+    numbers = (tmp_path / "report" / "generated" / profile / "06_forward_pass_scaling.numbers.tex").read_text()
+    assert "results only" not in numbers and "fpDevice" in numbers
