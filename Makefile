@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PROFILE ?= cpu
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run report test lab clean-build
+.PHONY: setup run report test lab clean-build compat
 
 setup: $(STAMP)
 
@@ -27,6 +27,11 @@ report: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests notebooks --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
+
+# The GPU machine's Python 3.12 / torch 2.11 / transformers 5.17 on this CPU: a second venv (../compat-venv, made
+# once, a few GB) and the unit tests of what helpers.gpu_measure uses. Not part of `make test` or CI. See tools/compat.sh.
+compat:
+	bash tools/compat.sh
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/
