@@ -34,6 +34,7 @@ DESCRIPTIONS = {
     CORRECTED: "target's token after a rejected draft (correction)",
     BONUS: "target's bonus token (every draft of the round accepted)",
 }
+LEGEND = {ACCEPTED: "draft, accepted", CORRECTED: "target, after a rejection", BONUS: "target, all drafts accepted"}
 DRAFTS = {"draft": "cpu-pair/draft (1 layer)", "draft-2l": "cpu-pair/draft-2l (2 layers)"}
 
 
@@ -91,17 +92,20 @@ def _visible(text: str) -> str:
 
 
 def legend_html() -> str:
-    return " ".join(f'<span class="tok {kind}" title="{DESCRIPTIONS[kind]}">{kind}</span> {DESCRIPTIONS[kind]}'
-                    + ("&nbsp;&nbsp;" if kind != BONUS else "") for kind in (ACCEPTED, CORRECTED, BONUS))
+    return "&nbsp;&nbsp; ".join(f'<span class="tok {kind}" title="{DESCRIPTIONS[kind]}">&nbsp;{kind}&nbsp;</span> '
+                                f'{LEGEND[kind]}' for kind in (ACCEPTED, CORRECTED, BONUS))
 
 
 def tokens_html(pieces: Sequence[str], provenance: Sequence[tuple[int, str]], prompt: str = "",
-                prompt_chars: int = 400) -> str:
-    """The continuation as HTML: every token a coloured span (title: its round and kind) after the prompt's tail in
-    grey. Whitespace stays where it is (a monospaced, pre-wrapped block); newlines show as ↵, tabs as ⇥."""
+                prompt_lines: int = 3) -> str:
+    """The continuation as HTML: every token a coloured span (title: its round and kind) after the prompt's last
+    ``prompt_lines`` lines in grey. Whitespace stays where it is (a monospaced, pre-wrapped block); newlines show as
+    ↵, tabs as ⇥."""
     if len(pieces) != len(provenance):
         raise ValueError(f"{len(pieces)} token pieces but {len(provenance)} provenance entries")
-    tail = prompt[-prompt_chars:]
+    lines = prompt.split("\n")
+    tail = "\n".join(lines[-prompt_lines - 1:]) if prompt.endswith("\n") else "\n".join(lines[-prompt_lines:])
+    tail = tail.lstrip("\n")
     spans = [f'<span class="prompt" title="prompt">{"…" if len(prompt) > len(tail) else ""}{_visible(tail)}</span>']
     for piece, (number, kind) in zip(pieces, provenance):
         spans.append(f'<span class="tok {kind}" title="round {number}: {DESCRIPTIONS[kind]}">{_visible(piece)}</span>')
@@ -110,11 +114,13 @@ def tokens_html(pieces: Sequence[str], provenance: Sequence[tuple[int, str]], pr
 
 CSS = """<style>
 .wb-explorer .code {font-family: var(--jp-code-font-family, monospace); font-size: 13px; line-height: 1.55;
-  white-space: pre-wrap; background: #fafafa; border: 1px solid #ddd; padding: 8px 10px; max-height: 22em;
+  white-space: pre-wrap; background: #fafafa; border: 1px solid #ddd; padding: 8px 10px; max-height: 20em;
   overflow-y: auto; color: #222}
 .wb-explorer .prompt {color: #888}
 .wb-explorer .ws {color: #999; font-size: 11px}
-.wb-explorer .tok {border-radius: 3px; padding: 0 1px; margin: 0 1px 0 0}
+.wb-explorer .tok {box-shadow: inset -1px 0 0 #ffffff}  /* token boundaries, without moving the code */
+.wb-explorer .legend .tok {border-radius: 3px; box-shadow: none}
+.wb-explorer .summary {margin: 4px 0 6px 0; font-size: 13px}
 """ + "".join(f".wb-explorer .tok.{kind} {{background: {bg}; color: {fg}; border-bottom: {border}}}\n"
               for kind, (bg, fg, border) in STYLES.items()) + """
 .wb-explorer table {border-collapse: collapse; font-size: 12px; margin-top: 4px}
@@ -158,19 +164,25 @@ def result_html(run: Mapping, counter: int = 0) -> str:
         ("speculative", f"{stats.tokens_per_second:.0f} tok/s ({stats.time_total_s * 1e3:.0f} ms: "
                         f"draft {stats.time_draft_s * 1e3:.0f}, verify {stats.time_verify_s * 1e3:.0f})"),
         ("plain decoding", f"{ar.tokens_per_second:.0f} tok/s ({ar.time_total_s * 1e3:.0f} ms, {ar.new_tokens} tokens)"),
-        ("speedup", f"<b>{speedup:.2f}x</b> (one run each, on a shared CPU: expect noise)"),
+        ("speedup", f"<b>{speedup:.2f}x</b>"),
         ("output", same),
     ]
     table = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{v}</td></tr>"
                     for k, v in numbers)
+    summary = (f"<b>{speedup:.2f}x</b> over plain decoding: {stats.tokens_per_second:.0f} vs "
+               f"{ar.tokens_per_second:.0f} tok/s &nbsp;·&nbsp; {stats.new_tokens} tokens in {stats.rounds} rounds, "
+               f"{stats.tokens_per_round:.2f} per round &nbsp;·&nbsp; α̂ = {alpha:.3f} &nbsp;·&nbsp; {same}")
     return (f'<div class="wb-explorer explorer-07" data-run="{counter}">{CSS}'
-            f'<div style="margin: 2px 0 6px 0">{legend_html()}</div>'
+            f'<div class="summary">{summary}</div>'
+            f'<div class="legend" style="margin: 2px 0 4px 0">{legend_html()} &nbsp;&nbsp;<span style="color:#888">'
+            f'(grey: the prompt; hover a token for its round)</span></div>'
             f'{tokens_html(run["pieces"], provenance, run["prompt"])}'
             f'<div class="rounds"><table><tr><th>round</th><th>γ_r</th><th>accepted</th><th>target token</th>'
             f'<th>tokens</th></tr>{rows}</table></div>'
             f'<div class="numbers"><table>{table}</table>'
             f'<div style="font-size: 11px; color: #666">target cpu-pair/target (16 layers) with '
-            f'{DRAFTS.get(run["draft"], run["draft"])}, γ = {run["gamma"]}; hover a token for its round</div></div></div>')
+            f'{DRAFTS.get(run["draft"], run["draft"])}, γ = {run["gamma"]}; one run of each, on a shared CPU: expect '
+            f'noise in the times</div></div></div>')
 
 
 # ---------------------------------------------------------------------------------------------------- live runs
@@ -178,8 +190,17 @@ def result_html(run: Mapping, counter: int = 0) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _cpu_model(name: str):
+    """A CPU-pair model, loaded once, without transformers' loading progress bar in the widget's cell."""
+    from transformers.utils import logging as hf_logging
+
     from helpers.models import load_cpu_model
-    return load_cpu_model(name)
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        return load_cpu_model(name)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
 
 
 @functools.lru_cache(maxsize=1)
