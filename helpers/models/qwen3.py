@@ -308,8 +308,11 @@ class KVCache:
     def attention_mask(self, new: int, tree_mask: torch.Tensor | None) -> torch.Tensor | None:
         """Boolean mask (batch or 1, 1, new, width): what each new token may attend to (call before writing).
 
-        Stored slots are visible where valid; among the new tokens, ``tree_mask[i, j]`` (default: causal) says
-        whether token i sees token j. ``None`` where no mask is needed (one new token on the fast path).
+        Stored slots are visible where valid. ``tree_mask`` (default: causal over the new tokens) has shape
+        ``(new, block)`` or ``(batch, new, block)`` with ``block >= new``: it covers the last ``block - new``
+        stored slots and the new tokens, and ``tree_mask[i, j]`` says whether new token i sees slot j of that
+        block (a draft expanding a token tree one level per forward sees only its own ancestors among the nodes
+        it stored earlier in the round). ``None`` where no mask is needed (one new token on the fast path).
         """
         width = self.capacity if self.static_shapes else max(self.lengths) + new
         if self.uniform and tree_mask is None and not self.static_shapes:
@@ -321,15 +324,20 @@ class KVCache:
         if tree_mask is None:
             tree_mask = torch.ones(new, new, dtype=torch.bool, device=self.device).tril()
         tree_mask = tree_mask.to(device=self.device, dtype=torch.bool)
+        block = tree_mask.shape[-1]
+        if tree_mask.shape[-2] != new or block < new or block > min(self.lengths, default=0) + new:
+            raise ValueError(f"tree_mask must have shape (new={new}, block) with new <= block <= stored + new, "
+                             f"got {tuple(tree_mask.shape)}")
         if tree_mask.dim() == 2:
-            tree_mask = tree_mask.expand(self.batch_size, new, new)
-        relative = torch.arange(width, device=self.device)[None, :] - self.lengths_tensor()[:, None]  # (batch, width)
-        in_block = (relative >= 0) & (relative < new)
-        index = relative.clamp(0, new - 1)[:, None, :].expand(self.batch_size, new, width)
+            tree_mask = tree_mask.expand(self.batch_size, new, block)
+        # slot offset from the start of the block (the block ends with the new tokens)
+        relative = torch.arange(width, device=self.device)[None, :] - (self.lengths_tensor()[:, None] - (block - new))
+        in_block = (relative >= 0) & (relative < block)
+        index = relative.clamp(0, block - 1)[:, None, :].expand(self.batch_size, new, width)
         visible = (relative < 0)[:, None, :] | (tree_mask.gather(2, index) & in_block[:, None, :])
         if self.valid is not None:  # padding is invisible, except to itself (a query must see something)
-            itself = relative[:, None, :] == torch.arange(new, device=self.device)[None, :, None]
-            visible = visible & self.valid[:, None, :width] | itself
+            own = torch.arange(block - new, block, device=self.device)[None, :, None]
+            visible = visible & self.valid[:, None, :width] | (relative[:, None, :] == own)
         return visible[:, None]
 
 
@@ -481,7 +489,8 @@ class MiniQwen3(nn.Module):
         - ``attention_mask`` (batch, q): 0 marks left padding of ragged prompts (a cache's first chunk only);
         - ``position_ids`` (batch, q) or (q,): explicit positions (a tree's nodes sit at their depth), default
           each row's next positions;
-        - ``tree_mask`` (q, q) or (batch, q, q) bool: which new tokens each new token sees (default causal).
+        - ``tree_mask`` (q, q) or (batch, q, q) bool: which new tokens each new token sees (default causal);
+          (q, m) with m > q also covers the last m - q stored tokens (:meth:`KVCache.attention_mask`).
         """
         batch, seq = input_ids.shape
         device = input_ids.device

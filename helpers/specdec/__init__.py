@@ -2,6 +2,8 @@
 
 - ``linear``: :func:`speculative_generate` (Chen et al. 2023, Algorithm 2) and the autoregressive baseline
   :func:`autoregressive_generate`, one prompt at a time;
+- ``tree``: :func:`tree_generate`, static and dynamic draft trees verified in one target forward;
+- ``lookup``: :func:`prompt_lookup_generate`, model-free drafting from n-grams of the context;
 - ``batched``: greedy speculative decoding of a ragged batch with per-row acceptance, and its AR baseline;
 - ``analysis``: the Eq. 4/5 model (expected tokens per round, speedup, optimal gamma, alpha estimates,
   batch accounting, MagicDec roofline grid);
@@ -18,6 +20,7 @@ from helpers.specdec.linear import (
     autoregressive_generate,
     speculative_generate,
 )
+from helpers.specdec.tree import tree_generate
 
 __all__ = ["GenerationResult", "GenerationStats", "accept_greedy", "accept_sampling", "autoregressive_generate", "batched_autoregressive_generate",
-           "batched_speculative_generate", "speculative_generate"]
+           "batched_speculative_generate", "speculative_generate", "tree_generate"]

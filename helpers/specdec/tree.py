@@ -1,0 +1,477 @@
+"""Tree-based speculative decoding: the draft proposes a TREE of continuations, the target verifies every node
+in ONE forward, and the round keeps the longest path the target agrees with.
+
+A linear round (:func:`~helpers.specdec.linear.speculative_generate`) loses everything after the first wrong
+draft token. A tree hedges: where the draft is unsure, several siblings are verified at once (SpecInfer,
+Medusa, EAGLE). Two shapes:
+
+* **static** (``tree="static"``, ``topk=(4, 2, 2, 1)``): every node at depth d gets the draft's ``topk[d]``
+  best children — a fixed shape, independent of the draft's confidence;
+* **dynamic** (``tree="dynamic"``, EAGLE-2 style): each depth expands the ``topk`` nodes with the highest
+  cumulative draft log-probability (their ``topk`` best children each), and of everything drafted the ``budget``
+  highest-scoring nodes are verified. Confident branches grow deep, unsure ones wide.
+
+Both cost ``depth`` draft forwards per round, as a linear round of γ = depth does: the draft expands a whole
+level in one forward, attending to each node's own ancestors through a tree mask over the round's stored nodes
+(:meth:`helpers.models.qwen3.KVCache.attention_mask`). The target sees the pending token and all nodes with a tree
+mask and per-node positions (position = the pending token's + depth). Afterwards both caches keep the accepted
+path in place (:meth:`~helpers.models.qwen3.KVCache.compact`): nothing is recomputed.
+
+Losslessness:
+
+* greedy: walk from the root, follow the child equal to the target's argmax; the output equals plain greedy
+  decoding token for token;
+* sampling (temperature > 0): recursive rejection sampling without replacement. A node's children are drawn
+  from the draft distribution p WITHOUT replacement (Gumbel-top-k), and tried in that order: child c is accepted
+  with probability min(1, q(c)/p(c)); on rejection q <- norm(max(0, q - p)), c is removed from p and p is
+  renormalised (the next child is a draw from exactly that p), and when every child fails the token is drawn from
+  the final q. Each step is an exact rejection sampler for the current q, so the emitted token follows the
+  target's q. This needs the candidates to BE a sample from p: which of a node's candidates are verified must
+  not depend on the candidates themselves. Hence, when sampling, the dynamic tree still chooses which nodes to
+  expand by score (decided before their children are drawn) but keeps every drafted candidate — the final
+  ``budget`` rerank, which would prune candidates by their own probability, is greedy-only. Top-k candidates
+  with the acceptance rule above would NOT be lossless (the first child would be accepted with probability
+  min(1, q/p) instead of q).
+
+Trees need the minimal runtime (:mod:`helpers.models.runtime`): tree attention masks and in-place compaction
+exist only in the workbook's model file, i.e. for Qwen3 models.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from helpers.models.runtime import cached_decoder, resolve_runtime
+from helpers.specdec.linear import (
+    GenerationResult,
+    GenerationStats,
+    _check_common,
+    _eos_ids,
+    _generator,
+    _probs,
+    _truncate_at_eos,
+    _vocab_size,
+)
+from helpers.timing import sync
+
+__all__ = ["TreeRound", "TreeStats", "tree_generate", "tree_shape"]
+
+TREES = ("dynamic", "static")
+
+
+@dataclass
+class TreeRound:
+    """One verified tree (for drawing): node 0 is the pending token, nodes 1.. the drafts."""
+
+    tokens: list[int]  # token per node
+    parents: list[int]  # parent node per node (-1 for the root)
+    scores: list[float]  # cumulative draft log-probability (0 for the root)
+    path: list[int]  # accepted nodes, root first
+    next_token: int  # the target's token after the path: a correction, or a bonus when the path ends at a leaf
+
+    @property
+    def depths(self) -> list[int]:
+        depth = [0] * len(self.parents)
+        for node, parent in enumerate(self.parents):
+            if parent >= 0:
+                depth[node] = depth[parent] + 1
+        return depth
+
+    @property
+    def bonus(self) -> bool:
+        """Whether the path ended at a leaf (the next token is a bonus, not a correction)."""
+        return self.path[-1] not in self.parents
+
+
+@dataclass
+class TreeStats(GenerationStats):
+    """:class:`GenerationStats` plus the tree's size. ``tau`` = new tokens per target forward of the rounds
+    (= ``tokens_per_round``): the accepted drafts plus the target's own token, the quantity trees raise."""
+
+    tree: str = ""
+    nodes_per_round: list[int] = field(default_factory=list, repr=False)
+    mean_nodes: float = float("nan")
+    tau: float = float("nan")
+
+    def finish(self) -> "TreeStats":
+        super().finish()
+        if self.rounds:
+            self.mean_nodes = sum(self.nodes_per_round) / self.rounds
+            self.tau = self.tokens_per_round
+        return self
+
+    def as_dict(self) -> dict:
+        row = super().as_dict()
+        row.pop("nodes_per_round")
+        return row
+
+
+@dataclass
+class _Tree:
+    """The round's tree on the host: node 0 is the root (the pending token)."""
+
+    tokens: list[int] = field(default_factory=lambda: [0])
+    parents: list[int] = field(default_factory=lambda: [-1])
+    depths: list[int] = field(default_factory=lambda: [0])
+    scores: list[float] = field(default_factory=lambda: [0.0])
+    keys: list[int] = field(default_factory=lambda: [-1])  # acceptance-table cell per node (rank, confidence)
+    draft_slot: dict = field(default_factory=dict)  # node -> offset in the draft's round block (expanded nodes)
+    draft_probs: dict = field(default_factory=dict)  # node -> the draft's distribution over its children (sampling)
+
+    def add(self, token: int, parent: int, score: float, key: int) -> int:
+        self.tokens.append(token)
+        self.parents.append(parent)
+        self.depths.append(self.depths[parent] + 1)
+        self.scores.append(score)
+        self.keys.append(key)
+        return len(self.tokens) - 1
+
+
+    def ancestors(self, node: int) -> list[int]:
+        """node, its parent, ..., the root."""
+        chain = [node]
+        while self.parents[chain[-1]] >= 0:
+            chain.append(self.parents[chain[-1]])
+        return chain
+
+
+class AcceptanceTable:
+    """How often the target accepts a draft candidate, by its rank among its siblings and the draft's probability
+    for it, counted over this generation's verified trees.
+
+    A dynamic tree ranks nodes by their chance of being accepted. EAGLE-2 takes the draft's own cumulative
+    probability for that chance; a distilled draft's probabilities are not calibrated (its argmax matches the
+    target far more often than its probability says), so here each node's chance is the estimated acceptance
+    rate of its cell, ``(accepted + m * p) / (tried + m)``: the draft's probability p as a prior worth m
+    observations, replaced by the measured rate as rounds accumulate.
+    """
+
+    EDGES = (0.1, 0.3, 0.6, 0.9)  # draft-probability buckets
+    PRIOR = 4.0
+
+    def __init__(self, ranks: int):
+        self.ranks = ranks
+        cells = ranks * (len(self.EDGES) + 1)
+        self.tried, self.accepted = [0] * cells, [0] * cells
+
+    def key(self, rank: int, prob: float) -> int:
+        return min(rank, self.ranks - 1) * (len(self.EDGES) + 1) + sum(prob >= e for e in self.EDGES)
+
+    def chance(self, key: int, prob: float) -> float:
+        return (self.accepted[key] + self.PRIOR * prob) / (self.tried[key] + self.PRIOR)
+
+    def record(self, nodes: "_Tree", children: list[list[int]], path: list[int], greedy: bool) -> None:
+        """Count the candidates tested at every reached node: greedy verification tests all of a node's
+        children at once; sampling tries them in order and stops at the accepted one."""
+        for depth, node in enumerate(path):
+            chosen = path[depth + 1] if depth + 1 < len(path) else None
+            for child in children[node]:
+                self.tried[nodes.keys[child]] += 1
+                if child == chosen:
+                    self.accepted[nodes.keys[child]] += 1
+                    if not greedy:
+                        break
+
+
+def tree_shape(tree: str, depth: int | None, topk, budget: int | None) -> tuple[int, tuple[int, ...], int | None]:
+    """Validated ``(depth, widths, budget)``; static widths come from ``topk`` (a tuple, one width per depth)."""
+    if tree not in TREES:
+        raise ValueError(f"tree must be one of {TREES}, got {tree!r}")
+    if tree == "static":
+        widths = (topk,) * (depth or 1) if isinstance(topk, int) else tuple(topk)
+        if depth is not None and depth != len(widths):
+            raise ValueError(f"a static tree's depth is len(topk) = {len(widths)}; got depth={depth}")
+        if not widths or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in widths):
+            raise ValueError(f"a static tree needs topk = one int >= 1 per depth, e.g. (4, 2, 2, 1); got {topk!r}")
+        return len(widths), widths, None
+    for name, value in (("depth", depth), ("topk", topk), ("budget", budget)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"a dynamic tree needs {name} as an int >= 1, got {value!r} "
+                             "(e.g. depth=5, topk=4, budget=16)")
+    return depth, (topk,) * depth, budget
+
+
+def max_nodes(depth: int, widths: tuple[int, ...], budget: int | None, tree: str) -> int:
+    """The most draft nodes one round can verify (cache room to reserve)."""
+    if tree == "static":
+        total, level = 0, 1
+        for width in widths:
+            level *= width
+            total += level
+        return total
+    drafted = widths[0] + (depth - 1) * widths[0] * widths[0]
+    return drafted if budget is None else min(budget, drafted)
+
+
+def _check_tree_pair(target, draft) -> str:
+    if _vocab_size(target) != _vocab_size(draft):
+        raise ValueError(f"draft and target vocabularies differ ({_vocab_size(draft)} vs {_vocab_size(target)}): "
+                         "the draft must share the target's tokenizer")
+    if next(target.parameters()).device != next(draft.parameters()).device:
+        raise ValueError("target and draft are on different devices; put both on one device")
+    try:
+        return resolve_runtime("minimal", target, draft)
+    except ValueError as err:
+        raise ValueError(f"tree_generate needs tree attention masks and in-place cache compaction, which only the "
+                         f"workbook's model file implements (Qwen3 models): {err}") from None
+
+
+def _gumbel_topk(log_probs: torch.Tensor, k: int, generator) -> torch.Tensor:
+    """Indices of k draws WITHOUT replacement from softmax(log_probs), in draw order (the Gumbel-top-k trick)."""
+    uniform = torch.rand(log_probs.shape, device=log_probs.device, generator=generator).clamp_min(1e-20)
+    return (log_probs - torch.log(-torch.log(uniform))).topk(k, dim=-1).indices
+
+
+@torch.inference_mode()
+def tree_generate(
+    target,
+    draft,
+    input_ids: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    *,
+    tree: str = "dynamic",
+    depth: int | None = 5,
+    topk=4,
+    budget: int | None = 16,
+    eos_token_id: int | list[int] | None = None,
+    time_phases: bool = True,
+    record_rounds: bool = False,
+) -> GenerationResult:
+    """Speculative decoding with a draft tree per round (see the module docstring); same result type as
+    :func:`~helpers.specdec.linear.speculative_generate`, with :class:`TreeStats`.
+
+    ``tree="dynamic"``: ``depth`` levels, ``topk`` children per expanded node and ``topk`` expanded nodes per
+    level, the best ``budget`` nodes verified (greedy). ``tree="static"``: ``topk`` is the width per depth, e.g.
+    ``(4, 2, 2, 1)``; ``depth`` and ``budget`` are ignored (pass None). ``record_rounds`` keeps every verified tree
+    in ``result.rounds`` (a list of :class:`TreeRound`) for drawing.
+    """
+    _check_common(target, input_ids, max_new_tokens, temperature)
+    if tree == "static" and isinstance(topk, (tuple, list)) and depth == 5:
+        depth = None  # the default depth belongs to dynamic trees
+    depth, widths, budget = tree_shape(tree, depth, topk, budget)
+    runtime = _check_tree_pair(target, draft)
+    device = input_ids.device
+    eos = _eos_ids(target, eos_token_id)
+    generator = _generator(seed, device)
+    greedy = temperature == 0
+    stats = TreeStats(runtime=runtime, tree=tree)
+    rounds: list[TreeRound] = []
+    clock = time.perf_counter
+
+    def phase_mark() -> float:
+        if time_phases:
+            sync(device)
+        return clock()
+
+    start = clock()
+    nodes_room = max_nodes(depth, widths, None if not greedy else budget, tree)
+    # a round's nodes occupy cache slots until compaction: room for them on top of the sequence
+    capacity = input_ids.shape[1] + max_new_tokens + nodes_room + 1
+    limit = target.config.max_position_embeddings
+    if capacity > limit:
+        raise ValueError(f"the prompt ({input_ids.shape[1]}) + max_new_tokens ({max_new_tokens}) + one round's "
+                         f"{nodes_room} tree nodes need {capacity} cache slots, past the model's context of {limit}; "
+                         "lower max_new_tokens or the tree's size")
+    target_cache = cached_decoder(target, runtime, capacity)
+    draft_cache = cached_decoder(draft, runtime, capacity)
+    if input_ids.shape[1] > 1:
+        context = input_ids[:, :-1]
+        target_cache.extend(context)
+        draft_cache.extend(context)
+        stats.target_forwards += 1
+        stats.draft_forwards += 1
+    pending = int(input_ids[0, -1])
+    draft_pending = [pending]  # committed tokens not yet in the draft cache (the last one is `pending`)
+    stats.time_prefill_s = phase_mark() - start
+
+    table = AcceptanceTable(max(widths))
+    tokens: list[int] = []
+    while len(tokens) < max_new_tokens:
+        round_depth = min(depth, max_new_tokens - len(tokens) - 1)
+        root_position = target_cache.length  # the pending token's position (no padding in these caches)
+
+        tick = clock()
+        draft_start = draft_cache.length
+        nodes = _Tree(tokens=[pending])
+        if round_depth:
+            _draft_tree(nodes, draft_cache, draft_pending, root_position, round_depth, widths, tree,
+                        budget if greedy else None, temperature, generator, table)
+            stats.draft_forwards += round_depth
+        tock = phase_mark()
+        stats.time_draft_s += tock - tick
+
+        # one target forward over the root and every node: each sees the context and its own ancestors
+        count = len(nodes.tokens)
+        mask = torch.zeros(count, count, dtype=torch.bool)
+        for node in range(count):
+            mask[node, nodes.ancestors(node)] = True
+        positions = root_position + torch.tensor(nodes.depths, device=device)
+        logits = target_cache.extend(torch.tensor([nodes.tokens], device=device), last_only=False,
+                                     position_ids=positions[None], tree_mask=mask.to(device))[0]
+        stats.target_forwards += 1
+        tick = phase_mark()
+        stats.time_verify_s += tick - tock
+
+        children = _children(nodes)
+        path, next_token = (_walk_greedy(nodes, children, logits) if greedy
+                            else _walk_sampling(nodes, children, logits, temperature, generator))
+        table.record(nodes, children, path, greedy)
+        accepted = len(path) - 1
+        target_cache.cache.compact([root_position], [path])
+        # the draft stored draft_pending, then the expanded nodes; it keeps the path's expanded nodes
+        written = [node for node in path[1:] if node in nodes.draft_slot]
+        keep = list(range(len(draft_pending))) + [len(draft_pending) + nodes.draft_slot[n] for n in written]
+        if round_depth:
+            draft_cache.cache.compact([draft_start], [keep])
+            draft_pending = [nodes.tokens[n] for n in path[1 + len(written):]] + [next_token]
+        else:
+            draft_pending = draft_pending + [next_token]
+
+        if record_rounds:
+            rounds.append(TreeRound(list(nodes.tokens), list(nodes.parents), list(nodes.scores), path, next_token))
+        stats.rounds += 1
+        stats.proposed += count - 1
+        stats.accepted += accepted
+        stats.rejections += accepted < round_depth
+        stats.accepted_per_round.append(accepted)
+        stats.gamma_per_round.append(round_depth)
+        stats.nodes_per_round.append(count - 1)
+        emitted, hit_eos = _truncate_at_eos([nodes.tokens[n] for n in path[1:]] + [next_token], eos)
+        tokens.extend(emitted)
+        pending = next_token
+        if hit_eos:
+            break
+
+    stats.time_total_s = phase_mark() - start
+    stats.new_tokens = len(tokens)
+    result = GenerationResult(torch.tensor(tokens, dtype=torch.long), stats.finish())
+    if record_rounds:
+        result.rounds = rounds
+    return result
+
+
+def _draft_tree(nodes: _Tree, draft_cache, draft_pending: list[int], root_position: int, depth: int,
+                widths: tuple[int, ...], tree: str, budget: int | None, temperature: float, generator,
+                table: AcceptanceTable) -> None:
+    """Fill ``nodes`` with the round's draft tree: ``depth`` draft forwards, one per level."""
+    device = draft_cache.cache.device
+    logits = draft_cache.extend(torch.tensor([draft_pending], device=device))[0, -1:]  # the root's children
+    frontier = [0]  # the nodes whose children `logits` holds, in row order
+    written: list[int] = []  # expanded nodes in the order the draft stored them (its round block)
+    candidates: list[int] = []
+    for level in range(depth):
+        width = widths[level]
+        if temperature == 0:
+            log_probs = torch.log_softmax(logits.float(), dim=-1)
+            top = log_probs.topk(width, dim=-1)
+            children, child_logp = top.indices, top.values
+        else:
+            probs = _probs(logits, temperature)
+            log_probs = probs.log()
+            children = _gumbel_topk(log_probs, width, generator)
+            child_logp = log_probs.gather(1, children)
+            for row, node in enumerate(frontier):
+                nodes.draft_probs[node] = probs[row]
+        host_children, host_logp = children.tolist(), child_logp.tolist()
+        level_nodes = []
+        for row, parent in enumerate(frontier):
+            for rank, (token, logp) in enumerate(zip(host_children[row], host_logp[row])):
+                if logp == float("-inf"):  # the draft's support is exhausted: no more candidates here
+                    continue
+                prob = math.exp(logp)
+                key = table.key(rank, prob)
+                score = nodes.scores[parent] + math.log(max(table.chance(key, prob), 1e-9))
+                level_nodes.append(nodes.add(token, parent, score, key))
+        candidates.extend(level_nodes)
+        if level == depth - 1 or not level_nodes:
+            break
+        # the next frontier: static trees expand every node; dynamic ones the `width` best by cumulative score
+        if tree == "static":
+            frontier = level_nodes
+        else:
+            frontier = sorted(level_nodes, key=lambda n: -nodes.scores[n])[: widths[level + 1]]
+        for node in frontier:
+            nodes.draft_slot[node] = len(written)
+            written.append(node)
+        # the frontier attends to the context, draft_pending (stored) and its own ancestors among `written`
+        mask = torch.zeros(len(frontier), len(written), dtype=torch.bool)
+        slot = nodes.draft_slot
+        for row, node in enumerate(frontier):
+            mask[row, [slot[n] for n in nodes.ancestors(node)[:-1]]] = True
+        positions = root_position + torch.tensor([nodes.depths[n] for n in frontier], device=device)
+        logits = draft_cache.extend(torch.tensor([[nodes.tokens[n] for n in frontier]], device=device),
+                                    last_only=False, position_ids=positions[None], tree_mask=mask.to(device))[0]
+    if budget is not None and len(candidates) > budget:
+        _prune(nodes, candidates, budget)
+
+
+def _prune(nodes: _Tree, candidates: list[int], budget: int) -> None:
+    """Keep the ``budget`` highest-scoring drafted nodes (a node's score never exceeds its parent's, and ties go
+    to the shallower node, so the kept nodes form a tree), renumbered in their original order."""
+    ranked = sorted(candidates, key=lambda n: (-nodes.scores[n], nodes.depths[n], n))
+    kept = {0}
+    for node in ranked:
+        if len(kept) == budget + 1:
+            break
+        if nodes.parents[node] in kept:
+            kept.add(node)
+    order = sorted(kept)
+    new_id = {old: new for new, old in enumerate(order)}
+    nodes.tokens = [nodes.tokens[n] for n in order]
+    nodes.parents = [new_id[nodes.parents[n]] if nodes.parents[n] >= 0 else -1 for n in order]
+    nodes.depths = [nodes.depths[n] for n in order]
+    nodes.scores = [nodes.scores[n] for n in order]
+    nodes.keys = [nodes.keys[n] for n in order]
+    nodes.draft_slot = {new_id[n]: s for n, s in nodes.draft_slot.items() if n in new_id}
+    nodes.draft_probs = {new_id[n]: p for n, p in nodes.draft_probs.items() if n in new_id}
+
+
+def _children(nodes: _Tree) -> list[list[int]]:
+    children: list[list[int]] = [[] for _ in nodes.tokens]
+    for node, parent in enumerate(nodes.parents):
+        if parent >= 0:
+            children[parent].append(node)
+    return children
+
+
+def _walk_greedy(nodes: _Tree, children: list[list[int]], logits: torch.Tensor) -> tuple[list[int], int]:
+    """Follow the target's argmax down the tree: (accepted path from the root, the token after it)."""
+    choice = logits.argmax(dim=-1).tolist()  # the round's one host sync
+    path = [0]
+    while True:
+        want = choice[path[-1]]
+        match = next((c for c in children[path[-1]] if nodes.tokens[c] == want), None)
+        if match is None:
+            return path, want
+        path.append(match)
+
+
+def _walk_sampling(nodes: _Tree, children: list[list[int]], logits: torch.Tensor, temperature: float,
+                   generator) -> tuple[list[int], int]:
+    """Recursive rejection sampling without replacement down the tree (module docstring)."""
+    path = [0]
+    while True:
+        node = path[-1]
+        q = _probs(logits[node], temperature)
+        accepted = None
+        if children[node]:
+            p = nodes.draft_probs[node].clone()
+            for child in children[node]:  # in draw order
+                token = nodes.tokens[child]
+                r = torch.rand((), device=q.device, generator=generator)
+                if bool(r * p[token] < q[token]):
+                    accepted = child
+                    break
+                residual = (q - p).clamp_min(0)
+                mass = residual.sum()
+                q = residual / mass if bool(mass > 0) else q  # q == p to rounding: rejection was impossible
+                p[token] = 0
+                p = p / p.sum() if bool(p.sum() > 0) else p
+        if accepted is None:
+            return path, int(torch.multinomial(q, 1, generator=generator))
+        path.append(accepted)

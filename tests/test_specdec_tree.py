@@ -1,0 +1,200 @@
+"""helpers.specdec.tree: tree speculative decoding is exact (greedy) and distribution-preserving (sampling).
+
+Tiny random Qwen3 pairs (tests/tiny_models.py) with peaked output layers; one check on the CPU pair.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats as scipy_stats
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from helpers.models.runtime import minimal_view
+from helpers.specdec import autoregressive_generate, speculative_generate
+from helpers.specdec.tree import AcceptanceTable, tree_generate, tree_shape
+from tiny_models import PEAK, perturbed_copy, tiny_qwen3
+
+TREES = {
+    "dynamic": dict(tree="dynamic", depth=4, topk=3, budget=10),
+    "dynamic-wide": dict(tree="dynamic", depth=3, topk=4, budget=40),
+    "static": dict(tree="static", topk=(3, 2, 1), depth=None, budget=None),
+    "chain": dict(tree="static", topk=(1, 1, 1, 1), depth=None, budget=None),
+}
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny_qwen3(0, head_scale=PEAK)
+    return target, perturbed_copy(target, 0.3, relative=True)
+
+
+def prompts(count: int, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 64, (1, n), generator=generator) for n in (1, 2, 5, 9, 16)[:count]]
+
+
+@pytest.mark.parametrize("name", sorted(TREES))
+def test_greedy_equals_autoregressive(pair, name):
+    target, draft = pair
+    for ids in prompts(5):
+        expected = autoregressive_generate(target, ids, 24, eos_token_id=-1).tokens
+        result = tree_generate(target, draft, ids, 24, eos_token_id=-1, **TREES[name])
+        assert torch.equal(result.tokens, expected), name
+        stats = result.stats
+        assert stats.new_tokens == 24 and stats.rounds == stats.target_forwards - (ids.shape[1] > 1)
+        assert stats.tau == pytest.approx(24 / stats.rounds)
+        assert sum(stats.accepted_per_round) == stats.accepted == 24 - stats.rounds
+    assert stats.accepted > 0  # the draft agrees sometimes: paths are followed, not only corrections
+
+
+def test_a_chain_tree_is_linear_speculation(pair):
+    """A tree of width 1 drafts and accepts exactly what linear speculation with gamma = depth does."""
+    target, draft = pair
+    for ids in prompts(3):
+        linear = speculative_generate(target, draft, ids, 20, 4, eos_token_id=-1).stats
+        chain = tree_generate(target, draft, ids, 20, eos_token_id=-1, **TREES["chain"]).stats
+        assert chain.accepted_per_round == linear.accepted_per_round
+        assert chain.draft_forwards == linear.draft_forwards
+
+
+def test_budget_caps_the_nodes_verified(pair):
+    target, draft = pair
+    result = tree_generate(target, draft, prompts(1)[0], 16, tree="dynamic", depth=4, topk=3, budget=5,
+                           eos_token_id=-1, record_rounds=True)
+    assert max(result.stats.nodes_per_round) <= 5
+    for tree in result.rounds:  # every kept node's parent is kept; the path follows parent links
+        assert all(0 <= p < n for n, p in enumerate(tree.parents) if n)
+        assert all(tree.parents[b] == a for a, b in zip(tree.path, tree.path[1:]))
+
+
+def test_draft_sees_only_its_ancestors(pair):
+    """Expanding a tree level: a node stored after its siblings attends to its ancestors only, so its logits equal
+    a plain causal run over context + its own path (KVCache.attention_mask with a block wider than the new tokens)."""
+    model = minimal_view(pair[0])
+    context = torch.tensor([[5, 9, 2, 7]])
+    cache = model.new_cache(1, 16)
+    model(context, cache)
+    siblings = torch.tensor([[11, 12]])
+    model(siblings, cache, position_ids=torch.tensor([[4, 4]]), tree_mask=torch.eye(2, dtype=torch.bool))
+    # a child of the second sibling: block = [sibling 1, sibling 2, child]
+    child = model(torch.tensor([[13]]), cache, position_ids=torch.tensor([[5]]),
+                  tree_mask=torch.tensor([[False, True, True]]))[0, -1]
+    plain = model(torch.tensor([[5, 9, 2, 7, 12, 13]]))[0, -1]
+    torch.testing.assert_close(child, plain, rtol=1e-4, atol=1e-4)
+
+
+def test_eos_inside_a_tree(pair):
+    """EOS drafted and accepted in the middle of a path ends the output there, as autoregressive decoding does."""
+    target, draft = pair
+    ids = prompts(3)[2]
+    free = autoregressive_generate(target, ids, 24, eos_token_id=-1).tokens.tolist()
+    eos = free[9]
+    expected = free[: free.index(eos) + 1]
+    for name in ("dynamic", "static"):
+        result = tree_generate(target, draft, ids, 24, eos_token_id=eos, **TREES[name])
+        assert result.tokens.tolist() == expected
+    assert result.stats.accepted > 0
+
+
+def test_cpu_pair_greedy_is_lossless():
+    from helpers.models import load_cpu_pair
+    from helpers.prompts import encode_prompts, load_prompts, select_prompts
+
+    target, draft, tokenizer = load_cpu_pair("draft-2l")
+    case = encode_prompts(tokenizer, select_prompts(load_prompts("cpu"), 1), "cpu")[0]
+    expected = autoregressive_generate(target, case["input_ids"], 40, eos_token_id=-1).tokens
+    for name in ("dynamic", "static"):
+        result = tree_generate(target, draft, case["input_ids"], 40, eos_token_id=-1, **TREES[name])
+        assert torch.equal(result.tokens, expected)
+        assert result.stats.tau > 2  # a trained pair: several tokens per target forward
+
+
+def exact_joint(model, prompt: torch.Tensor, temperature: float) -> np.ndarray:
+    vocab = model.config.vocab_size
+    with torch.inference_mode():
+        first = torch.softmax(model(input_ids=prompt).logits[0, -1].double() / temperature, -1)
+        pairs = torch.cat([prompt.expand(vocab, -1), torch.arange(vocab)[:, None]], dim=1)
+        second = torch.softmax(model(input_ids=pairs).logits[:, -1].double() / temperature, -1)
+    return (first[:, None] * second).numpy()
+
+
+@pytest.mark.parametrize("name", ["static", "dynamic"])
+def test_sampling_preserves_target_distribution(name):
+    """The first two tokens follow the target's joint law (multi-candidate rejection sampling): 2500 seeds,
+    16-token vocabulary, an independent random draft (siblings are rejected often, so the residual and the
+    next-sibling paths both run); total variation within the 99.9th percentile of exact sampling's, chi-square
+    p > 1e-3, and the test has power (the draft's own joint is far off)."""
+    vocab, temperature, samples = 16, 1.0, 2500
+    target = tiny_qwen3(10, vocab_size=vocab, num_hidden_layers=1, head_scale=PEAK)
+    draft = tiny_qwen3(11, vocab_size=vocab, num_hidden_layers=1, head_scale=PEAK)
+    prompt = torch.tensor([[3, 1, 4]])
+    expected = exact_joint(target, prompt, temperature).ravel()
+    expected /= expected.sum()
+    shape = dict(tree="static", topk=(3, 2), depth=None, budget=None) if name == "static" else \
+        dict(tree="dynamic", depth=2, topk=3, budget=4)
+    counts = np.zeros(vocab * vocab)
+    accepted = 0
+    for seed in range(samples):
+        result = tree_generate(target, draft, prompt, 3, temperature=temperature, seed=seed, **shape)
+        x1, x2 = result.tokens[:2].tolist()
+        counts[x1 * vocab + x2] += 1
+        accepted += result.stats.accepted
+    assert 0.2 * samples < accepted < 1.5 * samples  # candidates are accepted, and rejected too
+
+    total_variation = 0.5 * np.abs(counts / samples - expected).sum()
+    null = np.random.default_rng(0).multinomial(samples, expected, size=4000) / samples
+    tolerance = np.quantile(0.5 * np.abs(null - expected).sum(axis=1), 0.999)
+    assert total_variation <= tolerance, (total_variation, tolerance)
+    assert 0.5 * np.abs(exact_joint(draft, prompt, temperature).ravel() - expected).sum() > 5 * tolerance
+    expected_counts = expected * samples
+    small = expected_counts < 5
+    f_exp = np.append(expected_counts[~small], expected_counts[small].sum())
+    f_obs = np.append(counts[~small], counts[small].sum())
+    assert scipy_stats.chisquare(f_obs, f_exp).pvalue > 1e-3
+
+
+def test_sampling_is_reproducible(pair):
+    target, draft = pair
+    ids = prompts(2)[1]
+    runs = [tree_generate(target, draft, ids, 12, temperature=0.8, seed=7).tokens for _ in range(2)]
+    assert torch.equal(*runs)
+
+
+def test_acceptance_table_learns_from_rounds():
+    table = AcceptanceTable(ranks=2)
+    key = table.key(0, 0.35)
+    assert table.chance(key, 0.35) == pytest.approx(0.35)  # no data: the draft's own probability
+    table.tried[key], table.accepted[key] = 100, 90
+    assert table.chance(key, 0.35) > 0.85  # measured: the target accepts this cell 90 % of the time
+    assert table.key(5, 0.95) == table.key(1, 0.95)  # ranks past the table share its last row
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(tree="bushy"), "tree must be one of"),
+    (dict(tree="dynamic", depth=0), "depth as an int >= 1"),
+    (dict(tree="dynamic", topk=2.5), "topk as an int >= 1"),
+    (dict(tree="static", topk=(2, 0), depth=None), "one int >= 1 per depth"),
+    (dict(tree="static", topk=(2, 2), depth=3), "depth is len"),
+])
+def test_bad_tree_arguments_are_clear_errors(pair, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        tree_generate(*pair, prompts(1)[0], 4, **kwargs)
+
+
+def test_non_qwen3_models_are_refused_with_the_reason(pair):
+    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    llama = LlamaForCausalLM(config).eval()
+    with pytest.raises(ValueError, match="tree attention masks.*Qwen3"):
+        tree_generate(pair[0], llama, prompts(1)[0], 4)
+
+
+def test_tree_past_the_context_is_refused(pair):
+    with pytest.raises(ValueError, match="cache slots, past the model's context"):
+        tree_generate(*pair, torch.zeros(1, 200, dtype=torch.long), 40, tree="dynamic", depth=4, topk=4, budget=30)
+
+
+def test_tree_shape_defaults():
+    assert tree_shape("static", None, (4, 2, 2, 1), None) == (4, (4, 2, 2, 1), None)
+    assert tree_shape("dynamic", 5, 4, 16) == (5, (4, 4, 4, 4, 4), 16)
