@@ -10,9 +10,12 @@ render those rows on any machine (``WORKBOOK_RESULTS_ONLY=1``: nothing is measur
 GPU run plan (one command per chunk; each stops cleanly before ``--budget-s`` and the next resumes, because each
 chunk's ``--out`` starts from the rows already committed under ``results/<profile>/`` of the checkout)::
 
-    # 0. check the machine (seconds): versions, device, and the dry run of every part on the CPU
+    # before: on this side, `bash tools/gpu_wheels.sh` (pandas, scipy, pyyaml wheels for cp312, 47 MB, into the
+    # ignored build/gpu-wheels) and `make compat` (helpers under Python 3.12 / torch 2.11 / transformers 5.17)
+    # 0. check the machine (about a minute; carry=["build/gpu-wheels"]): imports, versions, device, the CPU rehearsal
+    python -c "import pandas, scipy, yaml" || pip install --no-index --find-links build/gpu-wheels pandas scipy pyyaml
     nvidia-smi; python -c "import torch, transformers; print(torch.__version__, transformers.__version__)"
-    python -m helpers.gpu_measure --profile gpu-h100 --out $OUT/dry --dry-run
+    python -m helpers.gpu_measure --profile gpu-h100 --out /tmp/dry --dry-run --only 06 eq5 07
 
     # H100 (about 30 minutes of device time): after EACH chunk copy $OUT/results/gpu-h100/*.jsonl to
     # results/gpu-h100/ in the checkout and commit them (that is also what makes the next chunk resume)
