@@ -164,11 +164,11 @@ def occupancy_figure(runs: Mapping[str, dict], batch_size: int, arrivals: Sequen
 
     end = max(run["makespan"] for run in runs.values())
     fig, axes = plt.subplots(len(runs), 1, figsize=(8, 1.6 + 1.5 * len(runs)), sharex=True, squeeze=False)
-    for index, (ax, (policy, run)) in enumerate(zip(axes[:, 0], runs.items())):
+    for ax, (policy, run) in zip(axes[:, 0], runs.items()):
         frame = run["timeline"]
         edges = np.r_[frame["start"].to_numpy(), frame["end"].to_numpy()[-1:]]
         ax.stairs(frame["rows"], edges, fill=True, color="0.82", label="rows computed")
-        ax.stairs(frame["useful"], edges, fill=True, color=f"C{index}", alpha=0.85,
+        ax.stairs(frame["useful"], edges, fill=True, color="C0", alpha=0.85,
                   label="rows producing a token")
         ax.axhline(batch_size, color="k", lw=0.8, ls="--")
         ax.plot(arrivals, np.full(len(arrivals), -0.06 * batch_size), "|", color="C3", ms=7, clip_on=False)
@@ -176,9 +176,10 @@ def occupancy_figure(runs: Mapping[str, dict], batch_size: int, arrivals: Sequen
                title=f"{policy}: {run['throughput']:.0f} tok/{unit}, done at {run['makespan']:.2f} {unit}, "
                      f"{run['wasted']:.0%} of computed rows wasted, mean latency {np.mean(run['latency']):.2f} {unit}")
         ax.title.set_fontsize(9)
-    axes[0, 0].legend(fontsize=8, loc="upper right", ncol=2)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="upper center", ncol=2)
     axes[-1, 0].set_xlabel(f"time ({unit}); red ticks: arrivals; dashed: batch limit")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig
 
 

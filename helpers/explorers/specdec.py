@@ -345,9 +345,10 @@ def speedup_figure(alpha: float, c: float, verify_ratio: float, verify_slope: fl
             label=f"optimum γ* = {int(best['gamma'])}: {best['speedup']:.2f}x")
     chosen = curve[curve["gamma"] == gamma].iloc[0]
     ax.axvline(gamma, color="C3", lw=0.8, ls="--")
-    ax.annotate(f"γ={gamma}: Ω={chosen['omega']:.2f} tokens/round,\ncost {chosen['round_cost']:.2f} target steps "
-                f"→ {chosen['speedup']:.2f}x", (gamma, chosen["speedup"]), xytext=(8, -28), textcoords="offset points",
-                fontsize=8, color="C3")
+    ax.plot(gamma, chosen["speedup"], "o", color="C3", ms=5)
+    ax.text(0.98, 0.04, f"γ = {gamma}: Ω = {chosen['omega']:.2f} tokens per round for {chosen['round_cost']:.2f} target "
+            f"steps → {chosen['speedup']:.2f}x", transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="C3",
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85})
     markers = iter("osD^vP")
     for index, (label, frame) in enumerate((measured or {}).items()):
         ax.plot(frame["gamma"], frame["speedup"], next(markers, "o"), ls="none", ms=6, color=f"C{index + 1}",
