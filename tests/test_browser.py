@@ -159,6 +159,8 @@ def test_notebook_07_explorer_in_jupyterlab(browser_tools, lab, tmp_path):
     output_root = Path(os.environ["WORKBOOK_OUTPUT_ROOT"])
     assert output_root.resolve() != paths.REPO_ROOT.resolve(), "conftest.py must redirect the notebook outputs"
     before = _snapshot("07_*")
+    written = output_root / "figures" / "cpu" / "07_speedup_alpha_vs_gamma.pdf"  # notebook 07 saves it every run
+    written_before = written.stat().st_mtime_ns if written.exists() else None  # other notebook tests share the root
     started = time.monotonic()
     driver = _chrome()
     try:
@@ -179,7 +181,8 @@ def test_notebook_07_explorer_in_jupyterlab(browser_tools, lab, tmp_path):
         assert len(tokens) >= 8, "the generated tokens should be coloured spans"
 
         explorer = first.find_element(By.XPATH, "ancestor::div[contains(@class,'widget-vbox')][1]")
-        Select(explorer.find_element(By.CSS_SELECTOR, ".widget-dropdown select")).select_by_visible_text("cpu-pair/draft-2l (2 layers)")
+        draft_menu = Select(explorer.find_element(By.CSS_SELECTOR, ".widget-dropdown select"))
+        draft_menu.select_by_visible_text("cpu-pair/draft-2l (2 layers)")
         explorer.find_element(By.XPATH, ".//button[normalize-space()='Generate']").click()
         second = WebDriverWait(driver, GENERATE_S).until(
             ec.presence_of_element_located((By.CSS_SELECTOR, ".explorer-07[data-run='2']")))
@@ -201,5 +204,5 @@ def test_notebook_07_explorer_in_jupyterlab(browser_tools, lab, tmp_path):
     finally:
         driver.quit()
     # the notebook wrote into the temporary output root, not into the repository
-    assert (output_root / "figures" / "cpu" / "07_speedup_alpha_vs_gamma.pdf").exists()
+    assert written.exists() and written.stat().st_mtime_ns != written_before, f"notebook 07 did not write {written}"
     assert _snapshot("07_*") == before, "running notebook 07 in JupyterLab changed the repository's outputs"

@@ -55,7 +55,10 @@ def _minimal(name: str):
     from helpers.kv_cache import from_hf
     from helpers.models import load_model
 
-    model, _ = load_model(name, device="cpu", dtype=torch.float32)
+    from helpers.explorers.specdec import quiet_loading
+
+    with quiet_loading():
+        model, _ = load_model(name, device="cpu", dtype=torch.float32)
     return from_hf(model)
 
 

@@ -11,6 +11,7 @@ verification cost T_V(γ)/T_T that grows linearly in γ, with the workbook's mea
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
 import time
@@ -188,19 +189,26 @@ def result_html(run: Mapping, counter: int = 0) -> str:
 # ---------------------------------------------------------------------------------------------------- live runs
 
 
-@functools.lru_cache(maxsize=None)
-def _cpu_model(name: str):
-    """A CPU-pair model, loaded once, without transformers' loading progress bar in the widget's cell."""
+@contextlib.contextmanager
+def quiet_loading():
+    """Load models without transformers' "Loading weights" progress bar (it would land in the widget's cell)."""
     from transformers.utils import logging as hf_logging
 
-    from helpers.models import load_cpu_model
     shown = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        return load_cpu_model(name)
+        yield
     finally:
         if shown:
             hf_logging.enable_progress_bar()
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_model(name: str):
+    """A CPU-pair model, loaded once."""
+    from helpers.models import load_cpu_model
+    with quiet_loading():
+        return load_cpu_model(name)
 
 
 @functools.lru_cache(maxsize=1)
