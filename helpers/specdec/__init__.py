@@ -20,7 +20,8 @@ from helpers.specdec.linear import (
     autoregressive_generate,
     speculative_generate,
 )
+from helpers.specdec.lookup import prompt_lookup_generate
 from helpers.specdec.tree import tree_generate
 
 __all__ = ["GenerationResult", "GenerationStats", "accept_greedy", "accept_sampling", "autoregressive_generate", "batched_autoregressive_generate",
-           "batched_speculative_generate", "speculative_generate", "tree_generate"]
+           "batched_speculative_generate", "prompt_lookup_generate", "speculative_generate", "tree_generate"]

@@ -1,0 +1,253 @@
+"""Every decoding method of notebook 10 side by side: AR, linear speculation (fixed and adaptive γ), static and
+dynamic trees, prompt lookup — on the same prompts, interleaved, with τ next to every speedup.
+
+A method is a small dict (a *spec*) so that a result row can carry it: ``{"method": "ar"}``,
+``{"method": "linear", "gamma": 5}``, ``{"method": "adaptive", "gamma": 8, "stop_below": 0.3}``,
+``{"method": "static", "topk": [2, 1, 1, 1, 1]}``, ``{"method": "dynamic", "depth": 6, "topk": 3, "budget": 12}``,
+``{"method": "lookup", "ngram": 3, "num_draft": 8}``. :func:`compare_methods` runs every spec on every prompt
+in interleaved rounds (a slow phase of a shared machine hits all methods alike) and keeps each method's fastest
+run per prompt; :func:`summarise_methods` pools the prompts.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from helpers.specdec.costs import interleaved_runs
+from helpers.specdec.linear import autoregressive_generate, speculative_generate
+from helpers.specdec.lookup import prompt_lookup_generate
+from helpers.specdec.tree import tree_generate
+
+METHODS = ("ar", "linear", "adaptive", "static", "dynamic", "lookup")
+ORDER = {name: i for i, name in enumerate(METHODS)}
+
+
+def method_label(spec: dict) -> str:
+    """A short ASCII name for tables, plots and the LaTeX report: 'linear g5', 'adaptive g8 p<0.3',
+    'static 2-1-1-1-1', 'dynamic d6 k3 n12' (depth, top-k, node budget), 'lookup n3'."""
+    method = spec["method"]
+    if method == "ar":
+        return "AR"
+    if method == "linear":
+        return f"linear g{spec['gamma']}"
+    if method == "adaptive":
+        return f"adaptive g{spec['gamma']} p<{spec['stop_below']:g}"
+    if method == "static":
+        return "static " + "-".join(str(w) for w in spec["topk"])
+    if method == "dynamic":
+        return f"dynamic d{spec['depth']} k{spec['topk']} n{spec['budget']}"
+    if method == "lookup":
+        return f"lookup n{spec['ngram']}"
+    raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
+
+
+def run_method(spec: dict, target, draft, input_ids: torch.Tensor, max_new_tokens: int, *,
+               eos_token_id=-1, time_phases: bool = True, **options):
+    """One generation of ``spec`` (greedy unless ``options`` say otherwise); returns the GenerationResult."""
+    method = spec["method"]
+    common = dict(eos_token_id=eos_token_id, **options)
+    if method == "ar":
+        return autoregressive_generate(target, input_ids, max_new_tokens, **common)
+    if method == "linear":
+        return speculative_generate(target, draft, input_ids, max_new_tokens, spec["gamma"], time_phases=time_phases,
+                                    **common)
+    if method == "adaptive":
+        return speculative_generate(target, draft, input_ids, max_new_tokens, spec["gamma"],
+                                    stop_below=spec["stop_below"], time_phases=time_phases, **common)
+    if method == "static":
+        return tree_generate(target, draft, input_ids, max_new_tokens, tree="static", topk=tuple(spec["topk"]),
+                             depth=None, budget=None, time_phases=time_phases, **common)
+    if method == "dynamic":
+        return tree_generate(target, draft, input_ids, max_new_tokens, tree="dynamic", depth=spec["depth"],
+                             topk=spec["topk"], budget=spec["budget"], time_phases=time_phases, **common)
+    if method == "lookup":
+        return prompt_lookup_generate(target, input_ids, max_new_tokens, ngram=spec["ngram"],
+                                      num_draft=spec["num_draft"], time_phases=time_phases, **common)
+    raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
+
+
+def compare_methods(target, draft, cases: list[dict], specs: list[dict], max_new_tokens: int, *, repeats: int = 2,
+                    progress: bool = False, on_prompt=None) -> list[dict]:
+    """Rows (one per prompt and spec): the fastest of ``repeats`` interleaved runs, its τ, nodes per round, phase
+    times and whether its tokens equal AR's. ``specs`` must start with ``{"method": "ar"}`` (the reference).
+    Every run generates exactly ``max_new_tokens`` (EOS ignored), so all methods produce the same tokens.
+    ``on_prompt(rows)`` is called with each prompt's rows as soon as they exist (append them to a result file)."""
+    if not specs or specs[0] != {"method": "ar"}:
+        raise ValueError('specs must start with {"method": "ar"}: AR is the reference of every speedup')
+    for spec in specs:
+        method_label(spec)  # unknown methods fail before anything runs
+    device = next(target.parameters()).device
+    timed = device.type != "cuda"  # phase timing would add a synchronize per phase on a GPU
+    for spec in specs:  # warm-up: allocator, lazy imports
+        run_method(spec, target, draft, cases[0]["input_ids"], min(8, max_new_tokens), time_phases=timed)
+    rows = []
+    for case in tqdm(cases, desc="prompts", disable=not progress):
+        runs = interleaved_runs({i: (lambda spec=spec: run_method(spec, target, draft, case["input_ids"],
+                                                                   max_new_tokens, time_phases=timed))
+                                 for i, spec in enumerate(specs)}, repeats, device=device)
+        reference = None
+        prompt_rows = []
+        for i, spec in enumerate(specs):
+            seconds, results = runs[i]
+            best = int(np.argmin(seconds))
+            result = results[best]
+            reference = result.tokens if reference is None else reference
+            stats = result.stats
+            prompt_rows.append({
+                **{k: case[k] for k in ("id", "source") if k in case},
+                "prompt_tokens": int(case["input_ids"].shape[1]),
+                "method": spec["method"], "label": method_label(spec), "spec": spec,
+                "seconds": float(seconds[best]), "new_tokens": stats.new_tokens, "rounds": stats.rounds,
+                "accepted": stats.accepted, "proposed": stats.proposed, "draft_forwards": stats.draft_forwards,
+                "target_forwards": stats.target_forwards,
+                "nodes": float(np.mean(getattr(stats, "nodes_per_round", None) or stats.gamma_per_round or [0])),
+                "depth": float(np.mean(stats.gamma_per_round or [0])),
+                "accepted_per_round": stats.accepted_per_round, "depth_per_round": stats.gamma_per_round,
+                "prefill_s": stats.time_prefill_s, "draft_s": stats.time_draft_s, "verify_s": stats.time_verify_s,
+                "identical_to_ar": bool(torch.equal(result.tokens, reference)),
+                "max_new_tokens": max_new_tokens,
+            })
+        if on_prompt is not None:
+            on_prompt(prompt_rows)
+        rows.extend(prompt_rows)
+    return rows
+
+
+def summarise_methods(rows, by=("label",)) -> pd.DataFrame:
+    """Pooled over prompts per method (and ``by``): seconds, speedup over AR on the same prompts, τ (new tokens
+    per target forward of the decode rounds), nodes verified per round, draft/verify shares, all lossless?"""
+    frame = pd.DataFrame(rows)
+    keys = [k for k in by if k != "label"]
+    ar = frame[frame.method == "ar"].groupby(keys + ["id"] if keys else ["id"]).seconds.sum()
+    out = []
+    for key, group in frame.groupby(list(by) if len(by) > 1 else by[0], sort=False):
+        ar_seconds = sum(ar[tuple(r[k] for k in keys) + (r["id"],)] if keys else ar[r["id"]]
+                         for _, r in group.iterrows())
+        seconds = group.seconds.sum()
+        out.append({
+            **dict(zip(by, key if isinstance(key, tuple) else (key,))),
+            "method": group.method.iloc[0], "spec": group.spec.iloc[0],
+            "prompts": len(group), "seconds": seconds, "speedup": ar_seconds / seconds,
+            "tau": group.new_tokens.sum() / group.rounds.sum(),
+            "nodes": (group.nodes * group.rounds).sum() / group.rounds.sum(),
+            "depth": (group.depth * group.rounds).sum() / group.rounds.sum(),
+            "draft_share": group.draft_s.sum() / seconds, "verify_share": group.verify_s.sum() / seconds,
+            "lossless": bool(group.identical_to_ar.all()),
+        })
+    summary = pd.DataFrame(out)
+    summary["order"] = summary.method.map(ORDER)
+    return summary.sort_values(["order", "speedup"], ascending=[True, False]).drop(columns="order").reset_index(drop=True)
+
+
+def best_of(summary: pd.DataFrame, methods) -> pd.Series:
+    """The fastest row among ``methods`` (a name or a tuple of names)."""
+    methods = (methods,) if isinstance(methods, str) else tuple(methods)
+    pick = summary[summary.method.isin(methods)]
+    if pick.empty:
+        raise ValueError(f"no rows for {methods}")
+    return pick.loc[pick.speedup.idxmax()]
+
+
+def depth_acceptance(accepted_per_round) -> list[float]:
+    """a_d = P(a round's accepted path reaches depth d | it reached d - 1), d = 1, 2, ... over all rounds.
+
+    A round that drafted fewer than d tokens (adaptive lookahead, a lookup without a long match, the last round)
+    counts as not reaching d: its draft length is part of the method, as the tree's shape is."""
+    accepted = np.asarray(accepted_per_round)
+    rates = []
+    for d in range(1, int(accepted.max(initial=0)) + 2):
+        reached = accepted >= d - 1
+        rates.append(float((accepted[reached] >= d).mean()) if reached.any() else float("nan"))
+    return rates
+
+
+def expected_tau(rates) -> float:
+    """Eq. 4 generalised to any tree: 1 + Σ_d Π_{j≤d} a_j (the target's own token plus the expected path length)."""
+    tau, reach = 1.0, 1.0
+    for rate in rates:
+        if rate != rate:  # never reached
+            break
+        reach *= rate
+        tau += reach
+    return tau
+
+
+def predicted_speedup(tau: float, draft_costs, verify_cost: float) -> float:
+    """Eq. 5 for one round of any shape: τ tokens for the price of its draft forwards and one verify forward,
+    all in units of a target decode step T_T: τ / (Σ T_D(k_i)/T_T + T_V(n)/T_T)."""
+    return tau / (float(np.sum(draft_costs)) + verify_cost)
+
+
+def forward_costs(target, draft, context: torch.Tensor, node_counts, draft_widths, *, repeats: int = 10) -> dict:
+    """Median seconds of the forwards a round is made of, after a cached ``context``: ``T_T`` (one target token),
+    ``T_V[n]`` (the target over n positions: the root and n - 1 nodes) and ``T_D[k]`` (the draft over k nodes of
+    one tree level; k = 1 is a linear draft step). Multi-token costs are causal forwards: a tree mask costs the
+    same to the rounding of these timers (the mask is built once per forward, not per layer)."""
+    from helpers.specdec.costs import forward_time
+
+    median = lambda model, n: float(np.median(forward_time(model, context, n, all_logits=n > 1,  # noqa: E731
+                                                           repeats=repeats).samples))
+    return {"T_T": median(target, 1), "T_V": {int(n): median(target, int(n)) for n in node_counts},
+            "T_D": {int(k): median(draft, int(k)) for k in draft_widths}}
+
+
+def round_cost(spec: dict, costs: dict, nodes: float) -> tuple[float, float]:
+    """(draft, verify) cost of one round of ``spec`` in units of T_T, from :func:`forward_costs` (interpolated at
+    the round's mean node count): linear γ pays γ one-token draft steps and T_V(γ + 1); a tree pays one draft
+    forward per level (its width) and T_V(nodes + 1); lookup pays no draft forwards."""
+    t_t = costs["T_T"]
+    interp = lambda table, x: float(np.interp(x, sorted(table), [table[k] for k in sorted(table)]))  # noqa: E731
+    method = spec["method"]
+    if method == "ar":
+        return 0.0, 1.0
+    if method in ("linear", "adaptive"):
+        draft = nodes * interp(costs["T_D"], 1)
+    elif method == "static":
+        widths, level, draft = spec["topk"], 1, interp(costs["T_D"], 1)
+        for width in widths[:-1]:
+            level *= width
+            draft += interp(costs["T_D"], level)
+    elif method == "dynamic":
+        draft = interp(costs["T_D"], 1) + (spec["depth"] - 1) * interp(costs["T_D"], spec["topk"])
+    else:
+        draft = 0.0
+    return draft / t_t, interp(costs["T_V"], nodes + 1) / t_t
+
+
+def method_specs(gammas, adaptive, static_shapes, dynamic, *, ngram: int, num_draft: int) -> list[dict]:
+    """Notebook 10's method list from its parameters: AR first, then linear γ, adaptive (γ_max, stop_below),
+    static shapes, dynamic (depth, topk, budget) and prompt lookup."""
+    return ([{"method": "ar"}]
+            + [{"method": "linear", "gamma": int(g)} for g in gammas]
+            + [{"method": "adaptive", "gamma": int(g), "stop_below": float(p)} for g, p in adaptive]
+            + [{"method": "static", "topk": [int(w) for w in shape]} for shape in static_shapes]
+            + [{"method": "dynamic", "depth": int(d), "topk": int(k), "budget": int(n)} for d, k, n in dynamic]
+            + [{"method": "lookup", "ngram": int(ngram), "num_draft": int(num_draft)}])
+
+
+def cost_model(rows, costs: dict) -> pd.DataFrame:
+    """Per method (pooled over prompts): τ predicted from the measured per-depth acceptance (Eq. 4 for trees),
+    the round's cost from the measured forwards (:func:`round_cost`), Eq. 5's predicted decode speedup, and the
+    measured decode speedup (prefill excluded on both sides, as Eq. 5 models)."""
+    frame = pd.DataFrame(rows)
+    ar = frame[frame.method == "ar"]
+    ar_decode = (ar.seconds - ar.prefill_s).sum()
+    out = []
+    for label, group in frame[frame.method != "ar"].groupby("label", sort=False):
+        accepted = [a for per in group.accepted_per_round for a in per]
+        rates = depth_acceptance(accepted)
+        nodes = (group.nodes * group.rounds).sum() / group.rounds.sum()
+        spec = group.spec.iloc[0]
+        draft, verify = round_cost(spec, costs, nodes)
+        tau_model = expected_tau(rates)
+        out.append({"label": label, "method": spec["method"], "nodes": nodes,
+                    "tau": group.new_tokens.sum() / group.rounds.sum(), "tau_model": tau_model,
+                    "draft_cost": draft, "verify_cost": verify,
+                    "predicted": predicted_speedup(tau_model, [draft], verify),
+                    "measured": ar_decode / (group.seconds - group.prefill_s).sum(),
+                    "acceptance_by_depth": rates})
+    table = pd.DataFrame(out)
+    table["error_pct"] = 100 * (table.predicted / table.measured - 1)
+    return table

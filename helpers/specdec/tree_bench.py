@@ -1,0 +1,77 @@
+"""Trees and lookup vs linear speculation vs plain decoding on the CPU pair: ``python -m helpers.bench tree``.
+
+One interleaved run per workload (greedy, EOS ignored so every method emits the same tokens): AR, linear γ,
+adaptive γ, static and dynamic trees, prompt lookup — on held-out open-ended prompts (continuation of code,
+docstrings, prose) and on input-grounded prompts (the continuation is in the prompt). Prints τ and the speedup of
+every method per workload, and returns the headline figures (best linear, best static and dynamic tree, PLD).
+"""
+from __future__ import annotations
+
+import torch
+
+from helpers.models import load_cpu_model, load_cpu_tokenizer
+from helpers.prompts import encode_prompts, grounded_prompts, load_prompts, select_prompts
+from helpers.specdec.compare import best_of, compare_methods, summarise_methods
+
+DEFAULT_SPECS = (
+    [{"method": "ar"}]
+    + [{"method": "linear", "gamma": g} for g in (3, 4, 5, 6)]
+    + [{"method": "adaptive", "gamma": 8, "stop_below": p} for p in (0.02, 0.05, 0.1)]
+    + [{"method": "static", "topk": list(shape)} for shape in ((2, 1, 1, 1, 1), (2, 2, 1, 1, 1), (3, 2, 1, 1))]
+    + [{"method": "dynamic", "depth": d, "topk": k, "budget": n} for d, k, n in ((5, 2, 8), (6, 2, 10), (6, 3, 12))]
+    + [{"method": "lookup", "ngram": 3, "num_draft": 8}]
+)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--draft", default="draft-2l", help="CPU pair draft: 'draft' (1 layer) or 'draft-2l'")
+    parser.add_argument("--prompts", type=int, default=6, help="open-ended prompts (data/prompts.jsonl, every source)")
+    parser.add_argument("--grounded", type=int, default=4, help="input-grounded prompts (helpers.prompts.grounded_prompts)")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt")
+    parser.add_argument("--repeats", type=int, default=2, help="interleaved runs per method and prompt; the fastest is kept")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (recorded in the output)")
+
+
+def _print(summary, title: str) -> None:
+    print(f"\n{title}")
+    print(f"{'method':<26}{'speedup':>9}{'tau':>7}{'nodes':>7}{'draft':>7}{'verify':>7}{'same':>6}")
+    for row in summary.itertuples():
+        print(f"{row.label:<26}{row.speedup:>8.2f}x{row.tau:>7.2f}{row.nodes:>7.1f}{row.draft_share:>7.2f}"
+              f"{row.verify_share:>7.2f}{'yes' if row.lossless else 'NO':>6}")
+
+
+def _figures(summary) -> dict:
+    linear = best_of(summary, ("linear",))
+    trees = best_of(summary, ("static", "dynamic"))
+    same_depth = summary[summary.method.isin(["static", "dynamic"])
+                         & (summary.depth.round() == round(linear.depth))]
+    return {
+        "best_linear": linear.label, "best_linear_speedup": linear.speedup, "best_linear_tau": linear.tau,
+        "best_static": best_of(summary, "static").label, "best_static_speedup": best_of(summary, "static").speedup,
+        "best_dynamic": best_of(summary, "dynamic").label,
+        "best_dynamic_speedup": best_of(summary, "dynamic").speedup,
+        "best_tree_over_best_linear": trees.speedup / linear.speedup,
+        "tree_tau_over_linear_tau_same_depth": (same_depth.tau.max() / linear.tau) if len(same_depth) else None,
+        "adaptive_speedup": best_of(summary, "adaptive").speedup,
+        "lookup_speedup": best_of(summary, "lookup").speedup, "lookup_tau": best_of(summary, "lookup").tau,
+        "lossless": bool(summary.lossless.all()),
+    }
+
+
+def run(args) -> dict:
+    torch.set_num_threads(args.threads)
+    target, draft = load_cpu_model("target"), load_cpu_model(args.draft)
+    tokenizer = load_cpu_tokenizer()
+    workloads = {
+        "open-ended": encode_prompts(tokenizer, select_prompts(load_prompts("cpu"), args.prompts), "cpu"),
+        "grounded": encode_prompts(tokenizer, grounded_prompts(tokenizer, args.grounded), "cpu"),
+    }
+    figures = {"threads": torch.get_num_threads(), "draft": args.draft, "max_new_tokens": args.max_new_tokens}
+    for name, cases in workloads.items():
+        print(f"{name}: {len(cases)} prompts, {args.max_new_tokens} new tokens, {args.repeats} interleaved repeats")
+        rows = compare_methods(target, draft, cases, list(DEFAULT_SPECS), args.max_new_tokens,
+                               repeats=args.repeats, progress=True)
+        summary = summarise_methods(rows)
+        _print(summary, f"{name} (speedup over AR on the same prompts; draft/verify = shares of the wall time)")
+        figures[name] = _figures(summary)
+    return figures

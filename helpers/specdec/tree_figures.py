@@ -1,0 +1,183 @@
+"""Pictures of tree speculation: one round's draft tree with its accepted path, the provenance of every emitted
+token, and notebook 10's explorer that steps through a generation's rounds."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+from helpers.explorers.specdec import token_provenance
+from helpers.specdec.tree import TreeRound
+
+PATH, OTHER, CORRECTION, BONUS_COLOUR = "#2e7d32", "#9e9e9e", "#d9730d", "#2f5fb3"
+
+
+def tree_provenance(rounds: list[TreeRound], n_tokens: int | None = None) -> list[tuple[int, str]]:
+    """``(round, kind)`` per emitted token (accepted / corrected / bonus), as for linear speculation: a round
+    emits its accepted path, then the target's token — a bonus when the path ended at a leaf of the tree."""
+    accepted = [len(r.path) - 1 for r in rounds]
+    # token_provenance calls the last token a bonus when every drafted level was accepted
+    drafted = [a if r.bonus else a + 1 for a, r in zip(accepted, rounds)]
+    return token_provenance(accepted, drafted, n_tokens)
+
+
+def _layout(tree: TreeRound) -> dict[int, tuple[float, float]]:
+    """x = depth, y = leaf order (a parent sits at the mean of its children), children in draft order."""
+    children: dict[int, list[int]] = {n: [] for n in range(len(tree.tokens))}
+    for node, parent in enumerate(tree.parents):
+        if parent >= 0:
+            children[parent].append(node)
+    depth = tree.depths
+    place: dict[int, tuple[float, float]] = {}
+    next_leaf = [0.0]
+
+    def visit(node: int) -> float:
+        if not children[node]:
+            y = next_leaf[0]
+            next_leaf[0] += 1
+        else:
+            y = sum(visit(c) for c in children[node]) / len(children[node])
+        place[node] = (depth[node], -y)
+        return y
+
+    visit(0)
+    return place
+
+
+def _label(tokenizer, token: int) -> str:
+    text = tokenizer.decode([token]) if tokenizer is not None else str(token)
+    text = text.replace("\n", "↵").replace("\t", "⇥").replace(" ", "·")
+    return text if len(text) <= 10 else text[:9] + "…"
+
+
+def draw_tree(tree: TreeRound, tokenizer=None, ax=None, title: str | None = None):
+    """(``title`` is put before the round's summary.) One verified round: every draft node (its token; ``·`` is a space, ``↵`` a newline), the accepted path in
+    green, and the target's token after it — orange when it corrects the draft, blue when it is a bonus."""
+    place = _layout(tree)
+    if ax is None:
+        height = max(2.5, 0.32 * (1 - min(y for _, y in place.values())))
+        _, ax = plt.subplots(figsize=(1.6 * (max(tree.depths) + 2), min(height, 9)))
+    on_path = set(tree.path)
+    for node, parent in enumerate(tree.parents):
+        if parent >= 0:
+            (x0, y0), (x1, y1) = place[parent], place[node]
+            both = node in on_path and parent in on_path
+            ax.plot([x0, x1], [y0, y1], color=PATH if both else OTHER, lw=2.2 if both else 0.8, zorder=1)
+    for node, (x, y) in place.items():
+        colour = PATH if node in on_path else OTHER
+        ax.text(x, y, _label(tokenizer, tree.tokens[node]), ha="center", va="center", fontsize=7, zorder=2,
+                family="monospace", color="white" if node in on_path else "black",
+                bbox=dict(boxstyle="round,pad=0.25", fc=colour if node in on_path else "#f2f2f2", ec=colour, lw=0.8))
+    last = place[tree.path[-1]]
+    colour = BONUS_COLOUR if tree.bonus else CORRECTION
+    ax.plot([last[0], last[0] + 1], [last[1], last[1]], color=colour, lw=1.5, ls="--", zorder=1)
+    ax.text(last[0] + 1, last[1], _label(tokenizer, tree.next_token), ha="center", va="center", fontsize=7,
+            family="monospace", color="white", zorder=2, bbox=dict(boxstyle="round,pad=0.25", fc=colour, ec=colour))
+    ax.set_xlim(-0.6, max(tree.depths) + 1.6)
+    ys = [y for _, y in place.values()]
+    ax.set_ylim(min(ys) - 0.8, max(ys) + 0.8)
+    ax.set_xticks(range(max(tree.depths) + 2))
+    ax.set_xticklabels(["root"] + [str(d) for d in range(1, max(tree.depths) + 2)])
+    ax.set_xlabel("depth (root = the last committed token)")
+    ax.set_yticks([])
+    for side in ("left", "right", "top"):
+        ax.spines[side].set_visible(False)
+    accepted = len(tree.path) - 1
+    summary = (f"{len(tree.tokens) - 1} draft nodes, {accepted} accepted, then a "
+               f"{'bonus' if tree.bonus else 'correction'} from the target")
+    ax.set_title(f"{title}: {summary}" if title else summary, fontsize=9)
+    return ax
+
+
+def tree_explorer(rounds: list[TreeRound], tokenizer=None, *, start: int = 0):
+    """A slider over a generation's rounds, drawing each round's tree (notebook 10)."""
+    import ipywidgets as widgets
+    from IPython.display import display
+
+    if not rounds:
+        raise ValueError("no rounds to show: run tree_generate(..., record_rounds=True)")
+    slider = widgets.IntSlider(value=start + 1, min=1, max=len(rounds), description="round",
+                               continuous_update=False, layout=widgets.Layout(width="60%"))
+    out = widgets.Output()
+
+    def show(change=None):
+        with out:
+            out.clear_output(wait=True)
+            ax = draw_tree(rounds[slider.value - 1], tokenizer)
+            plt.tight_layout()
+            display(ax.figure)
+            plt.close(ax.figure)
+
+    slider.observe(show, names="value")
+    show()
+    return widgets.VBox([slider, out])
+
+
+FAMILY_COLOURS = {"ar": "#000000", "linear": "#1f77b4", "adaptive": "#17becf", "static": "#ff7f0e",
+                  "dynamic": "#d62728", "lookup": "#2ca02c"}
+
+
+def sweep_figure(summary, title: str = ""):
+    """τ (left) and measured speedup over AR (right) against the nodes verified per round, one point per method
+    configuration, coloured by family: what more nodes buy in accepted tokens and what they cost in time."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for family, group in summary.groupby("method", sort=False):
+        if family == "ar":
+            continue
+        colour = FAMILY_COLOURS.get(family, "grey")
+        for ax, column in zip(axes, ("tau", "speedup")):
+            ax.scatter(group.nodes, group[column], color=colour, label=family, s=28, zorder=3)
+            for row in group.itertuples():
+                ax.annotate(row.label.split(" ", 1)[-1], (row.nodes, getattr(row, column)), fontsize=6,
+                            xytext=(3, 2), textcoords="offset points", color=colour)
+    axes[0].set_ylabel("τ: new tokens per target forward")
+    axes[1].set_ylabel("speedup over AR (wall clock)")
+    axes[1].axhline(1.0, color="black", lw=0.8, ls=":")
+    for ax in axes:
+        ax.set_xlabel("draft tokens verified per round (nodes)")
+    axes[0].legend(fontsize=7, loc="lower right")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def workload_figure(summaries: dict):
+    """Best configuration of each family per workload (speedup over AR, τ printed on the bar)."""
+    families = [f for f in FAMILY_COLOURS if f != "ar"]
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    width = 0.8 / len(summaries)
+    for i, (workload, summary) in enumerate(summaries.items()):
+        for j, family in enumerate(families):
+            group = summary[summary.method == family]
+            if group.empty:
+                continue
+            best = group.loc[group.speedup.idxmax()]
+            x = j + (i - (len(summaries) - 1) / 2) * width
+            ax.bar(x, best.speedup, width * 0.95, color=FAMILY_COLOURS[family], alpha=1.0 if i == 0 else 0.55,
+                   hatch=None if i == 0 else "//", edgecolor="white")
+            ax.text(x, best.speedup + 0.03, f"τ {best.tau:.1f}", ha="center", fontsize=6)
+    ax.axhline(1.0, color="black", lw=0.8, ls=":")
+    ax.set_xticks(range(len(families)))
+    ax.set_xticklabels(families)
+    ax.set_ylabel("best speedup over AR")
+    handles = [plt.Rectangle((0, 0), 1, 1, fc="grey", alpha=1.0 if i == 0 else 0.55, hatch=None if i == 0 else "//")
+               for i in range(len(summaries))]
+    ax.legend(handles, list(summaries), fontsize=7, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def cost_model_figure(model_table):
+    """Eq. 5 for every method, predicted from measured acceptance and forward costs, against the measurement."""
+    fig, ax = plt.subplots(figsize=(4.6, 4.0))
+    for family, group in model_table.groupby("method", sort=False):
+        ax.scatter(group.measured, group.predicted, color=FAMILY_COLOURS.get(family, "grey"), label=family, s=26)
+    low = min(model_table.measured.min(), model_table.predicted.min()) * 0.9
+    high = max(model_table.measured.max(), model_table.predicted.max()) * 1.08
+    ax.plot([low, high], [low, high], color="black", lw=0.8, ls=":")
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
+    ax.set_xlabel("measured decode speedup")
+    ax.set_ylabel("Eq. 5 prediction (measured terms)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
