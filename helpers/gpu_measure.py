@@ -38,7 +38,8 @@ vs batch (CUDA events) and verify cost, ``07`` the CPU pair on the GPU end to en
 AR and over assisted generation), ``09`` notebook 09's cost terms, gamma sweep and batched points (the CPU pair),
 ``eq5`` T_T, T_D, T_V(gamma) of each handout pair in bf16 with random weights (+ Eq. 5's predicted speedup over a
 grid of alpha, labelled a prediction), ``graphs`` eager vs compiled (CUDA-graph) decode: the cost terms of the
-Qwen3 handout pairs and of the CPU pair, and the CPU pair's end-to-end speculative decoding, compiled.
+Qwen3 handout pairs and of the CPU pair, the verify step T(k) eager vs as a graph (``helpers.models.graphs``), and
+the CPU pair's end-to-end speculative decoding, compiled.
 """
 from __future__ import annotations
 
@@ -489,6 +490,60 @@ def _measure_eq5(p: dict, store, eq5: dict, pairs, weights: str, compiled_option
         free_memory()
 
 
+def verify_graph_times(model, context: torch.Tensor, tokens, *, repeats: int, compile: bool) -> dict:
+    """Mean seconds of one target forward over k tokens after ``context`` (k in ``tokens``: a decode step at 1, a
+    verify step at gamma + 1), eager or through the compiled graph (:func:`helpers.models.graphs.compiled_forward`;
+    CUDA graphs on a GPU), on the model file's static cache; the cache is rolled back after every call."""
+    from helpers.models.graphs import compiled_forward
+    from helpers.models.runtime import minimal_view
+    from helpers.timing import measure
+
+    mini = minimal_view(model)
+    if compile and mini.compiled_step is None:
+        mini.compile_decode(mode="reduce-overhead" if context.device.type == "cuda" else None)
+    capacity = max(256, 1 << (context.shape[1] + max(tokens) - 1).bit_length())
+    cache = mini.new_cache(context.shape[0], capacity, static_shapes=True)
+    times = {}
+    with torch.no_grad():
+        mini(context, cache)
+        for k in tokens:
+            block = context[:, -1:].repeat(1, k)
+
+            def step(block=block, k=k):
+                if compile:
+                    compiled_forward(mini, block, cache)
+                else:
+                    mini(block, cache, last_only=False)
+                cache.rollback(k)
+
+            times[int(k)] = measure(step, warmup=3, repeats=repeats, device=context.device).mean
+    return {"seconds": times, "compiled": compile}
+
+
+def _measure_verify_graphs(p: dict, store, eq5: dict, target_name: str, weights: str) -> None:
+    from helpers.models import load_model
+
+    dtype_name = _pair_dtype(weights, p, eq5)
+    tokens = [1] + [g + 1 for g in eq5["gammas"]]
+    modes = [False, True] if eq5["compile"] else [False]
+    configs = {m: {"kind": "verify_graph", "target": target_name, "weights": weights, "dtype": dtype_name,
+                   "device": p["device"], "context_len": eq5["context"], "tokens": tokens, "repeats": eq5["repeats"],
+                   "graph": m} for m in modes}
+    if all(store.has(c) for c in configs.values()):
+        return
+    store.budget.check(f"loading {target_name}")
+    kwargs = {} if weights == "cpu-pair" else {"weights": weights}
+    target, _ = load_model(target_name, device=p["device"], dtype=getattr(torch, dtype_name), **kwargs)
+    context = torch.randint(0, target.config.vocab_size, (1, eq5["context"]),
+                            generator=torch.Generator().manual_seed(0)).to(p["device"])
+    meta = run_metadata(model_id=target_name, weights=weights, dtype=dtype_name, device=p["device"], seed=0)
+    for mode, config in configs.items():
+        store.run(config, lambda mode=mode: verify_graph_times(target, context, tokens, repeats=eq5["repeats"],
+                                                               compile=mode), meta=meta)
+    del target
+    free_memory()
+
+
 def part_eq5(p: dict, store, eq5: dict) -> None:
     """T_T, T_D, T_V(gamma) of each handout pair in bf16, random weights, eager (Eq. 5 per pair)."""
     _measure_eq5(p, store("09_handout_costs"), eq5, eq5["pairs"], "random", [False])
@@ -507,6 +562,10 @@ def part_graphs(p: dict, store, eq5: dict) -> None:
     modes = [False, True] if eq5["compile"] else [False]
     _measure_eq5(p, graphs, eq5, qwen_pairs, "random", modes)
     _measure_eq5(p, graphs, eq5, eq5["cpu_pairs"], "cpu-pair", modes)
+    # the verify step itself as a graph (measure_costs compiles one-token steps only): T(k) eager vs graph
+    for target_name in dict.fromkeys(pair[0] for pair in qwen_pairs):
+        _measure_verify_graphs(p, graphs, eq5, target_name, "random")
+    _measure_verify_graphs(p, graphs, eq5, eq5["cpu_pairs"][0][0], "cpu-pair")
     prompt_rows, _, common = _sd_setup(p)
     dtype = getattr(torch, p["sd_dtype"])
     for target_name, draft_name in eq5["cpu_pairs"]:
