@@ -11,8 +11,9 @@ from helpers.explorers import (ACCEPTED, BONUS, CORRECTED, batching_explorer, kv
                                speculative_explorer, speedup_curve, speedup_explorer, token_pieces, token_provenance,
                                tokens_html, verify_line)
 from helpers.explorers.batching import compare_policies, step_time_function
-from helpers.explorers.specdec import result_html, rounds_table, run_speculative
+from helpers.explorers.specdec import DEFAULT_PROMPT_ID, default_prompt, result_html, rounds_table, run_speculative
 from helpers.models import load_cpu_tokenizer, model_config
+from helpers.prompts import load_prompts
 from helpers.specdec import speculative_generate
 from helpers.specdec.analysis import linear_verify_cost, optimal_gamma, predicted_speedup
 
@@ -80,6 +81,10 @@ def test_run_speculative_and_its_page():
         run_speculative("", "draft", 3)
     with pytest.raises(ValueError, match="unknown draft"):
         run_speculative("x = 1", "draft-9l", 3)
+
+
+def test_default_prompt_is_a_heldout_code_prompt():
+    assert default_prompt() == next(row["prompt"] for row in load_prompts("cpu") if row["id"] == DEFAULT_PROMPT_ID)
 
 
 def test_speculative_explorer_builds_without_running():

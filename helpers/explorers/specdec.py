@@ -244,11 +244,15 @@ def run_speculative(prompt: str, draft: str = "draft", gamma: int = 4, temperatu
             "ar_stats": plain.stats, "identical": tokens == plain.tokens.tolist()}
 
 
+DEFAULT_PROMPT_ID = "cpu-code-8"  # a function whose continuation mixes code, a docstring and indentation
+
+
 def default_prompt() -> str:
-    """A held-out code prompt of the CPU profile (``data/prompts.jsonl``): text the pair never trained on."""
+    """A held-out code prompt of the CPU profile (``data/prompts.jsonl``, ``DEFAULT_PROMPT_ID`` or else the first
+    code prompt): text the pair never trained on."""
     from helpers.prompts import load_prompts
     code = load_prompts("cpu", "code")
-    return max(code[:4], key=lambda row: len(row["prompt"]))["prompt"]
+    return next((row for row in code if row["id"] == DEFAULT_PROMPT_ID), code[0])["prompt"]
 
 
 def speculative_explorer(prompt: str | None = None, *, draft: str = "draft", gamma: int = 4, temperature: float = 0.0,
