@@ -104,3 +104,14 @@ def test_comparison_figures(rows):
 
 def test_tree_benchmark_is_registered():
     assert "tree" in bench.BENCHMARKS
+
+
+def test_copied_prefix_counts_the_reemitted_start_of_the_reference():
+    from helpers.models import load_cpu_tokenizer
+    from helpers.specdec.compare import copied_prefix
+
+    tokenizer = load_cpu_tokenizer()
+    case = {"prompt": "def f(x):\n    return x\n\ndef f(x):", "reference": "\n    return x\n"}
+    reference = tokenizer(case["prompt"] + case["reference"])["input_ids"][len(tokenizer(case["prompt"])["input_ids"]):]
+    assert copied_prefix(tokenizer, case, reference + [7, 7]) == (len(reference), len(reference))
+    assert copied_prefix(tokenizer, case, reference[:2] + [reference[2] + 1]) == (2, len(reference))

@@ -251,3 +251,20 @@ def cost_model(rows, costs: dict) -> pd.DataFrame:
     table = pd.DataFrame(out)
     table["error_pct"] = 100 * (table.predicted / table.measured - 1)
     return table
+
+
+def copied_prefix(tokenizer, case: dict, generated) -> tuple[int, int]:
+    """(tokens of ``generated`` that equal the start of ``case["reference"]``, reference length in tokens): how
+    far the model re-emits the text a grounded prompt asks it to copy before it diverges. The reference is
+    tokenised in context (prompt + reference) so that a merge across the boundary does not misalign it."""
+    prompt = tokenizer(case["prompt"])["input_ids"]
+    full = tokenizer(case["prompt"] + case["reference"])["input_ids"]
+    start = len(prompt) if full[: len(prompt)] == prompt else len(prompt) - 1
+    reference = full[start:]
+    generated = [int(t) for t in generated]
+    count = 0
+    for ours, theirs in zip(generated, reference):
+        if ours != theirs:
+            break
+        count += 1
+    return count, len(reference)
