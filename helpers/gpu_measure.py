@@ -81,7 +81,7 @@ CPU_PAIRS = [["cpu-pair/target", "cpu-pair/draft"], ["cpu-pair/target", "cpu-pai
 
 # --dry-run: the same code on the CPU with the CPU profile's small models, shrunk to a few tokens
 DRY_OVERRIDES = {
-    "gen_input_exponents": [0, 2], "gen_output_exponents": [0, 1], "gen_input_new_tokens": 2,
+    "gen_input_exponents": [0, 1, 2, 3], "gen_output_exponents": [0, 1, 2], "gen_input_new_tokens": 2,
     "gen_output_input_len": 4, "gen_compare_input_len": 4, "gen_compare_new_tokens": 2, "gen_warmup": 0,
     "gen_repeats": 1, "gen_batch_size": 2, "gen_models": ["cpu/Qwen3-1.7B"], "gen_max_seconds_per_batch": 0.0,
     "kvb_long_prompt_tokens": 16, "kvb_max_new_tokens": 2, "kvb_no_cache_cap": 2, "kvb_no_cache_cap_long": 2,
