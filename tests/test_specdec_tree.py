@@ -198,3 +198,42 @@ def test_tree_past_the_context_is_refused(pair):
 def test_tree_shape_defaults():
     assert tree_shape("static", None, (4, 2, 2, 1), None) == (4, (4, 2, 2, 1), None)
     assert tree_shape("dynamic", 5, 4, 16) == (5, (4, 4, 4, 4, 4), 16)
+
+
+def test_cpu_pair_sampling_follows_the_target():
+    """On the trained pair (4096 tokens, temperature 1): the first and the second emitted token each follow the
+    target's exact marginal (chi-square p > 1e-3 with cells expected < 5 pooled; total variation within the 99.9th
+    percentile of exact sampling's; the counts reject the draft's own law). A dynamic tree of depth 2 with 3 candidates per node decides both."""
+    from helpers.models import load_cpu_pair
+
+    target, draft, tokenizer = load_cpu_pair("draft")  # the 1-layer draft: more rejections, residuals sampled
+    prompt = torch.tensor([tokenizer("    def close(self):\n        ")["input_ids"]])
+    samples = 500
+    with torch.inference_mode():
+        first = torch.softmax(target(input_ids=prompt).logits[0, -1].double(), -1)
+        support = (first > 1e-7).nonzero().flatten()
+        pairs = torch.cat([prompt.expand(len(support), -1), support[:, None]], dim=1)
+        second_given = torch.softmax(target(input_ids=pairs).logits[:, -1].double(), -1)
+        second = (first[support, None] * second_given).sum(0)
+    counts = np.zeros((2, first.numel()))
+    for seed in range(samples):
+        tokens = tree_generate(target, draft, prompt, 3, temperature=1.0, seed=seed, tree="dynamic", depth=2, topk=3,
+                               budget=9, eos_token_id=-1).tokens[:2].tolist()
+        counts[0, tokens[0]] += 1
+        counts[1, tokens[1]] += 1
+    rng = np.random.default_rng(0)
+    with torch.inference_mode():
+        draft_first = torch.softmax(draft(input_ids=prompt).logits[0, -1].double(), -1).numpy()
+    for index, (observed, law) in enumerate(zip(counts, (first.numpy(), second.numpy() / second.sum().item()))):
+        expected = law * samples
+        small = expected < 5
+        f_exp = np.append(expected[~small], expected[small].sum())
+        f_obs = np.append(observed[~small], observed[small].sum())
+        assert scipy_stats.chisquare(f_obs, f_exp * f_obs.sum() / f_exp.sum()).pvalue > 1e-3
+        null = rng.multinomial(samples, law, size=2000) / samples
+        tolerance = np.quantile(0.5 * np.abs(null - law).sum(axis=1), 0.999)
+        assert 0.5 * np.abs(observed / samples - law).sum() <= tolerance
+        if index == 0:  # power: the same counts reject the draft's law (what skipping the rejection would give)
+            wrong = draft_first * samples
+            wrong = np.append(wrong[~small], wrong[small].sum())
+            assert scipy_stats.chisquare(f_obs, wrong * f_obs.sum() / wrong.sum()).pvalue < 1e-3
