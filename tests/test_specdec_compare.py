@@ -115,3 +115,16 @@ def test_copied_prefix_counts_the_reemitted_start_of_the_reference():
     reference = tokenizer(case["prompt"] + case["reference"])["input_ids"][len(tokenizer(case["prompt"])["input_ids"]):]
     assert copied_prefix(tokenizer, case, reference + [7, 7]) == (len(reference), len(reference))
     assert copied_prefix(tokenizer, case, reference[:2] + [reference[2] + 1]) == (2, len(reference))
+
+
+def test_tree_explorer_steps_through_rounds(pair):
+    from helpers.specdec.tree_figures import tree_explorer
+
+    result = tree_generate(*pair, torch.tensor([[3, 1, 4, 1, 5]]), 8, tree="static", topk=(2, 1), depth=None,
+                           budget=None, eos_token_id=-1, record_rounds=True)
+    box = tree_explorer(result.rounds, None)
+    slider, out = box.children
+    assert (slider.min, slider.max, slider.value) == (1, len(result.rounds), 1)
+    slider.value = len(result.rounds)  # redraws without error
+    with pytest.raises(ValueError, match="record_rounds=True"):
+        tree_explorer([], None)
