@@ -17,18 +17,26 @@ chunk's ``--out`` starts from the rows already committed under ``results/<profil
     nvidia-smi; python -c "import torch, transformers; print(torch.__version__, transformers.__version__)"
     python -m helpers.gpu_measure --profile gpu-h100 --out /tmp/dry --dry-run --only 06 eq5 07
 
-    # H100 (about 30 minutes of device time): after EACH chunk copy $OUT/results/gpu-h100/*.jsonl to
-    # results/gpu-h100/ in the checkout and commit them (that is also what makes the next chunk resume)
-    python -m helpers.gpu_measure --profile gpu-h100 --out $OUT --only 06 eq5 --budget-s 540      # §4.2, Eq. 5 terms
-    python -m helpers.gpu_measure --profile gpu-h100 --out $OUT --only 07 graphs --budget-s 540   # real alpha, graphs
-    python -m helpers.gpu_measure --profile gpu-h100 --out $OUT --only 02 --budget-s 540          # §1.3 (may need 2)
-    python -m helpers.gpu_measure --profile gpu-h100 --out $OUT --only 03 09 --budget-s 540       # §2.1, 09 on the pair
+    # H100 (about 30 minutes of device time; my estimates, not measured: 06 ~2 min, eq5 ~2-3, 07 ~6, graphs 5-10
+    # (compiling), 02 10+ (10 timed batches to 32k, until a real OOM), 03 ~10, 09 ~2: more than 30, so this order
+    # puts the issue's goals first). After EACH chunk: copy files_at/results/gpu-h100/*.jsonl into results/gpu-h100/
+    # of the checkout and commit them ("GPU rows, H100: parts ..."): the next chunk starts from them (resume).
+    python -m helpers.gpu_measure --profile gpu-h100 --out $OUT --only 06 eq5 --budget-s 540     # §4.2, c, roofline
+    python -m helpers.gpu_measure --profile gpu-h100 --out $OUT --only 07 --budget-s 540         # real alpha, speedup
+    python -m helpers.gpu_measure --profile gpu-h100 --out $OUT --only graphs --budget-s 540     # CUDA graphs, c <= 0.15?
+    python -m helpers.gpu_measure --profile gpu-h100 --out $OUT --only 02 --budget-s 540         # §1.3 (likely 2 chunks)
+    python -m helpers.gpu_measure --profile gpu-h100 --out $OUT --only 03 09 --budget-s 540      # §2.1, 09 on the pair
 
-    # H200 (§4.5's second GPU; what the time allows, same order): 06 eq5, then 07 graphs
+    # H200 (§4.5's second GPU; same commands with --profile gpu-h200, in this order, as far as its time goes):
     python -m helpers.gpu_measure --profile gpu-h200 --out $OUT --only 06 eq5 --budget-s 540
+    python -m helpers.gpu_measure --profile gpu-h200 --out $OUT --only graphs 07 --budget-s 540
+
+    # Goals of issue 15, read from the rows (results/<profile>/09_handout_costs.jsonl, 09_compiled_decode.jsonl):
+    # c = T_D/T_T per pair (eager in 09_handout_costs, compiled in 09_compiled_decode), roofline share of a target
+    # decode step = target_weight_bytes / bandwidth / T_T, speedup of the CPU pair over AR (07_*, compiled: kind e2e).
 
     # then, on any machine (no GPU): render the notebooks from the committed rows and build the report
-    WORKBOOK_RESULTS_ONLY=1 python -m helpers.run_all --profile gpu-h100 --only 06   # (notebooks that support it)
+    WORKBOOK_RESULTS_ONLY=1 python -m helpers.run_all --profile gpu-h100 --only 02 06  # (so far: 02, 06)
 
 A chunk that printed "budget: stopped before ..." is simply run again (same command). Rows never measured
 twice: every part asks the result store first (``ResultStore.has``) and loads no model for a part that is done.
