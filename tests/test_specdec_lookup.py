@@ -53,6 +53,7 @@ def test_falls_back_to_shorter_ngrams_then_no_match():
     assert index.propose(5) == [] and index.last_match == 0  # 3 never occurred before: no draft
     assert NgramIndex(2, [5]).propose(4) == []  # one token has nothing before it
     assert NgramIndex(2, []).propose(4) == []
+    assert NgramIndex(3, [8, 6, 1, 2, 6]).propose(2, min_ngram=2) == []  # 1-gram matches not wanted
 
 
 def test_the_suffix_never_matches_itself_and_limits_are_kept():
@@ -87,8 +88,10 @@ def test_index_is_incremental():
 def test_draft_length_rule():
     assert next_draft_length(4, 4, 4, 8) == 5  # all accepted: one more
     assert next_draft_length(8, 8, 8, 8) == 8  # never above num_draft
-    assert next_draft_length(6, 6, 2, 8) == 3  # rejection: what was right, plus one
-    assert next_draft_length(6, 6, 0, 8) == 1
+    assert next_draft_length(6, 6, 2, 8) == 3  # rejection: half, but at least what was right plus one
+    assert next_draft_length(8, 8, 5, 8) == 6
+    assert next_draft_length(6, 6, 0, 8) == 3
+    assert next_draft_length(2, 2, 0, 8) == 1
     assert next_draft_length(5, 0, 0, 8) == 5  # no draft: unchanged
 
 
@@ -96,14 +99,15 @@ def test_draft_length_rule():
 
 
 @pytest.mark.parametrize("runtime", ["minimal", "transformers"])
-@pytest.mark.parametrize("ngram,num_draft", [(3, 8), (1, 1), (2, 4), (4, 16)])
-def test_greedy_equals_autoregressive(target, ngram, num_draft, runtime):
+@pytest.mark.parametrize("ngram,num_draft,options", [(3, 8, {}), (1, 1, {}), (2, 4, {"adaptive": True}),
+                                                     (4, 16, {"adaptive": True, "min_ngram": 2})])
+def test_greedy_equals_autoregressive(target, ngram, num_draft, options, runtime):
     accepted = rejected = 0
     for prompt in prompts():
         for max_new_tokens in (1, 2, 13, 40):
             baseline = autoregressive_generate(target, prompt, max_new_tokens, runtime=runtime)
             result = prompt_lookup_generate(target, prompt, max_new_tokens, ngram=ngram, num_draft=num_draft,
-                                            runtime=runtime)
+                                            runtime=runtime, **options)
             assert result.stats.runtime == runtime
             assert torch.equal(result.tokens, baseline.tokens), (prompt.tolist(), max_new_tokens)
             assert max(result.stats.gamma_per_round) <= num_draft
@@ -135,14 +139,26 @@ def test_no_match_means_plain_decode_steps(target):
     assert result.stats.target_forwards == 2  # prefill + one single-token step
 
 
-def test_drafts_never_pass_the_budget(target):
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_drafts_never_pass_the_budget(target, adaptive):
     for max_new_tokens in range(1, 12):
-        result = prompt_lookup_generate(target, prompts()[5], max_new_tokens, num_draft=8)
+        result = prompt_lookup_generate(target, prompts()[5], max_new_tokens, num_draft=8, adaptive=adaptive)
         assert result.tokens.shape == (max_new_tokens,)
         done = 0
         for drafted, accepted in zip(result.stats.gamma_per_round, result.stats.accepted_per_round):
             assert done + drafted + 1 <= max_new_tokens
+            if not adaptive:  # a match always proposes the full length (the copy continues from itself)
+                assert drafted in (0, min(8, max_new_tokens - done - 1))
             done += accepted + 1
+
+
+def test_adaptive_draft_length_shrinks_after_rejections(target):
+    fixed = prompt_lookup_generate(target, prompts()[4], 40, num_draft=8)
+    adaptive = prompt_lookup_generate(target, prompts()[4], 40, num_draft=8, adaptive=True)
+    assert torch.equal(fixed.tokens, adaptive.tokens)
+    assert fixed.stats.rejections > 0
+    drafted = [g for g in adaptive.stats.gamma_per_round if g]
+    assert min(drafted) < 8 and adaptive.stats.proposed < fixed.stats.proposed
 
 
 def first_occurrence(tokens: list[int], index: int) -> bool:
@@ -244,7 +260,8 @@ def test_cpu_pair_grounded_prompt_equals_autoregressive():
 
 
 @pytest.mark.parametrize("name,value", [("ngram", 0), ("ngram", 2.5), ("ngram", True), ("num_draft", 0),
-                                        ("num_draft", -1), ("num_draft", "8")])
+                                        ("num_draft", -1), ("num_draft", "8"), ("min_ngram", 0),
+                                        ("min_ngram", 4)])
 def test_invalid_lookup_arguments(target, name, value):
     with pytest.raises(ValueError, match=name):
         prompt_lookup_generate(target, prompts()[0], 5, **{name: value})
