@@ -92,7 +92,7 @@ DRY_OVERRIDES = {
     "gen_input_exponents": [0, 1, 2, 3], "gen_output_exponents": [0, 1, 2], "gen_input_new_tokens": 2,
     "gen_output_input_len": 4, "gen_compare_input_len": 4, "gen_compare_new_tokens": 2, "gen_warmup": 0,
     "gen_repeats": 1, "gen_batch_size": 2, "gen_models": ["cpu/Qwen3-1.7B"], "gen_max_seconds_per_batch": 0.0,
-    "kvb_long_prompt_tokens": 16, "kvb_max_new_tokens": 2, "kvb_no_cache_cap": 2, "kvb_no_cache_cap_long": 2,
+    "kvb_long_prompt_tokens": 16, "kvb_max_new_tokens": 4, "kvb_no_cache_cap": 4, "kvb_no_cache_cap_long": 4,
     "kvb_repeats": 1, "kvb_max_repeats": 1, "kvb_cold_repeats": 1,
     "fp_seq_len": 8, "fp_batch_sizes": [1, 2], "fp_warmup": 0, "fp_trials": 1, "fp_verify_prefix": 8,
     "fp_verify_tokens": [1, 3],
