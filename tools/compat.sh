@@ -28,6 +28,6 @@ TESTS=${COMPAT_TESTS:-"tests/test_models.py tests/test_qwen3_model.py tests/test
   tests/test_generation_bench.py tests/test_kv_cache.py tests/test_kv_sweep.py tests/test_specdec.py
   tests/test_specdec_costs.py tests/test_specdec_bench.py tests/test_specdec_batched.py tests/test_specdec_model.py
   tests/test_results.py tests/test_core.py tests/test_memory.py tests/test_prompts.py tests/test_gpu_specs.py
-  tests/test_gpu_measure.py"}
+  tests/test_gpu_measure.py tests/test_model_graphs.py"}
 # shellcheck disable=SC2086
 PYTHONPATH="$ROOT" exec "$VENV/bin/python" -m pytest -p no:cacheprovider -q -rs $TESTS "$@"
