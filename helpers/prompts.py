@@ -241,6 +241,11 @@ def grounded_prompts(tokenizer, count: int = 12, *, head_lines: int = GROUNDED_H
     has learnt to copy re-emits the rest of it. Rows are shaped like :func:`load_prompts`'s (``id``,
     ``profile`` "cpu", ``source`` "grounded", ``document``, ``prompt``) plus ``reference``, the text a
     verbatim copy would continue with; :func:`encode_prompts` encodes them.
+
+    The CPU pair's 7.7 M-parameter target copies only weakly (teacher-forced, its argmax matches 53% of the
+    tokens of a verbatim second copy against 42% of the first copy's): greedy, it re-emits a few lines and then
+    drifts, often into its own loops, which prompt lookup also drafts (about 0.6-0.7 of its generated tokens
+    are accepted drafts on 12 of these prompts, 96 new tokens).
     """
     if isinstance(head_lines, bool) or not isinstance(head_lines, int) or head_lines < 1:
         raise ValueError(f"head_lines (lines of the copy given in the prompt) must be an int >= 1, got {head_lines!r}")
