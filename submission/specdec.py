@@ -64,7 +64,7 @@ def decode(
     #   -> both caches come from helpers.models.runtime.cached_decoder; all but the last prompt token are
     #      prefilled, the last one is the "pending" token that round 1 verifies together with the drafts
     # TODO: draft gamma tokens with the draft model, one draft forward each (sampled at `temperature`)
-    #   -> the draft loop `for _ in range(round_gamma)`, which keeps each draft's distribution p for the test
+    #   -> the draft loop `for step in range(round_gamma)`, which keeps each draft's distribution p for the test
     # TODO: verify all gamma drafts with ONE target forward over gamma + 1 positions
     #   -> target_cache.extend(pending + drafts, last_only=False): the target's distribution q at every draft
     #      and one bonus position
