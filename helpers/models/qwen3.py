@@ -529,11 +529,14 @@ class MiniQwen3(nn.Module):
             # A decode step with the same shapes every call: the compiled graph writes through a slot tensor.
             if positions.dim() == 1:
                 cos, sin = cos.expand(batch, 1, 1, -1), sin.expand(batch, 1, 1, -1)
+            cuda_graphs = input_ids.device.type == "cuda"
+            if cuda_graphs:  # reduce-overhead: a new step, whose replay may overwrite the previous step's outputs
+                torch.compiler.cudagraph_mark_step_begin()
             # the buffers, not the cache object, go in: a new cache per generation must not trigger a recompile
             logits = self.compiled_step(input_ids, cos, sin, mask, (cache.keys, cache.values),
                                         cache.lengths_tensor()[:, None])
             cache.advance(1)
-            return logits
+            return logits.clone() if cuda_graphs else logits  # the graph's output buffer is reused by its next replay
         x = self.embed_tokens(input_ids)
         for layer in self.layers:
             x = layer(x, cos, sin, mask, cache)
