@@ -34,7 +34,8 @@ def rows(pair):
 
 def test_labels_are_ascii_and_name_the_configuration():
     labels = [method_label(spec) for spec in SPECS]
-    assert labels == ["AR", "linear g2", "adaptive g4 p<0.05", "static 2-1", "dynamic d3 k2 n4", "lookup n2"]
+    assert labels == ["AR", "linear g2", "adaptive g4 p<0.05", "static 2-1", "dynamic d3 k2 n4", "lookup n2 fixed 4",
+                      "lookup n2 adaptive 4"]
     assert all(label.isascii() for label in labels)  # they go into the LaTeX report
     with pytest.raises(ValueError, match="unknown method"):
         method_label({"method": "beam"})
@@ -73,7 +74,7 @@ def test_round_costs_in_target_steps():
     assert round_cost({"method": "linear", "gamma": 4}, costs, 4) == pytest.approx((0.4, 1.4))
     assert round_cost({"method": "static", "topk": [2, 2, 1]}, costs, 10) == pytest.approx(((1 + 1.5 + 2) / 10, 1.6))
     assert round_cost({"method": "dynamic", "depth": 3, "topk": 4, "budget": 8}, costs, 8)[0] == pytest.approx(0.5)
-    assert round_cost({"method": "lookup", "ngram": 3, "num_draft": 8}, costs, 2)[0] == 0.0
+    assert round_cost({"method": "lookup", "ngram": 3, "num_draft": 8, "adaptive": False}, costs, 2)[0] == 0.0
     assert predicted_speedup(3.0, [0.4], 1.4) == pytest.approx(3.0 / 1.8)
 
 
@@ -128,3 +129,12 @@ def test_tree_explorer_steps_through_rounds(pair):
     slider.value = len(result.rounds)  # redraws without error
     with pytest.raises(ValueError, match="record_rounds=True"):
         tree_explorer([], None)
+
+
+def test_trees_are_compared_with_linear_of_their_depth(rows):
+    from helpers.specdec.compare import nominal_depth, tau_against_linear
+
+    assert nominal_depth({"method": "static", "topk": [2, 1, 1]}) == 3
+    assert nominal_depth({"method": "lookup", "ngram": 3, "num_draft": 8}) is None
+    table = tau_against_linear(summarise_methods(rows))
+    assert list(table.tree) == ["static 2-1"] and list(table.linear) == ["linear g2"]  # d3 has no linear g3

@@ -4,7 +4,7 @@ dynamic trees, prompt lookup — on the same prompts, interleaved, with τ next 
 A method is a small dict (a *spec*) so that a result row can carry it: ``{"method": "ar"}``,
 ``{"method": "linear", "gamma": 5}``, ``{"method": "adaptive", "gamma": 8, "stop_below": 0.3}``,
 ``{"method": "static", "topk": [2, 1, 1, 1, 1]}``, ``{"method": "dynamic", "depth": 6, "topk": 3, "budget": 12}``,
-``{"method": "lookup", "ngram": 3, "num_draft": 8}``. :func:`compare_methods` runs every spec on every prompt
+``{"method": "lookup", "ngram": 3, "num_draft": 8, "adaptive": False}``. :func:`compare_methods` runs every spec on every prompt
 in interleaved rounds (a slow phase of a shared machine hits all methods alike) and keeps each method's fastest
 run per prompt; :func:`summarise_methods` pools the prompts.
 """
@@ -39,7 +39,7 @@ def method_label(spec: dict) -> str:
     if method == "dynamic":
         return f"dynamic d{spec['depth']} k{spec['topk']} n{spec['budget']}"
     if method == "lookup":
-        return f"lookup n{spec['ngram']}"
+        return f"lookup n{spec['ngram']} {'adaptive' if spec.get('adaptive') else 'fixed'} {spec['num_draft']}"
     raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
 
 
@@ -64,7 +64,8 @@ def run_method(spec: dict, target, draft, input_ids: torch.Tensor, max_new_token
                              topk=spec["topk"], budget=spec["budget"], time_phases=time_phases, **common)
     if method == "lookup":
         return prompt_lookup_generate(target, input_ids, max_new_tokens, ngram=spec["ngram"],
-                                      num_draft=spec["num_draft"], time_phases=time_phases, **common)
+                                      num_draft=spec["num_draft"], adaptive=spec.get("adaptive", False),
+                                      time_phases=time_phases, **common)
     raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
 
 
@@ -218,13 +219,14 @@ def round_cost(spec: dict, costs: dict, nodes: float) -> tuple[float, float]:
 
 def method_specs(gammas, adaptive, static_shapes, dynamic, *, ngram: int, num_draft: int) -> list[dict]:
     """Notebook 10's method list from its parameters: AR first, then linear γ, adaptive (γ_max, stop_below),
-    static shapes, dynamic (depth, topk, budget) and prompt lookup."""
+    static shapes, dynamic (depth, topk, budget) and prompt lookup with a fixed and with an adaptive draft length."""
     return ([{"method": "ar"}]
             + [{"method": "linear", "gamma": int(g)} for g in gammas]
             + [{"method": "adaptive", "gamma": int(g), "stop_below": float(p)} for g, p in adaptive]
             + [{"method": "static", "topk": [int(w) for w in shape]} for shape in static_shapes]
             + [{"method": "dynamic", "depth": int(d), "topk": int(k), "budget": int(n)} for d, k, n in dynamic]
-            + [{"method": "lookup", "ngram": int(ngram), "num_draft": int(num_draft)}])
+            + [{"method": "lookup", "ngram": int(ngram), "num_draft": int(num_draft), "adaptive": flag}
+               for flag in (False, True)])
 
 
 def cost_model(rows, costs: dict) -> pd.DataFrame:
@@ -268,3 +270,28 @@ def copied_prefix(tokenizer, case: dict, generated) -> tuple[int, int]:
             break
         count += 1
     return count, len(reference)
+
+
+def nominal_depth(spec: dict) -> int | None:
+    """The most draft tokens a round can accept: γ for linear speculation, the number of levels for a tree."""
+    if spec["method"] == "linear":
+        return int(spec["gamma"])
+    if spec["method"] == "static":
+        return len(spec["topk"])
+    if spec["method"] == "dynamic":
+        return int(spec["depth"])
+    return None
+
+
+def tau_against_linear(summary: pd.DataFrame) -> pd.DataFrame:
+    """Every tree next to linear speculation of the same depth (γ = the tree's levels), where that γ was measured:
+    how much τ the extra nodes buy at equal depth, and at what wall-clock price."""
+    linear = {nominal_depth(r.spec): r for r in summary.itertuples() if r.method == "linear"}
+    out = []
+    for row in summary.itertuples():
+        depth = nominal_depth(row.spec) if row.method in ("static", "dynamic") else None
+        if depth in linear:
+            match = linear[depth]
+            out.append({"tree": row.label, "linear": match.label, "depth": depth, "nodes": row.nodes,
+                        "tau_ratio": row.tau / match.tau, "speedup_ratio": row.speedup / match.speedup})
+    return pd.DataFrame(out, columns=["tree", "linear", "depth", "nodes", "tau_ratio", "speedup_ratio"])

@@ -11,7 +11,7 @@ import torch
 
 from helpers.models import load_cpu_model, load_cpu_tokenizer
 from helpers.prompts import encode_prompts, grounded_prompts, load_prompts, select_prompts
-from helpers.specdec.compare import best_of, compare_methods, summarise_methods
+from helpers.specdec.compare import best_of, compare_methods, summarise_methods, tau_against_linear
 
 DEFAULT_SPECS = (
     [{"method": "ar"}]
@@ -19,14 +19,14 @@ DEFAULT_SPECS = (
     + [{"method": "adaptive", "gamma": 8, "stop_below": p} for p in (0.02, 0.05, 0.1)]
     + [{"method": "static", "topk": list(shape)} for shape in ((2, 1, 1, 1, 1), (2, 2, 1, 1, 1), (3, 2, 1, 1))]
     + [{"method": "dynamic", "depth": d, "topk": k, "budget": n} for d, k, n in ((5, 2, 8), (6, 2, 10), (6, 3, 12))]
-    + [{"method": "lookup", "ngram": 3, "num_draft": 8}]
+    + [{"method": "lookup", "ngram": 3, "num_draft": 8, "adaptive": flag} for flag in (False, True)]
 )
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--draft", default="draft-2l", help="CPU pair draft: 'draft' (1 layer) or 'draft-2l'")
     parser.add_argument("--prompts", type=int, default=6, help="open-ended prompts (data/prompts.jsonl, every source)")
-    parser.add_argument("--grounded", type=int, default=4, help="input-grounded prompts (helpers.prompts.grounded_prompts)")
+    parser.add_argument("--grounded", type=int, default=6, help="input-grounded prompts (helpers.prompts.grounded_prompts)")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt")
     parser.add_argument("--repeats", type=int, default=2, help="interleaved runs per method and prompt; the fastest is kept")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (recorded in the output)")
@@ -43,15 +43,14 @@ def _print(summary, title: str) -> None:
 def _figures(summary) -> dict:
     linear = best_of(summary, ("linear",))
     trees = best_of(summary, ("static", "dynamic"))
-    same_depth = summary[summary.method.isin(["static", "dynamic"])
-                         & (summary.depth.round() == round(linear.depth))]
+    at_depth = tau_against_linear(summary)
     return {
         "best_linear": linear.label, "best_linear_speedup": linear.speedup, "best_linear_tau": linear.tau,
         "best_static": best_of(summary, "static").label, "best_static_speedup": best_of(summary, "static").speedup,
         "best_dynamic": best_of(summary, "dynamic").label,
         "best_dynamic_speedup": best_of(summary, "dynamic").speedup,
         "best_tree_over_best_linear": trees.speedup / linear.speedup,
-        "tree_tau_over_linear_tau_same_depth": (same_depth.tau.max() / linear.tau) if len(same_depth) else None,
+        "tree_tau_over_linear_tau_same_depth": float(at_depth.tau_ratio.max()) if len(at_depth) else None,
         "adaptive_speedup": best_of(summary, "adaptive").speedup,
         "lookup_speedup": best_of(summary, "lookup").speedup, "lookup_tau": best_of(summary, "lookup").tau,
         "lossless": bool(summary.lossless.all()),
@@ -67,6 +66,7 @@ def run(args) -> dict:
         "grounded": encode_prompts(tokenizer, grounded_prompts(tokenizer, args.grounded), "cpu"),
     }
     figures = {"threads": torch.get_num_threads(), "draft": args.draft, "max_new_tokens": args.max_new_tokens}
+    print(f"threads: {torch.get_num_threads()}")
     for name, cases in workloads.items():
         print(f"{name}: {len(cases)} prompts, {args.max_new_tokens} new tokens, {args.repeats} interleaved repeats")
         rows = compare_methods(target, draft, cases, list(DEFAULT_SPECS), args.max_new_tokens,
