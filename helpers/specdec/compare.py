@@ -243,6 +243,11 @@ def cost_model(rows, costs: dict) -> pd.DataFrame:
         nodes = (group.nodes * group.rounds).sum() / group.rounds.sum()
         spec = group.spec.iloc[0]
         draft, verify = round_cost(spec, costs, nodes)
+        if spec["method"] in ("linear", "adaptive", "lookup"):
+            # rounds differ in their draft count (no lookup match, an adaptive stop): T_V is concave in the
+            # positions, so average it over the rounds rather than take it at the mean count
+            per_round = [n for per in group.depth_per_round for n in per]
+            verify = float(np.mean([round_cost(spec, costs, n)[1] for n in per_round]))
         tau_model = expected_tau(rates)
         out.append({"label": label, "method": spec["method"], "nodes": nodes,
                     "tau": group.new_tokens.sum() / group.rounds.sum(), "tau_model": tau_model,
