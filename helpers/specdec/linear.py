@@ -67,6 +67,16 @@ class GenerationStats:
     accepted_per_round: list[int] = field(default_factory=list, repr=False)
     gamma_per_round: list[int] = field(default_factory=list, repr=False)  # γ_r: the last round may draft fewer
 
+    def record_round(self, accepted: int, drafted: int, proposed: int | None = None) -> None:
+        """Count one verified round: ``accepted`` of the ``drafted`` levels it could accept (γ_r, a tree's depth);
+        ``proposed``: the draft tokens the target verified (a tree's nodes; default ``drafted``)."""
+        self.rounds += 1
+        self.proposed += drafted if proposed is None else proposed
+        self.accepted += accepted
+        self.rejections += accepted < drafted
+        self.accepted_per_round.append(accepted)
+        self.gamma_per_round.append(drafted)
+
     def finish(self) -> "GenerationStats":
         """Fill the derived ratios from the counters."""
         if self.proposed:
@@ -154,6 +164,16 @@ def _generator(seed: int | None, device: torch.device) -> torch.Generator | None
     generator = torch.Generator(device=device)
     generator.manual_seed(seed)
     return generator
+
+
+def _phase_clock(device, enabled: bool):
+    """A clock for phase boundaries: ``time.perf_counter`` after a device sync when ``enabled`` (on CUDA a phase's
+    kernels finish only at a sync; on the CPU the sync costs nothing)."""
+    def mark() -> float:
+        if enabled:
+            sync(device)
+        return time.perf_counter()
+    return mark
 
 
 def _probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -319,11 +339,7 @@ def speculative_generate(
     greedy = temperature == 0
     stats = GenerationStats(runtime=resolve_runtime(runtime, target, draft), compiled=compile)
     clock = time.perf_counter
-
-    def phase_mark() -> float:
-        if time_phases:
-            sync(device)
-        return clock()
+    phase_mark = _phase_clock(device, time_phases)
 
     start = clock()
     # never more than prompt + max_new_tokens tokens in a cache: a round drafts at most the tokens still due
@@ -398,12 +414,7 @@ def speculative_generate(
             draft_pending = torch.cat([draft_tokens[:, -1:], next_token.view(1, 1)], dim=1)
         pending = next_token.view(1, 1)
 
-        stats.rounds += 1
-        stats.proposed += round_gamma
-        stats.accepted += accepted
-        stats.rejections += accepted < round_gamma
-        stats.accepted_per_round.append(accepted)
-        stats.gamma_per_round.append(round_gamma)
+        stats.record_round(accepted, round_gamma)
         emitted, hit_eos = _truncate_at_eos(emitted, eos)
         tokens.extend(emitted)
         if hit_eos:

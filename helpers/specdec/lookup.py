@@ -35,9 +35,9 @@ import time
 import torch
 
 from helpers.models.runtime import cached_decoder, resolve_runtime
-from helpers.specdec.linear import (GenerationResult, GenerationStats, _check_common, _eos_ids, _generator, _probs,
-                                    _truncate_at_eos, _vocab_size, accept_greedy, accept_sampling)
-from helpers.timing import sync
+from helpers.specdec.linear import (GenerationResult, GenerationStats, _check_common, _eos_ids, _generator,
+                                    _phase_clock, _probs, _truncate_at_eos, _vocab_size, accept_greedy,
+                                    accept_sampling)
 
 __all__ = ["NgramIndex", "prompt_lookup_generate"]
 
@@ -152,11 +152,7 @@ def prompt_lookup_generate(
     vocab = _vocab_size(target)
     stats = GenerationStats(runtime=resolve_runtime(runtime, target), compiled=compile)
     clock = time.perf_counter
-
-    def phase_mark() -> float:
-        if time_phases:
-            sync(device)
-        return clock()
+    phase_mark = _phase_clock(device, time_phases)
 
     start = clock()
     capacity = input_ids.shape[1] + max_new_tokens
@@ -207,12 +203,7 @@ def prompt_lookup_generate(
                 draft_length = next_draft_length(draft_length, drafted, accepted, num_draft)
         pending = next_token.view(1, 1)
 
-        stats.rounds += 1
-        stats.proposed += drafted
-        stats.accepted += accepted
-        stats.rejections += accepted < drafted
-        stats.accepted_per_round.append(accepted)
-        stats.gamma_per_round.append(drafted)
+        stats.record_round(accepted, drafted)
         emitted, hit_eos = _truncate_at_eos(emitted, eos)
         tokens.extend(emitted)
         if hit_eos:

@@ -51,11 +51,11 @@ from helpers.specdec.linear import (
     _check_common,
     _eos_ids,
     _generator,
+    _phase_clock,
     _probs,
     _truncate_at_eos,
     _vocab_size,
 )
-from helpers.timing import sync
 
 __all__ = ["TreeRound", "TreeStats", "tree_generate", "tree_shape"]
 
@@ -262,11 +262,7 @@ def tree_generate(
     stats = TreeStats(runtime=runtime, tree=tree)
     rounds: list[TreeRound] = []
     clock = time.perf_counter
-
-    def phase_mark() -> float:
-        if time_phases:
-            sync(device)
-        return clock()
+    phase_mark = _phase_clock(device, time_phases)
 
     start = clock()
     nodes_room = max_nodes(depth, widths, None if not greedy else budget, tree)
@@ -334,12 +330,7 @@ def tree_generate(
 
         if record_rounds:
             rounds.append(TreeRound(list(nodes.tokens), list(nodes.parents), list(nodes.scores), path, next_token))
-        stats.rounds += 1
-        stats.proposed += count - 1
-        stats.accepted += accepted
-        stats.rejections += accepted < round_depth
-        stats.accepted_per_round.append(accepted)
-        stats.gamma_per_round.append(round_depth)
+        stats.record_round(accepted, round_depth, proposed=count - 1)
         stats.nodes_per_round.append(count - 1)
         emitted, hit_eos = _truncate_at_eos([nodes.tokens[n] for n in path[1:]] + [next_token], eos)
         tokens.extend(emitted)
