@@ -16,6 +16,7 @@ from scipy import stats as scipy_stats
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from helpers.specdec import accept_sampling, autoregressive_generate, speculative_generate
+from distribution_checks import chi_square_pvalue, exact_joint, tv_tolerance
 from tiny_models import PEAK, tiny_qwen3
 
 
@@ -155,16 +156,6 @@ def test_self_draft_accepts_everything(target):
 # --- sampling: the output follows the target's distribution --------------------------------------------------
 
 
-def exact_joint(model, prompt: torch.Tensor, temperature: float) -> np.ndarray:
-    """P(x1, x2 | prompt) under the model: a (V, V) table, computed with V + 1 forwards."""
-    vocab = model.config.vocab_size
-    with torch.inference_mode():
-        first = torch.softmax(model(input_ids=prompt).logits[0, -1].double() / temperature, -1)
-        pairs = torch.cat([prompt.expand(vocab, -1), torch.arange(vocab)[:, None]], dim=1)
-        second = torch.softmax(model(input_ids=pairs).logits[:, -1].double() / temperature, -1)
-    return (first[:, None] * second).numpy()
-
-
 @pytest.mark.parametrize("runtime", ["minimal", "transformers"])
 def test_sampling_preserves_target_distribution(runtime):
     """Chen et al., Theorem 1: the first two tokens are jointly distributed as under the target alone.
@@ -195,17 +186,12 @@ def test_sampling_preserves_target_distribution(runtime):
     assert 0.1 < accepted / proposed < 0.9  # both the accept and the residual path are exercised
 
     total_variation = 0.5 * np.abs(counts / samples - expected).sum()
-    null = np.random.default_rng(0).multinomial(samples, expected, size=4000) / samples
-    tolerance = np.quantile(0.5 * np.abs(null - expected).sum(axis=1), 0.999)
+    tolerance = tv_tolerance(expected, samples)
     assert total_variation <= tolerance, (total_variation, tolerance)
     # the test has power: the draft's own joint (what skipping the rejection step would give) is far off
     assert 0.5 * np.abs(exact_joint(draft, prompt, temperature).ravel() - expected).sum() > 5 * tolerance
 
-    expected_counts = expected * samples
-    small = expected_counts < 5
-    f_exp = np.append(expected_counts[~small], expected_counts[small].sum())
-    f_obs = np.append(counts[~small], counts[small].sum())
-    pvalue = scipy_stats.chisquare(f_obs, f_exp).pvalue
+    pvalue = chi_square_pvalue(counts, expected, samples)
     print(f"total variation {total_variation:.4f} (tolerance {tolerance:.4f}), chi-square p = {pvalue:.3f}")
     assert pvalue > 1e-3
 

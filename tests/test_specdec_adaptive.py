@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from helpers.specdec.linear import autoregressive_generate, speculative_generate
-from test_specdec import exact_joint
-from test_specdec_lookup import chi_square_pvalue
+from distribution_checks import chi_square_pvalue, exact_joint
 from tiny_models import PEAK, tiny_qwen3
 
 

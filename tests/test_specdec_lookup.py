@@ -9,13 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from scipy import stats as scipy_stats
 
 from helpers.models import load_cpu_pair
 from helpers.prompts import encode_prompts, grounded_prompts
 from helpers.specdec.linear import autoregressive_generate
 from helpers.specdec.lookup import NgramIndex, next_draft_length, prompt_lookup_generate
-from test_specdec import exact_joint
+from distribution_checks import chi_square_pvalue, exact_joint
 from tiny_models import PEAK, tiny_qwen3
 
 
@@ -188,15 +187,6 @@ def test_eos_inside_accepted_drafts(target):
 
 
 # --- sampling: the output follows the target's distribution ---------------------------------------------------
-
-
-def chi_square_pvalue(counts: np.ndarray, expected: np.ndarray, samples: int) -> float:
-    """Chi-square goodness of fit, cells expected < 5 pooled (as tests/test_specdec.py does)."""
-    expected_counts = expected * samples
-    small = expected_counts < 5
-    f_exp = np.append(expected_counts[~small], expected_counts[small].sum())
-    f_obs = np.append(counts[~small], counts[small].sum())
-    return scipy_stats.chisquare(f_obs, f_exp).pvalue
 
 
 def test_sampling_preserves_target_distribution():

@@ -13,6 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from helpers.models.runtime import minimal_view
 from helpers.specdec import autoregressive_generate, speculative_generate
 from helpers.specdec.tree import AcceptanceTable, tree_generate, tree_shape
+from distribution_checks import chi_square_pvalue, exact_joint, pooled, tv_tolerance
 from tiny_models import PEAK, perturbed_copy, tiny_qwen3
 
 TREES = {
@@ -110,15 +111,6 @@ def test_cpu_pair_greedy_is_lossless():
         assert result.stats.tau > 2  # a trained pair: several tokens per target forward
 
 
-def exact_joint(model, prompt: torch.Tensor, temperature: float) -> np.ndarray:
-    vocab = model.config.vocab_size
-    with torch.inference_mode():
-        first = torch.softmax(model(input_ids=prompt).logits[0, -1].double() / temperature, -1)
-        pairs = torch.cat([prompt.expand(vocab, -1), torch.arange(vocab)[:, None]], dim=1)
-        second = torch.softmax(model(input_ids=pairs).logits[:, -1].double() / temperature, -1)
-    return (first[:, None] * second).numpy()
-
-
 @pytest.mark.parametrize("name", ["static", "dynamic"])
 def test_sampling_preserves_target_distribution(name):
     """The first two tokens follow the target's joint law (multi-candidate rejection sampling): 2500 seeds,
@@ -143,15 +135,10 @@ def test_sampling_preserves_target_distribution(name):
     assert 0.2 * samples < accepted < 1.5 * samples  # candidates are accepted, and rejected too
 
     total_variation = 0.5 * np.abs(counts / samples - expected).sum()
-    null = np.random.default_rng(0).multinomial(samples, expected, size=4000) / samples
-    tolerance = np.quantile(0.5 * np.abs(null - expected).sum(axis=1), 0.999)
+    tolerance = tv_tolerance(expected, samples)
     assert total_variation <= tolerance, (total_variation, tolerance)
     assert 0.5 * np.abs(exact_joint(draft, prompt, temperature).ravel() - expected).sum() > 5 * tolerance
-    expected_counts = expected * samples
-    small = expected_counts < 5
-    f_exp = np.append(expected_counts[~small], expected_counts[small].sum())
-    f_obs = np.append(counts[~small], counts[small].sum())
-    assert scipy_stats.chisquare(f_obs, f_exp).pvalue > 1e-3
+    assert chi_square_pvalue(counts, expected, samples) > 1e-3
 
 
 def test_sampling_is_reproducible(pair):
@@ -225,15 +212,8 @@ def test_cpu_pair_sampling_follows_the_target():
     with torch.inference_mode():
         draft_first = torch.softmax(draft(input_ids=prompt).logits[0, -1].double(), -1).numpy()
     for index, (observed, law) in enumerate(zip(counts, (first.numpy(), second.numpy() / second.sum().item()))):
-        expected = law * samples
-        small = expected < 5
-        f_exp = np.append(expected[~small], expected[small].sum())
-        f_obs = np.append(observed[~small], observed[small].sum())
-        assert scipy_stats.chisquare(f_obs, f_exp * f_obs.sum() / f_exp.sum()).pvalue > 1e-3
-        null = rng.multinomial(samples, law, size=2000) / samples
-        tolerance = np.quantile(0.5 * np.abs(null - law).sum(axis=1), 0.999)
-        assert 0.5 * np.abs(observed / samples - law).sum() <= tolerance
-        if index == 0:  # power: the same counts reject the draft's law (what skipping the rejection would give)
-            wrong = draft_first * samples
-            wrong = np.append(wrong[~small], wrong[small].sum())
-            assert scipy_stats.chisquare(f_obs, wrong * f_obs.sum() / wrong.sum()).pvalue < 1e-3
+        assert chi_square_pvalue(observed, law, samples) > 1e-3
+        assert 0.5 * np.abs(observed / samples - law).sum() <= tv_tolerance(law, samples, size=2000, rng=rng)
+        if index == 0:  # power: the same counts (cells pooled as for the target) reject the draft's law
+            small = law * samples < 5
+            assert scipy_stats.chisquare(*pooled(observed, draft_first * samples, small)).pvalue < 1e-3

@@ -1,0 +1,37 @@
+"""The statistics the sampling tests share: a model's exact first-two-token law and the goodness-of-fit checks
+that sampled tokens follow it (importable from any test module, like tiny_models)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy import stats as scipy_stats
+
+
+def exact_joint(model, prompt: torch.Tensor, temperature: float) -> np.ndarray:
+    """P(x1, x2 | prompt) under the model: a (V, V) table, computed with V + 1 forwards."""
+    vocab = model.config.vocab_size
+    with torch.inference_mode():
+        first = torch.softmax(model(input_ids=prompt).logits[0, -1].double() / temperature, -1)
+        pairs = torch.cat([prompt.expand(vocab, -1), torch.arange(vocab)[:, None]], dim=1)
+        second = torch.softmax(model(input_ids=pairs).logits[:, -1].double() / temperature, -1)
+    return (first[:, None] * second).numpy()
+
+
+def pooled(counts: np.ndarray, expected_counts: np.ndarray, small: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(observed, expected) with the ``small`` cells pooled into one, expected rescaled to the observed total."""
+    f_obs = np.append(counts[~small], counts[small].sum())
+    f_exp = np.append(expected_counts[~small], expected_counts[small].sum())
+    return f_obs, f_exp * f_obs.sum() / f_exp.sum()
+
+
+def chi_square_pvalue(counts: np.ndarray, expected: np.ndarray, samples: int) -> float:
+    """Chi-square goodness of fit of ``counts`` to the probabilities ``expected``, cells expected < 5 pooled."""
+    expected_counts = expected * samples
+    return scipy_stats.chisquare(*pooled(counts, expected_counts, expected_counts < 5)).pvalue
+
+
+def tv_tolerance(expected: np.ndarray, samples: int, *, size: int = 4000, rng=None) -> float:
+    """The 99.9th percentile of the total variation that exact multinomial sampling of ``samples`` draws shows."""
+    rng = np.random.default_rng(0) if rng is None else rng
+    null = rng.multinomial(samples, expected, size=size) / samples
+    return float(np.quantile(0.5 * np.abs(null - expected).sum(axis=1), 0.999))
