@@ -185,6 +185,16 @@ def test_tree_past_the_context_is_refused(pair):
 def test_tree_shape_defaults():
     assert tree_shape("static", None, (4, 2, 2, 1), None) == (4, (4, 2, 2, 1), None)
     assert tree_shape("dynamic", 5, 4, 16) == (5, (4, 4, 4, 4, 4), 16)
+    assert tree_shape("dynamic", None, None, None) == (5, (4, 4, 4, 4, 4), 16)
+    assert tree_shape("dynamic", 3, None, 8) == (3, (4, 4, 4), 8)
+    with pytest.raises(ValueError, match="static tree needs topk"):
+        tree_shape("static", None, None, None)
+
+
+def test_static_tree_needs_no_dynamic_arguments(pair):
+    """A static tree is called with its widths alone: depth and budget belong to dynamic trees."""
+    result = tree_generate(*pair, prompts(1)[0], 6, tree="static", topk=(2, 1), eos_token_id=-1)
+    assert result.stats.new_tokens == 6 and max(result.stats.gamma_per_round) <= 2
 
 
 def test_cpu_pair_sampling_follows_the_target():

@@ -60,6 +60,7 @@ from helpers.specdec.linear import (
 __all__ = ["TreeRound", "TreeStats", "tree_generate", "tree_shape"]
 
 TREES = ("dynamic", "static")
+DYNAMIC_DEFAULTS = {"depth": 5, "topk": 4, "budget": 16}  # a dynamic tree's shape where the caller names none
 
 
 @dataclass
@@ -177,16 +178,21 @@ class AcceptanceTable:
 
 
 def tree_shape(tree: str, depth: int | None, topk, budget: int | None) -> tuple[int, tuple[int, ...], int | None]:
-    """Validated ``(depth, widths, budget)``; static widths come from ``topk`` (a tuple, one width per depth)."""
+    """Validated ``(depth, widths, budget)``; static widths come from ``topk`` (a tuple, one width per depth), a
+    dynamic tree's missing values from :data:`DYNAMIC_DEFAULTS`."""
     if tree not in TREES:
         raise ValueError(f"tree must be one of {TREES}, got {tree!r}")
     if tree == "static":
+        if topk is None:
+            raise ValueError("a static tree needs topk = one int >= 1 per depth, e.g. (4, 2, 2, 1); got None")
         widths = (topk,) * (depth or 1) if isinstance(topk, int) else tuple(topk)
         if depth is not None and depth != len(widths):
             raise ValueError(f"a static tree's depth is len(topk) = {len(widths)}; got depth={depth}")
         if not widths or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in widths):
             raise ValueError(f"a static tree needs topk = one int >= 1 per depth, e.g. (4, 2, 2, 1); got {topk!r}")
         return len(widths), widths, None
+    depth, topk, budget = (DYNAMIC_DEFAULTS[name] if value is None else value
+                           for name, value in (("depth", depth), ("topk", topk), ("budget", budget)))
     for name, value in (("depth", depth), ("topk", topk), ("budget", budget)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"a dynamic tree needs {name} as an int >= 1, got {value!r} "
@@ -235,9 +241,9 @@ def tree_generate(
     seed: int | None = None,
     *,
     tree: str = "dynamic",
-    depth: int | None = 5,
-    topk=4,
-    budget: int | None = 16,
+    depth: int | None = None,
+    topk=None,
+    budget: int | None = None,
     eos_token_id: int | list[int] | None = None,
     time_phases: bool = True,
     record_rounds: bool = False,
@@ -246,13 +252,12 @@ def tree_generate(
     :func:`~helpers.specdec.linear.speculative_generate`, with :class:`TreeStats`.
 
     ``tree="dynamic"``: ``depth`` levels, ``topk`` children per expanded node and ``topk`` expanded nodes per
-    level, the best ``budget`` nodes verified (greedy). ``tree="static"``: ``topk`` is the width per depth, e.g.
-    ``(4, 2, 2, 1)``; ``depth`` and ``budget`` are ignored (pass None). ``record_rounds`` keeps every verified tree
+    level, the best ``budget`` nodes verified (greedy); unset, they are :data:`DYNAMIC_DEFAULTS` (5, 4, 16).
+    ``tree="static"``: ``topk`` is the width per depth, e.g. ``(4, 2, 2, 1)``; ``depth`` may repeat its length and
+    ``budget`` is unused. ``record_rounds`` keeps every verified tree
     in ``result.rounds`` (a list of :class:`TreeRound`) for drawing.
     """
     _check_common(target, input_ids, max_new_tokens, temperature)
-    if tree == "static" and isinstance(topk, (tuple, list)) and depth == 5:
-        depth = None  # the default depth belongs to dynamic trees
     depth, widths, budget = tree_shape(tree, depth, topk, budget)
     runtime = _check_tree_pair(target, draft)
     device = input_ids.device
