@@ -336,6 +336,30 @@ def heldout_source_prompts(tokenizer, count: int, length: int) -> list[list[int]
     raise ValueError(f"only {len(prompts)} held-out files are long enough for {count} prompts of {length} tokens")
 
 
+def long_heldout_prompts(tokenizer, count: int, length: int, *, continuation: int = 64) -> list[list[int]]:
+    """``count`` prompts of ``length`` tokens from held-out standard-library files (long-context work).
+
+    The first ``length`` tokens of the first ``count`` held-out files (name order) that have at least
+    ``length + continuation`` tokens, so that the text after each prompt is the file's own. When too few files
+    are that long (large batches, long contexts, a tokenizer with a larger vocabulary), every prompt is instead a
+    window of the held-out files joined end to end (EOS between files), evenly spaced over that stream.
+    """
+    stream: list[int] = []
+    prompts = []
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    for _, text in stdlib_sources(is_heldout):
+        ids = tokenizer(text)["input_ids"]
+        stream += ids + eos
+        if len(ids) >= length + continuation:
+            prompts.append(ids[:length])
+            if len(prompts) == count:
+                return prompts
+    span = len(stream) - length - continuation
+    if span < 0:
+        raise ValueError(f"the held-out files hold {len(stream)} tokens in all, too few for a {length}-token prompt")
+    starts = [round(i * span / max(count - 1, 1)) for i in range(count)]
+    return [stream[s:s + length] for s in starts]
+
 if __name__ == "__main__":
     written = write_cpu_prompts()
     print(f"wrote {sum(r['profile'] == 'cpu' for r in written)} cpu prompts to {PROMPTS_PATH}")

@@ -136,3 +136,28 @@ def test_card_renders_every_measured_figure(tmp_path):
     text = (tmp_path / "MODEL_CARD.md").read_text()
     assert "0.070" in text and "0.710" in text and "3.200" in text and "1,000" in text
     assert (tmp_path / "card.json").exists()
+
+
+def test_loss_by_position_buckets(tokenizer, stream):
+    model = tiny(tokenizer)
+    windows = tcp.heldout_windows(stream, 64, 3)
+    losses = tcp.loss_by_position(model, windows, buckets=((0, 16), (16, 64), (64, 128)))
+    assert list(losses) == ["0-16", "16-64"]  # a bucket past the window is left out
+    assert all(value > 0 for value in losses.values())
+
+
+def test_long_stage_fine_tunes_a_copy_and_reports_it(tokenizer, stream, tmp_path, monkeypatch):
+    monkeypatch.setattr(tcp, "LONG_SEQ_LEN", 48)
+    monkeypatch.setattr(tcp, "LONG_BUCKETS", ((0, 16), (16, 48)))
+    target = tiny(tokenizer)
+    tcp.save_model(target, tmp_path / "target")
+    entry = tcp.train_long_target(tmp_path, stream, stream, steps=2, batch_size=1, seed=0, device=torch.device("cpu"),
+                                  log=lambda message: None, eval_windows=2)
+    long = tcp.load_saved(tmp_path / "target-long")
+    assert long.config.max_position_embeddings == tcp.LONG_CONTEXT_LIMIT
+    assert not torch.equal(long.lm_head.weight, tcp.load_saved(tmp_path / "target").lm_head.weight)
+    assert entry["stage"]["steps"] == 2 and entry["stage"]["seq_len"] == 48
+    assert set(entry["loss_by_position"]) == {"target", "target-long"}
+    card = {"target_long": entry}
+    text = tcp._long_card(card)
+    assert "target-long" in text and "positions 16-48" in text and f"{entry['loss_by_position']['target']['0-16']:.3f}" in text

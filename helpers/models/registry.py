@@ -29,7 +29,7 @@ from helpers.hardware import resolve_device
 from helpers.paths import DATA_DIR
 
 CPU_PAIR_DIR = DATA_DIR / "cpu_pair"
-CPU_PAIR_MODELS = ("target", "draft", "draft-2l")
+CPU_PAIR_MODELS = ("target", "draft", "draft-2l", "target-long")
 ANALOG_PREFIX = "cpu/"
 PAIR_PREFIX = "cpu-pair/"
 
@@ -174,7 +174,8 @@ def load_cpu_tokenizer():
 
 
 def load_cpu_model(name: str = "target", *, device="cpu", dtype=torch.float32):
-    """One model of the CPU pair ('target', 'draft' or 'draft-2l'); stored bf16, loaded as ``dtype``."""
+    """One model of the CPU pair ('target', 'draft', 'draft-2l' or 'target-long', the target fine-tuned on
+    4096-token windows); stored bf16, loaded as ``dtype``."""
     if name not in CPU_PAIR_MODELS:
         raise ValueError(f"unknown CPU pair model {name!r}; known: {', '.join(CPU_PAIR_MODELS)}")
     _require_pair_files(name)

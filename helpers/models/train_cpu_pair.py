@@ -3,6 +3,8 @@
     python -m helpers.models.train_cpu_pair                 # CPU recipe, about 70 minutes on an idle 2-core machine
     python -m helpers.models.train_cpu_pair --smoke         # 2-minute end-to-end check (writes to /tmp)
     python -m helpers.models.train_cpu_pair --device cuda   # GPU recipe (bf16 autocast, batch 64, same step counts)
+    python -m helpers.models.train_cpu_pair --stage long    # target-long: the target fine-tuned on 4096-token
+                                                            # windows (about 15 minutes; notebook 11)
 
 The committed weights are the default CPU run.
 
@@ -15,7 +17,11 @@ is the same on every machine with the same Python version. Stages:
 3. the drafts, initialised from the target's embedding, first layer(s) and final norm (they share its width),
    then distilled from the frozen target (KL to its logits, which is what raises greedy agreement);
 4. measurement: parameters, training tokens, held-out loss, the per-token decode cost of each draft
-   relative to the target on CPU, and greedy agreement; written to ``card.json`` and ``MODEL_CARD.md``.
+   relative to the target on CPU, and greedy agreement; written to ``card.json`` and ``MODEL_CARD.md``;
+5. (``--stage long``, separately) ``target-long``: a copy of the target fine-tuned on long windows
+   (:data:`LONG_SEQ_LEN` tokens, its context limit raised to :data:`LONG_CONTEXT_LIMIT`) so that it uses
+   context far beyond the 256-token windows of stage 2; the card gains its held-out loss by position bucket,
+   next to the target's.
 
 Weights are stored as bf16 safetensors (the 30 MB budget) and loaded back as float32 by
 :func:`helpers.models.load_cpu_pair`. Seeds fix the initialisation and the data order, and every stage runs a
@@ -60,6 +66,14 @@ MODEL_SHAPES: dict[str, dict] = {
     "draft-2l": dict(_WIDTH, num_hidden_layers=2),
 }
 DRAFT_NAMES = ("draft", "draft-2l")
+
+# Stage 5, the long-context target: fine-tuned from the target on windows of LONG_SEQ_LEN tokens. RoPE needs
+# no change (theta 10^4 has wavelengths far beyond these lengths); the model only has to learn to use the
+# distances it never saw in 256-token windows. Its context limit is raised so that a 4096-token prompt can be
+# continued.
+LONG_SEQ_LEN = 4096
+LONG_CONTEXT_LIMIT = 8192
+LONG_BUCKETS = ((0, 256), (256, 512), (512, 1024), (1024, 2048), (2048, 4096))
 
 
 # --------------------------------------------------------------------------- tokenizer
@@ -279,6 +293,38 @@ def decode_step_seconds(model, prompt: torch.Tensor, steps: int = 48, repeats: i
     return min(samples[1:])
 
 
+@torch.no_grad()
+def loss_by_position(model, windows: torch.Tensor, buckets=None) -> dict[str, float]:
+    """Mean next-token loss of the tokens at positions ``[start, end)`` of each window, per bucket: a model that
+    uses long context predicts late positions better than early ones."""
+    buckets = LONG_BUCKETS if buckets is None else buckets
+    model.eval()
+    nll = torch.cat([F.cross_entropy(model(input_ids=w[None, :-1]).logits[0].float(), w[1:], reduction="none")[None]
+                     for w in windows])
+    return {f"{a}-{b}": round(nll[:, a:b].mean().item(), 4) for a, b in buckets if b <= nll.shape[1]}
+
+
+def train_long_target(out: Path, train_ids, heldout_ids, *, steps, batch_size, seed, device, log,
+                      eval_windows: int = 16) -> dict:
+    """Stage 5: fine-tune a copy of the shipped target on ``LONG_SEQ_LEN``-token windows, save it as
+    ``target-long`` and return its card entry (with the target's loss by position for comparison)."""
+    target = load_saved(out / "target")
+    model = load_saved(out / "target")
+    model.config.max_position_embeddings = LONG_CONTEXT_LIMIT
+    stage = train_target(model, train_ids, steps=steps, seq_len=LONG_SEQ_LEN, batch_size=batch_size, lr=5e-4,
+                         seed=seed + 100, device=device, log=log)
+    save_model(model, out / "target-long")
+    model = load_saved(out / "target-long")
+    windows = heldout_windows(heldout_ids, LONG_SEQ_LEN, eval_windows)
+    entry = {"stage": dict(stage, seq_len=LONG_SEQ_LEN, batch_size=batch_size, lr=5e-4, seed=seed + 100,
+                           init="target"),
+             "context_limit": LONG_CONTEXT_LIMIT, "eval_windows": eval_windows,
+             "loss_by_position": {"target": loss_by_position(target.to("cpu"), windows),
+                                  "target-long": loss_by_position(model, windows)}}
+    log(f"loss by position: {entry['loss_by_position']}")
+    return entry
+
+
 # --------------------------------------------------------------------------- saving
 
 def save_model(model, out_dir: Path) -> None:
@@ -341,8 +387,29 @@ library's source and `pydoc_data.topics` (Python {env['python']}). Load them wit
   Device: {env['device']}, {env['threads']} threads; seed {card['seed']}; torch {env['torch']},
   transformers {env['transformers']}. The step counts are fixed, so only the wall time depends on the machine.
 - **Stored** as bf16 safetensors ({card['stored_megabytes']:.1f} MB in all); loaded back as float32.
-- **Limits**: tiny models on a narrow corpus; they continue Python code, docstrings and documentation
+{_long_card(card)}- **Limits**: tiny models on a narrow corpus; they continue Python code, docstrings and documentation
   prose, and nothing else well. Not for any use beyond timing and acceptance-rate experiments.
+"""
+
+
+def _long_card(card: dict) -> str:
+    long = card.get("target_long")
+    if not long:
+        return ""
+    buckets = list(long["loss_by_position"]["target"])
+    rows = "\n".join(f"| {name} | " + " | ".join(f"{losses[b]:.3f}" for b in buckets) + " |"
+                     for name, losses in long["loss_by_position"].items())
+    st = long["stage"]
+    return f"""- **target-long** (notebook 11): the target fine-tuned for {st['steps']} steps on windows of {st['seq_len']}
+  tokens (batch {st['batch_size']}, {st['tokens']:,} tokens, peak learning rate {st['lr']}, seed {st['seed']},
+  {st['seconds']/60:.1f} min), context limit raised to {long['context_limit']}
+  (`python -m helpers.models.train_cpu_pair --stage long`). Held-out loss (nats/token) by position in
+  {long['eval_windows']} held-out windows of {st['seq_len']} tokens; falling loss at late positions is context used:
+
+| model | """ + " | ".join(f"positions {b}" for b in buckets) + """ |
+|---|""" + "---|" * len(buckets) + f"""
+{rows}
+
 """
 
 
@@ -360,6 +427,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=int, default=None, help="sequences per step (CPU 8, GPU 64)")
     parser.add_argument("--skip-target", action="store_true", help="reuse the target already in --out, redistil")
     parser.add_argument("--smoke", action="store_true", help="tiny step counts, writes to /tmp/cpu_pair_smoke")
+    parser.add_argument("--stage", choices=("pair", "long"), default="pair",
+                        help="'pair': tokenizer, target, drafts (default); 'long': fine-tune target-long from the "
+                             "target in --out (stage 5)")
+    parser.add_argument("--long-steps", type=int, default=None, help="stage 5 optimiser steps (default 240)")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -380,7 +451,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     corpus = load_corpus()
     log(f"corpus: {len(corpus.train)} training and {len(corpus.heldout)} held-out documents")
-    if args.skip_target:
+    if args.skip_target or args.stage == "long":
         tokenizer = AutoTokenizer.from_pretrained(out / "tokenizer")
     else:
         tokenizer = train_tokenizer(corpus.train)
@@ -388,6 +459,9 @@ def main(argv: list[str] | None = None) -> dict:
     train_ids = encode_documents(tokenizer, corpus.train)
     heldout_ids = encode_documents(tokenizer, corpus.heldout)
     log(f"tokenizer: {len(tokenizer)} entries; {len(train_ids):,} training and {len(heldout_ids):,} held-out tokens")
+
+    if args.stage == "long":
+        return _main_long(args, out, tokenizer, train_ids, heldout_ids, device=device, log=log)
 
     common = dict(seq_len=args.seq_len, batch_size=batch_size, device=device, log=log)
     if args.skip_target:
@@ -450,6 +524,21 @@ def main(argv: list[str] | None = None) -> dict:
         # a --skip-target run reuses the target: count its training time too, so this is the recipe's total
         "total_minutes": round((time.time() - t_start + (target_stage["seconds"] if args.skip_target else 0)) / 60, 1),
     }
+    write_card(card, out)
+    log(f"wrote {out / 'MODEL_CARD.md'} ({card['stored_megabytes']} MB stored)")
+    return card
+
+
+def _main_long(args, out: Path, tokenizer, train_ids, heldout_ids, *, device, log) -> dict:
+    if not (out / "card.json").exists():
+        raise FileNotFoundError(f"--stage long fine-tunes the target in {out}; train the pair first (no --stage)")
+    steps = args.long_steps or (4 if args.smoke else 240)
+    entry = train_long_target(out, train_ids, heldout_ids, steps=steps, batch_size=1,
+                              seed=args.seed, device=device, log=log, eval_windows=2 if args.smoke else 16)
+    card = json.loads((out / "card.json").read_text())
+    card["target_long"] = entry
+    stored = sum(f.stat().st_size for f in out.rglob("*") if f.is_file() and f.suffix in {".safetensors", ".json"})
+    card["stored_megabytes"] = round(stored / 1e6, 2)
     write_card(card, out)
     log(f"wrote {out / 'MODEL_CARD.md'} ({card['stored_megabytes']} MB stored)")
     return card

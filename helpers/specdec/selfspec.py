@@ -1,0 +1,368 @@
+"""Long-context self-speculation (MagicDec, notebook 11): the model drafts for itself over a StreamingLLM view of
+its own KV cache and verifies with full attention.
+
+At long context and large batch a decode step reads far more KV-cache bytes than weight bytes (the KV grows
+with batch x context, the weights do not), so a draft that reads the same weights but only a bounded window of
+the KV costs a fraction of a full step, and that fraction FALLS as batch and context grow — the opposite of
+textbook speculation, whose verify step stops being free once the batch makes the target compute-bound.
+
+A round, for every row of the batch at once:
+
+1. draft: gamma forwards of one token through :class:`~helpers.models.streaming.StreamingView` (attention over
+   ``sinks`` first tokens + the last ``window`` stored ones; the keys/values they write are provisional);
+2. roll every row back by gamma and verify: ONE forward of the pending token + gamma drafts with full attention,
+   which overwrites the provisional keys/values with exact ones;
+3. per row, accept the longest agreeing prefix (greedy) or run the rejection test of speculative sampling, roll
+   the row back past its rejected drafts; one host sync per round. Finished rows leave the batch.
+
+Cache invariant between rounds: every committed token of a row but the last ("pending") one is in the cache.
+Both generators here (:func:`self_speculative_generate` and the baseline :func:`batched_decode`) prefill the
+same way (:func:`prefill`, in chunks, ragged prompts left-padded) and report decode time apart from prefill, so
+the comparison measures decoding; a prefilled batch can be copied (:meth:`Prefilled.copy`) so that interleaved
+repeats at long context do not redo the prefill.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from helpers.models.qwen3 import KVCache
+from helpers.models.runtime import minimal_view
+from helpers.models.streaming import StreamingView
+from helpers.specdec.analysis import estimate_alpha
+from helpers.specdec.linear import _eos_ids, _generator, _probs
+from helpers.timing import sync
+
+PREFILL_CHUNK = 512  # prompt tokens per prefill forward: bounds the attention scores a long prompt materialises
+
+
+# ------------------------------------------------------------------------------------------------ prefill
+
+
+def prompt_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> list[list[int]]:
+    """Each row's prompt tokens (the positions where ``attention_mask`` is 1, any padding side)."""
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[0] < 1:
+        shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+        raise ValueError(f"input_ids must be a tensor of shape (batch, prompt_len), got {shape}; use ids[None] for "
+                         "one prompt")
+    if attention_mask is None:
+        rows = input_ids.tolist()
+    else:
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(f"attention_mask {tuple(attention_mask.shape)} must have input_ids' shape "
+                             f"{tuple(input_ids.shape)} (1 = prompt token, 0 = padding)")
+        rows = [ids[mask.bool()].tolist() for ids, mask in zip(input_ids.cpu(), attention_mask.cpu())]
+    if min(map(len, rows)) < 1:
+        raise ValueError("a prompt is empty (its attention_mask row is all 0): every row needs at least one token")
+    return rows
+
+
+@dataclass
+class Prefilled:
+    """A batch after prefill: the cache holds every prompt token but each row's last one (``pending``)."""
+
+    model: torch.nn.Module  # the minimal decoder (helpers.models.qwen3.MiniQwen3)
+    cache: KVCache
+    pending: torch.Tensor  # (batch, 1)
+    prompt_lengths: list[int]
+    seconds: float
+
+    def copy(self, rows: int | None = None) -> "Prefilled":
+        """An independent copy (of the first ``rows`` rows): a generation consumes the cache it is given."""
+        rows = self.cache.batch_size if rows is None else rows
+        if not 1 <= rows <= self.cache.batch_size:
+            raise ValueError(f"can copy 1 to {self.cache.batch_size} rows, got {rows}")
+        source = self.cache
+        cache = KVCache(self.model.config, rows, source.capacity, dtype=source.keys[0].dtype, device=source.device)
+        for mine, theirs in zip(cache.keys + cache.values, source.keys + source.values):
+            mine.copy_(theirs[:rows])
+        cache.pads = source.pads[:rows].clone()
+        cache._pads_host = source._pads_host[:rows]
+        cache.valid = None if source.valid is None else source.valid[:rows].clone()
+        cache.set_lengths(source.lengths[:rows])
+        return Prefilled(self.model, cache, self.pending[:rows].clone(), self.prompt_lengths[:rows], self.seconds)
+
+
+@torch.inference_mode()
+def prefill(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *, room: int,
+            chunk: int = PREFILL_CHUNK) -> Prefilled:
+    """Prefill a batch (ragged prompts: ``attention_mask``) in chunks of ``chunk`` tokens, with room for ``room``
+    more tokens per row (max_new_tokens, plus gamma + 1 for speculation)."""
+    rows = prompt_rows(input_ids, attention_mask)
+    model = minimal_view(model)
+    device = model.embed_tokens.weight.device
+    width = max(map(len, rows)) - 1  # the cache gets every prompt token but the last
+    if width + 1 + room > model.config.max_seq_len:
+        raise ValueError(f"the longest prompt ({width + 1} tokens) plus {room} new tokens exceeds the model's context "
+                         f"of {model.config.max_seq_len}; shorten the prompts or generate fewer tokens")
+    start = time.perf_counter()
+    cache = model.new_cache(len(rows), width + room)
+    ids = torch.zeros(len(rows), width, dtype=torch.long, device=device)
+    mask = torch.zeros(len(rows), width, dtype=torch.long, device=device)
+    for b, row in enumerate(rows):
+        if len(row) > 1:
+            ids[b, width - len(row) + 1:] = torch.as_tensor(row[:-1], device=device)
+            mask[b, width - len(row) + 1:] = 1
+    # the first chunk holds all the left padding (a cache marks padding only while empty), then fixed chunks
+    bounds = [0, min(width, width - min(map(len, rows)) + 1 + chunk)]
+    while bounds[-1] < width:
+        bounds.append(min(width, bounds[-1] + chunk))
+    for a, b in zip(bounds, bounds[1:]):
+        model(ids[:, a:b], cache, last_only=True, attention_mask=mask[:, :b] if a == 0 else None)
+    sync(device)
+    pending = torch.tensor([[row[-1]] for row in rows], device=device)
+    return Prefilled(model, cache, pending, [len(r) for r in rows], time.perf_counter() - start)
+
+
+# ------------------------------------------------------------------------------------------------ results
+
+
+@dataclass
+class SelfSpecStats:
+    """Counters and timings of one batched generation (seconds; decode excludes prefill).
+
+    ``tau``: tokens a row gains per verify forward (accepted drafts + the target's token), averaged over rows and
+    rounds. ``draft_ratio`` = T_D/T_T and ``verify_ratio`` = T_V(gamma)/T_T, with T_D and T_V the mean draft and
+    verify forward times of this run and T_T the mean full-attention decode step timed on the same batch right
+    after prefill (``target_step_s``; outside the decode time).
+    """
+
+    method: str = "self-spec"
+    batch_size: int = 0
+    gamma: int = 0
+    window: int = 0
+    sinks: int = 0
+    temperature: float = 0.0
+    new_tokens: int = 0
+    rounds: int = 0
+    row_rounds: int = 0  # verify forwards summed over the rows that took part
+    accepted: int = 0
+    alpha: float = float("nan")
+    tau: float = float("nan")
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    draft_forwards: int = 0
+    verify_forwards: int = 0
+    target_step_s: float = float("nan")
+    draft_ratio: float = float("nan")
+    verify_ratio: float = float("nan")
+    accepted_per_round: list[list[int]] = field(default_factory=list, repr=False)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.decode_s if self.decode_s > 0 else float("nan")
+
+    def finish(self) -> "SelfSpecStats":
+        counts = [n for row in self.accepted_per_round for n in row]
+        if counts:
+            self.alpha = estimate_alpha(counts, [self.gamma] * len(counts))
+            self.tau = self.new_tokens / self.row_rounds
+        if self.target_step_s == self.target_step_s and self.target_step_s > 0:  # not NaN
+            if self.draft_forwards:
+                self.draft_ratio = self.draft_s / self.draft_forwards / self.target_step_s
+            if self.verify_forwards:
+                self.verify_ratio = self.verify_s / self.verify_forwards / self.target_step_s
+        return self
+
+    def as_dict(self) -> dict:
+        row = asdict(self)
+        row.pop("accepted_per_round")
+        row["tokens_per_second"] = self.tokens_per_second
+        return row
+
+
+@dataclass
+class BatchResult:
+    """``tokens[i]``: row i's new tokens (cut after EOS or at max_new_tokens); ``stats``: the batch's figures."""
+
+    tokens: list[list[int]]
+    stats: SelfSpecStats
+
+
+# ------------------------------------------------------------------------------------------------ decoding
+
+
+def _check_args(max_new_tokens, gamma, temperature, window, sinks) -> None:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+        raise ValueError(f"gamma (draft tokens per round) must be an int >= 1, got {gamma!r}")
+    if not isinstance(temperature, (int, float)) or temperature < 0 or temperature != temperature:
+        raise ValueError(f"temperature must be a number >= 0 (0 means greedy), got {temperature!r}")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window (recent tokens the draft attends to) must be an int >= 1, got {window!r}")
+    if isinstance(sinks, bool) or not isinstance(sinks, int) or sinks < 0:
+        raise ValueError(f"sinks (first tokens the draft always attends to) must be an int >= 0, got {sinks!r}")
+
+
+def _start(model, input_ids, attention_mask, room: int, prefilled: Prefilled | None) -> Prefilled:
+    if prefilled is None:
+        return prefill(model, input_ids, attention_mask, room=room)
+    if max(prefilled.cache.lengths) + room > prefilled.cache.capacity:
+        raise ValueError(f"the prefilled cache has room for {prefilled.cache.capacity - max(prefilled.cache.lengths)} "
+                         f"new tokens per row, this generation needs {room}: prefill with a larger room")
+    return prefilled
+
+
+def _emit(generated: list[int], new_tokens: list[int], max_new_tokens: int, eos: set[int]) -> bool:
+    """Append ``new_tokens`` to a row, cut at EOS or max_new_tokens; True when the row is done."""
+    for token in new_tokens:
+        generated.append(token)
+        if token in eos or len(generated) >= max_new_tokens:
+            return True
+    return False
+
+
+def _pick(logits: torch.Tensor, temperature: float, generator) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(batch, 1) next tokens from (batch, V) logits, and their distribution when sampling."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True), None
+    probs = _probs(logits, temperature)
+    return torch.multinomial(probs, 1, generator=generator), probs
+
+
+def accept_rows(target_logits: torch.Tensor, drafts: torch.Tensor, draft_probs: torch.Tensor | None,
+                temperature: float, generator=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row: (accepted drafts k, next token), vectorised over the batch without host syncs.
+
+    ``target_logits`` (B, gamma + 1, V) at [pending, d1..d_gamma]; ``drafts`` (B, gamma); ``draft_probs``
+    (B, gamma, V) the draft distributions the drafts were sampled from (None: greedy). Greedy: the longest prefix
+    equal to the target's argmax, then its argmax. Sampling: draft i is kept when r_i p(d_i) < q(d_i); at the
+    first rejection the next token comes from norm(max(0, q - p)), after gamma acceptances from q.
+    """
+    rows = torch.arange(drafts.shape[0], device=drafts.device)
+    if draft_probs is None:
+        choice = target_logits.argmax(dim=-1)
+        k = (choice[:, :-1] == drafts).long().cumprod(dim=1).sum(dim=1)
+        return k, choice[rows, k]
+    q = _probs(target_logits, temperature)
+    q_d = q[:, :-1].gather(2, drafts[..., None])[..., 0]
+    p_d = draft_probs.gather(2, drafts[..., None])[..., 0]
+    r = torch.rand(drafts.shape, device=drafts.device, generator=generator)
+    k = (r * p_d < q_d).long().cumprod(dim=1).sum(dim=1)
+    p_padded = torch.cat([draft_probs, draft_probs.new_zeros(drafts.shape[0], 1, draft_probs.shape[-1])], dim=1)
+    q_k, p_k = q[rows, k], p_padded[rows, k]
+    residual = (q_k - p_k).clamp_min(0)
+    residual = torch.where(residual.sum(dim=-1, keepdim=True) > 0, residual, q_k)  # q == p to rounding
+    return k, torch.multinomial(residual, 1, generator=generator)[:, 0]
+
+
+def _time_target_step(state: Prefilled, repeats: int = 3) -> float:
+    """Median seconds of one full-attention decode step of this batch (feeds the pending tokens, rolls back)."""
+    samples = []
+    for _ in range(repeats + 1):  # the first call is warm-up
+        tick = time.perf_counter()
+        state.model(state.pending, state.cache, last_only=True)
+        sync(state.pending.device)
+        samples.append(time.perf_counter() - tick)
+        state.cache.rollback(1)
+    return statistics.median(samples[1:])
+
+
+def _drop_finished(state: Prefilled, still: list[int], active: list[int]) -> list[int]:
+    if len(still) < len(active):
+        state.cache.select_rows(still)
+    return [active[i] for i in still]
+
+
+@torch.inference_mode()
+def self_speculative_generate(model, input_ids: torch.Tensor, max_new_tokens: int, gamma: int = 3,
+                              temperature: float = 0.0, seed: int | None = None, *, window: int = 256,
+                              sinks: int = 4, attention_mask: torch.Tensor | None = None,
+                              eos_token_id: int | list[int] | None = None, prefilled: Prefilled | None = None,
+                              measure_target_step: bool = True) -> BatchResult:
+    """Self-speculative decoding of a batch: the model drafts ``gamma`` tokens per round over a StreamingLLM view
+    (``sinks`` first + ``window`` recent tokens) of its own cache and verifies them with full attention.
+
+    ``input_ids`` (B, prompt_len), ragged prompts marked by ``attention_mask`` (1 = token). Lossless: greedy rows
+    equal the model's own greedy decoding; sampled rows follow its distribution. ``prefilled``: a
+    :func:`prefill` of these prompts to decode from (it is consumed; pass ``state.copy()`` to reuse one);
+    ``measure_target_step`` times a few full-attention decode steps before decoding (T_T for the ratios).
+    """
+    _check_args(max_new_tokens, gamma, temperature, window, sinks)
+    state = _start(model, input_ids, attention_mask, max_new_tokens + gamma + 1, prefilled)
+    device = state.pending.device
+    eos, generator = _eos_ids(model, eos_token_id), _generator(seed, device)
+    batch = state.cache.batch_size
+    stats = SelfSpecStats(batch_size=batch, gamma=gamma, window=window, sinks=sinks, temperature=float(temperature),
+                          prefill_s=state.seconds, accepted_per_round=[[] for _ in range(batch)])
+    if measure_target_step:
+        stats.target_step_s = _time_target_step(state)
+    generated: list[list[int]] = [[] for _ in range(batch)]
+    active = list(range(batch))
+    pending = state.pending
+    start = time.perf_counter()
+    while active:
+        tick = time.perf_counter()
+        view = StreamingView(state.cache, sinks=sinks, window=window)
+        drafts, probs, token = [], [], pending
+        for _ in range(gamma):
+            token, p = _pick(state.model(token, view, last_only=True)[:, -1], temperature, generator)
+            drafts.append(token)
+            probs.append(p)
+        drafts = torch.cat(drafts, dim=1)  # (B, gamma)
+        state.cache.rollback(gamma)  # the provisional keys/values are overwritten by the verify forward
+        sync(device)
+        tock = time.perf_counter()
+        logits = state.model(torch.cat([pending, drafts], dim=1), state.cache)  # (B, gamma + 1, V)
+        k, nxt = accept_rows(logits, drafts, None if temperature == 0 else torch.stack(probs, dim=1),
+                             temperature, generator)
+        host = torch.cat([k[:, None], drafts, nxt[:, None]], dim=1).tolist()  # the round's one host sync
+        stats.draft_s += tock - tick
+        stats.verify_s += time.perf_counter() - tock
+        stats.rounds += 1
+        stats.row_rounds += len(active)
+        stats.draft_forwards += gamma
+        stats.verify_forwards += 1
+        state.cache.rollback([gamma - n for n, *_ in host])  # keep pending + the accepted drafts
+        still = []
+        for i, (b, (n, *rest)) in enumerate(zip(active, host)):
+            stats.accepted_per_round[b].append(n)
+            stats.accepted += n
+            if not _emit(generated[b], rest[:n] + [rest[-1]], max_new_tokens, eos):
+                still.append(i)
+        active = _drop_finished(state, still, active)
+        pending = nxt[still][:, None] if len(still) < len(nxt) else nxt[:, None]
+    sync(device)
+    stats.decode_s = time.perf_counter() - start
+    stats.new_tokens = sum(map(len, generated))
+    return BatchResult(generated, stats.finish())
+
+
+@torch.inference_mode()
+def batched_decode(model, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
+                   seed: int | None = None, *, attention_mask: torch.Tensor | None = None,
+                   eos_token_id: int | list[int] | None = None, prefilled: Prefilled | None = None) -> BatchResult:
+    """The baseline: batched autoregressive decoding with full attention, one forward per token, on the same
+    prefill and cache as :func:`self_speculative_generate`."""
+    _check_args(max_new_tokens, 1, temperature, 1, 0)
+    state = _start(model, input_ids, attention_mask, max_new_tokens, prefilled)
+    device = state.pending.device
+    eos, generator = _eos_ids(model, eos_token_id), _generator(seed, device)
+    batch = state.cache.batch_size
+    stats = SelfSpecStats(method="autoregressive", batch_size=batch, temperature=float(temperature),
+                          prefill_s=state.seconds)
+    generated: list[list[int]] = [[] for _ in range(batch)]
+    active = list(range(batch))
+    token = state.pending
+    start = time.perf_counter()
+    while active:
+        token, _ = _pick(state.model(token, state.cache, last_only=True)[:, -1], temperature, generator)
+        stats.rounds += 1
+        stats.row_rounds += len(active)
+        still = [i for i, (b, t) in enumerate(zip(active, token[:, 0].tolist()))
+                 if not _emit(generated[b], [t], max_new_tokens, eos)]
+        active = _drop_finished(state, still, active)
+        if len(still) < len(token):
+            token = token[still]
+    sync(device)
+    stats.decode_s = time.perf_counter() - start
+    stats.new_tokens = sum(map(len, generated))
+    stats.target_step_s = stats.decode_s / stats.rounds
+    stats.tau = 1.0
+    return BatchResult(generated, stats)

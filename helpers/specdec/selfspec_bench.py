@@ -1,0 +1,63 @@
+"""Long-context self-speculation vs batched AR on the CPU: ``python -m helpers.bench selfspec``.
+
+For every context length: one prefill of held-out files (the largest batch), then for every batch size AR and
+self-speculation decode from copies of it, interleaved and repeated (greedy, EOS ignored). Prints per point the
+speedup (median, spread), whether every row equalled AR, the byte ratio KV/weights of a decode step, and the
+Eq. 5 terms measured in the same runs with Eq. 5's prediction; returns the speedups per (context, batch).
+"""
+from __future__ import annotations
+
+import torch
+from tqdm.auto import tqdm
+
+from helpers.models import load_model, load_cpu_tokenizer
+from helpers.models.runtime import minimal_view
+from helpers.prompts import long_heldout_prompts
+from helpers.specdec.selfspec_study import byte_terms, compare_at, prefill_long
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", default="cpu-pair/target-long", help="the model that drafts for itself")
+    parser.add_argument("--contexts", type=int, nargs="+", default=[512, 2048, 4096], help="prompt tokens per row")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 8, 16], help="batch sizes")
+    parser.add_argument("--gamma", type=int, default=3, help="draft tokens per round")
+    parser.add_argument("--window", type=int, default=256, help="recent tokens the self-draft attends to")
+    parser.add_argument("--sinks", type=int, default=4, help="first tokens the self-draft always attends to")
+    parser.add_argument("--max-new-tokens", type=int, default=48, help="new tokens per row")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per point (after one warm-up)")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+
+
+def run(args) -> dict:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = minimal_view(load_model(args.model))
+    tokenizer = load_cpu_tokenizer()
+    print(f"{args.model}: gamma {args.gamma}, window {args.window} + {args.sinks} sinks, {args.max_new_tokens} new "
+          f"tokens, {args.repeats} repeats, {torch.get_num_threads()} threads")
+    print(f"{'context':>8}{'batch':>6}{'KV/W':>7}{'T_T ms':>8}{'speedup':>9}{'spread':>8}{'Eq.5':>7}{'alpha':>7}"
+          f"{'tau':>6}{'c':>7}{'v':>7}{'same':>6}")
+    figures, rows = {"speedup": {}, "eq5_speedup": {}}, []
+    bar = tqdm(total=len(args.contexts) * len(args.batches), desc="points", leave=False)
+    for context in args.contexts:
+        prompts = long_heldout_prompts(tokenizer, max(args.batches), context)
+        state = prefill_long(model, prompts, room=args.max_new_tokens + args.gamma + 1)
+        for batch in args.batches:
+            row = compare_at(state.copy(batch), max_new_tokens=args.max_new_tokens, gamma=args.gamma,
+                             window=args.window, sinks=args.sinks, repeats=args.repeats)[0]
+            row.update(context=context, batch=batch, **byte_terms(model, context, batch))
+            rows.append(row)
+            bar.update()
+            tqdm.write(f"{context:>8}{batch:>6}{row['kv_weight_ratio']:>7.2f}{row['ar_step_s'] * 1e3:>8.1f}"
+                       f"{row['speedup']:>8.2f}x{row['speedup_spread']:>8.2f}{row['eq5_speedup']:>7.2f}"
+                       f"{row['alpha']:>7.3f}{row['tau']:>6.2f}{row['draft_ratio']:>7.3f}{row['verify_ratio']:>7.2f}"
+                       f"{'yes' if row['identical'] else 'NO':>6}")
+            key = f"{context}x{batch}"
+            figures["speedup"][key] = round(row["speedup"], 3)
+            figures["eq5_speedup"][key] = round(row["eq5_speedup"], 3)
+        del state
+    bar.close()
+    figures["all_identical"] = all(row["identical"] for row in rows)
+    figures["eq5_max_relative_error"] = round(max(abs(r["eq5_speedup"] / r["speedup"] - 1) for r in rows), 3)
+    figures["threads"] = torch.get_num_threads()
+    return figures

@@ -1,0 +1,86 @@
+"""Measurements of long-context self-speculation (notebook 11 and ``python -m helpers.bench selfspec``).
+
+* :func:`byte_terms`: the bytes one decode step reads — weights once, the KV cache of every row — and their ratio;
+* :func:`compare_at`: batched AR and self-speculation from ONE prefill of a batch, interleaved and repeated; the
+  row carries the speedup (median and spread of the per-repeat ratios), whether every greedy row equalled AR,
+  and the Eq. 5 terms measured in the same runs (alpha, tau, c = T_D/T_T, v = T_V/T_T) with Eq. 5's prediction;
+  with ``windows=(...)`` the same for several draft windows in one interleaved run (alpha with a Wilson interval).
+
+AR and self-speculation share the prefill (:meth:`Prefilled.copy`): at 4096 tokens a prefill costs far more than
+decoding 48 tokens, and the comparison is about decoding.
+"""
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from helpers.specdec.analysis import predicted_speedup
+from helpers.specdec.selfspec import Prefilled, batched_decode, prefill, self_speculative_generate
+from helpers.specdec.sweeps import wilson_interval
+
+
+def byte_terms(model, context: int, batch: int) -> dict:
+    """Bytes a decode step reads at ``context`` tokens per row: the weights once, every row's KV cache."""
+    config = model.config
+    width = model.embed_tokens.weight.element_size()
+    weights = sum(p.numel() for p in model.parameters()) * width  # a tied LM head is counted once
+    kv_per_token = 2 * config.num_layers * config.num_kv_heads * config.head_dim * width
+    kv = kv_per_token * context * batch
+    return {"weight_bytes": weights, "kv_bytes_per_token": kv_per_token, "kv_bytes": kv, "kv_weight_ratio": kv / weights}
+
+
+def _spread(values: list[float]) -> float:
+    """(max - min) / median: how far apart the repeats were."""
+    return (max(values) - min(values)) / statistics.median(values) if values else float("nan")
+
+
+def compare_at(state: Prefilled, *, max_new_tokens: int, gamma: int, window: int, sinks: int, repeats: int = 3,
+               windows: tuple[int, ...] | None = None) -> list[dict]:
+    """AR vs self-speculation (one per window in ``windows``, default ``(window,)``) from copies of ``state``,
+    interleaved (the order alternates every repeat); greedy, EOS ignored, so every run emits the same tokens.
+
+    Returns one row per window: speedup (median of the per-repeat AR / self-spec decode-time ratios) and spread,
+    ``identical`` (every row of every run equals AR's), and alpha, tau, c, v (medians over repeats) with the
+    speedup Eq. 5 predicts from them (``eq5_speedup``).
+    """
+    windows = (window,) if windows is None else tuple(windows)
+    runs = {"ar": lambda: batched_decode(state.model, None, max_new_tokens, prefilled=state.copy(), eos_token_id=[])}
+    for w in windows:
+        runs[w] = (lambda w=w: self_speculative_generate(
+            state.model, None, max_new_tokens, gamma=gamma, window=w, sinks=sinks, prefilled=state.copy(),
+            eos_token_id=[]))
+    results = {key: [] for key in runs}
+    order = list(runs)
+    for r in range(repeats + 1):  # round 0 warms up
+        for key in (order if r % 2 else order[::-1]):
+            result = runs[key]()
+            if r:
+                results[key].append(result)
+    ar = results["ar"]
+    ar_times = [res.stats.decode_s for res in ar]
+    rows = []
+    for w in windows:
+        spec = results[w]
+        ratios = [a.stats.decode_s / s.stats.decode_s for a, s in zip(ar, spec)]
+        stats = [s.stats for s in spec]
+        med = lambda name: statistics.median(getattr(s, name) for s in stats)  # noqa: E731
+        alpha, c, v = med("alpha"), med("draft_ratio"), med("verify_ratio")
+        counts = [n for row in stats[0].accepted_per_round for n in row]  # greedy: every repeat accepts the same
+        low, high = wilson_interval(sum(counts), sum(counts) + sum(n < gamma for n in counts))
+        rows.append({
+            "window": w, "sinks": sinks, "gamma": gamma, "new_tokens": max_new_tokens, "repeats": repeats,
+            "speedup": statistics.median(ratios), "speedup_spread": _spread(ratios),
+            "ar_decode_s": statistics.median(ar_times), "selfspec_decode_s": med("decode_s"),
+            "ar_step_s": statistics.median(a.stats.target_step_s for a in ar),
+            "identical": all(s.tokens == ar[0].tokens for s in spec) and all(a.tokens == ar[0].tokens for a in ar),
+            "alpha": alpha, "alpha_low": low, "alpha_high": high, "tau": med("tau"),
+            "draft_ratio": c, "verify_ratio": v, "eq5_speedup": float(predicted_speedup(gamma, alpha, c, v)),
+            "prefill_s": state.seconds,
+        })
+    return rows
+
+
+def prefill_long(model, prompts: list[list[int]], *, room: int) -> Prefilled:
+    """Prefill equal-length prompts (one per row) with room for ``room`` new tokens per row."""
+    return prefill(model, torch.tensor(prompts, device=model.embed_tokens.weight.device), room=room)
