@@ -360,6 +360,7 @@ def long_heldout_prompts(tokenizer, count: int, length: int, *, continuation: in
     starts = [round(i * span / max(count - 1, 1)) for i in range(count)]
     return [stream[s:s + length] for s in starts]
 
+
 if __name__ == "__main__":
     written = write_cpu_prompts()
     print(f"wrote {sum(r['profile'] == 'cpu' for r in written)} cpu prompts to {PROMPTS_PATH}")

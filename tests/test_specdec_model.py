@@ -64,6 +64,16 @@ def test_optimal_gamma_with_measured_mapping_and_line():
     assert line(5) == pytest.approx(1.5)
 
 
+def test_linear_verify_cost_stays_positive_on_noisy_timings():
+    """Regression: a falling fit through noisy dry-run timings predicted T_V <= 0 at gamma 16 (CI failed)."""
+    falling = linear_verify_cost([1, 2, 3, 4], [1.3, 1.1, 1.2, 0.9])
+    assert falling(16) == pytest.approx(1.125)  # flat at the mean, not 1.3 - 0.12 * 16 < 0
+    steep = linear_verify_cost([1, 2, 3], [0.1, 0.1, 10.0])
+    assert steep(1) == pytest.approx(0.1)  # floored at the cheapest measured verify, not -1.55
+    with pytest.raises(ValueError, match="positive"):
+        linear_verify_cost([1, 2], [1.0, 0.0])
+
+
 def test_estimate_alpha_closed_form():
     # accepted 2, 0, 4 of gamma=4: 6 accepted, two rounds ended in a rejection -> 6 / 8
     assert estimate_alpha([2, 0, 4], 4) == pytest.approx(0.75)

@@ -82,9 +82,18 @@ def optimal_gamma(alpha: float, draft_ratio: float, verify_ratio: VerifyCost,
 
 
 def linear_verify_cost(gammas, verify_ratios) -> Callable[[int], float]:
-    """Least-squares line through measured T_V(gamma)/T_T, so that gammas not measured can be predicted."""
-    slope, intercept = np.polyfit(np.asarray(gammas, dtype=float), np.asarray(verify_ratios, dtype=float), 1)
-    return lambda gamma: float(intercept + slope * gamma)
+    """Least-squares line through measured T_V(gamma)/T_T, so that gammas not measured can be predicted.
+
+    Verifying more tokens never costs less, so noisy timings (a falling fit) give a flat line at their mean, and the
+    line never predicts less than the cheapest measured verify (a steep fit through noise can cross zero)."""
+    x, y = np.asarray(gammas, dtype=float), np.asarray(verify_ratios, dtype=float)
+    if x.size == 0 or x.size != y.size or not np.all(y > 0):
+        raise ValueError(f"need as many positive T_V/T_T ratios as gammas, got gammas {list(x)} and ratios {list(y)}")
+    slope, intercept = np.polyfit(x, y, 1) if np.unique(x).size > 1 else (0.0, y.mean())
+    if slope < 0:
+        slope, intercept = 0.0, y.mean()
+    floor = float(y.min())
+    return lambda gamma: max(floor, float(intercept + slope * gamma))
 
 
 def pooled_alpha(accepted, rejections, *, empty=float("nan")):
