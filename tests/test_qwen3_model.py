@@ -113,6 +113,23 @@ def test_select_rows_drops_finished_rows(model):
     torch.testing.assert_close(logits[1], alone(model, torch.cat([rows[0], nxt[1]]))[-1])
 
 
+def test_retain_rows_moves_only_rows_past_the_new_batch(model):
+    rows = [ids(5, 20), ids(3, 21), ids(7, 22), ids(4, 23), ids(6, 24)]
+    batch, mask = left_padded(rows)
+    cache = model.new_cache(5, 20)
+    with torch.no_grad():
+        model(batch, cache, attention_mask=mask)
+        storage = cache.keys[0].data_ptr()
+        order = cache.retain_rows([4, 1, 3])  # rows 0 and 2 leave: rows 3 and 4 move into their slots
+        assert sorted(order) == [1, 3, 4] and order[1] == 1
+        assert cache.batch_size == 3 and cache.keys[0].data_ptr() == storage  # views of the same buffers
+        nxt = torch.tensor([[1], [2], [3]])
+        logits = model(nxt, cache)[:, -1]
+        for i, old in enumerate(order):
+            torch.testing.assert_close(logits[i], alone(model, torch.cat([rows[old], nxt[i]]))[-1])
+        assert cache.retain_rows([0, 1, 2]) == [0, 1, 2]  # nothing leaves: nothing moves
+
+
 def test_bad_cache_operations_are_clear_errors(model):
     cache = model.new_cache(2, 10)
     with torch.no_grad():

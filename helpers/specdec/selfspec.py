@@ -264,10 +264,13 @@ def _time_target_step(state: Prefilled, repeats: int = 3) -> float:
     return statistics.median(samples[1:])
 
 
-def _drop_finished(state: Prefilled, still: list[int], active: list[int]) -> list[int]:
-    if len(still) < len(active):
-        state.cache.select_rows(still)
-    return [active[i] for i in still]
+def _drop_finished(state: Prefilled, still: list[int], active: list[int], pending: torch.Tensor):
+    """Finished rows leave the batch (:meth:`KVCache.retain_rows`, which may reorder the rest); returns the active
+    rows' ids and their pending tokens in the cache's new row order."""
+    if len(still) == len(active):
+        return active, pending
+    order = state.cache.retain_rows(still)
+    return [active[i] for i in order], pending[order]
 
 
 @torch.inference_mode()
@@ -326,8 +329,7 @@ def self_speculative_generate(model, input_ids: torch.Tensor, max_new_tokens: in
             stats.accepted += n
             if not _emit(generated[b], rest[:n] + [rest[-1]], max_new_tokens, eos):
                 still.append(i)
-        active = _drop_finished(state, still, active)
-        pending = nxt[still][:, None] if len(still) < len(nxt) else nxt[:, None]
+        active, pending = _drop_finished(state, still, active, nxt[:, None])
     sync(device)
     stats.decode_s = time.perf_counter() - start
     stats.new_tokens = sum(map(len, generated))
@@ -357,9 +359,7 @@ def batched_decode(model, input_ids: torch.Tensor, max_new_tokens: int, temperat
         stats.row_rounds += len(active)
         still = [i for i, (b, t) in enumerate(zip(active, token[:, 0].tolist()))
                  if not _emit(generated[b], [t], max_new_tokens, eos)]
-        active = _drop_finished(state, still, active)
-        if len(still) < len(token):
-            token = token[still]
+        active, token = _drop_finished(state, still, active, token)
     sync(device)
     stats.decode_s = time.perf_counter() - start
     stats.new_tokens = sum(map(len, generated))

@@ -21,9 +21,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--contexts", type=int, nargs="+", default=[512, 2048, 4096], help="prompt tokens per row")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 8, 16], help="batch sizes")
     parser.add_argument("--gamma", type=int, default=3, help="draft tokens per round")
-    parser.add_argument("--window", type=int, default=256, help="recent tokens the self-draft attends to")
+    parser.add_argument("--window", type=int, default=64, help="recent tokens the self-draft attends to")
     parser.add_argument("--sinks", type=int, default=4, help="first tokens the self-draft always attends to")
-    parser.add_argument("--max-new-tokens", type=int, default=48, help="new tokens per row")
+    parser.add_argument("--max-new-tokens", type=int, default=96, help="new tokens per row")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per point (after one warm-up)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
 

@@ -76,6 +76,9 @@ def compare_at(state: Prefilled, *, max_new_tokens: int, gamma: int, window: int
             "identical": all(s.tokens == ar[0].tokens for s in spec) and all(a.tokens == ar[0].tokens for a in ar),
             "alpha": alpha, "alpha_low": low, "alpha_high": high, "tau": med("tau"),
             "draft_ratio": c, "verify_ratio": v, "eq5_speedup": float(predicted_speedup(gamma, alpha, c, v)),
+            # rounds the batch needed over the mean rounds of its rows: Eq. 5 counts the mean row, the batch runs
+            # until its slowest row is done (rows that finish leave, so the tail rounds are cheaper)
+            "straggler": stats[0].rounds / statistics.mean(len(row) for row in stats[0].accepted_per_round),
             "prefill_s": state.seconds,
         })
     return rows
