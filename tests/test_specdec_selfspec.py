@@ -130,6 +130,12 @@ def test_greedy_rows_equal_autoregressive(model, gamma, window, sinks):
     assert stats.verify_forwards == stats.rounds and stats.draft_forwards == gamma * stats.rounds
     assert 1 <= stats.tau <= gamma + 1 and 0 < stats.alpha < 1
     assert stats.draft_ratio > 0 and stats.verify_ratio > 0 and stats.decode_s > 0
+    # the Eq. 5 terms come from the full-batch rounds: until the first row finished
+    full = min(len(counts) for counts in stats.accepted_per_round)
+    assert stats.full_batch_rounds == full <= stats.rounds
+    assert len(rows) * full <= stats.full_batch_tokens <= min(stats.new_tokens, len(rows) * full * (gamma + 1))
+    assert stats.tau == pytest.approx(stats.full_batch_tokens / (len(rows) * full))
+    assert 0 < stats.full_batch_s <= stats.decode_s and stats.full_batch_tokens_per_second > 0
 
 
 def test_uniform_batch_and_baseline(model):
@@ -140,6 +146,7 @@ def test_uniform_batch_and_baseline(model):
         reference = autoregressive_generate(model, torch.tensor([row]), 16, eos_token_id=[]).tokens.tolist()
         assert spec.tokens[b] == base.tokens[b] == reference
     assert base.stats.rounds == 16 and base.stats.tau == 1.0
+    assert base.stats.full_batch_rounds == 16 and base.stats.full_batch_tokens == 3 * 16  # EOS off: rows end together
 
 
 def test_rows_stop_at_eos_and_leave_the_batch(model):

@@ -124,10 +124,14 @@ def prefill(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None 
 class SelfSpecStats:
     """Counters and timings of one batched generation (seconds; decode excludes prefill).
 
-    ``tau``: tokens a row gains per verify forward (accepted drafts + the target's token), averaged over rows and
-    rounds. ``draft_ratio`` = T_D/T_T and ``verify_ratio`` = T_V(gamma)/T_T, with T_D and T_V the mean draft and
-    verify forward times of this run and T_T the mean full-attention decode step timed on the same batch right
-    after prefill (``target_step_s``; outside the decode time).
+    Rows that finish leave the batch, so a run has two phases: the *full-batch* rounds, while every row is still
+    decoding (a serving engine that refills finished rows stays here), and a tail in which the slowest rows finish
+    on a shrinking batch. The terms of Eq. 5 describe the full batch and are measured on those rounds (T_T is
+    timed on the full batch): ``alpha`` (maximum likelihood from the accepted counts), ``tau`` (tokens a row gains
+    per verify forward), ``draft_ratio`` = T_D/T_T and ``verify_ratio`` = T_V(gamma)/T_T, with T_T the median
+    full-attention decode step timed on the same batch right after prefill (``target_step_s``; outside the decode
+    time). ``full_batch_tokens_per_second`` is the throughput of those rounds; ``decode_s`` and
+    ``tokens_per_second`` cover the whole run, tail included.
     """
 
     method: str = "self-spec"
@@ -151,28 +155,53 @@ class SelfSpecStats:
     target_step_s: float = float("nan")
     draft_ratio: float = float("nan")
     verify_ratio: float = float("nan")
+    full_batch_rounds: int = 0
+    full_batch_tokens: int = 0
+    full_batch_s: float = 0.0
     accepted_per_round: list[list[int]] = field(default_factory=list, repr=False)
+    # per round: (rows decoding, draft seconds, verify seconds, round seconds, tokens emitted)
+    round_log: list[tuple[int, float, float, float, int]] = field(default_factory=list, repr=False)
 
     @property
     def tokens_per_second(self) -> float:
         return self.new_tokens / self.decode_s if self.decode_s > 0 else float("nan")
 
+    @property
+    def full_batch_tokens_per_second(self) -> float:
+        return self.full_batch_tokens / self.full_batch_s if self.full_batch_s > 0 else float("nan")
+
+    def record_round(self, rows: int, draft_s: float, verify_s: float, round_s: float, tokens: int) -> None:
+        self.round_log.append((rows, draft_s, verify_s, round_s, tokens))
+        self.rounds += 1
+        self.row_rounds += rows
+        self.draft_s += draft_s
+        self.verify_s += verify_s
+        self.draft_forwards += self.gamma
+        self.verify_forwards += 1
+
     def finish(self) -> "SelfSpecStats":
-        counts = [n for row in self.accepted_per_round for n in row]
-        if counts:
-            self.alpha = estimate_alpha(counts, [self.gamma] * len(counts))
-            self.tau = self.new_tokens / self.row_rounds
+        full = [entry for entry in self.round_log if entry[0] == self.batch_size]  # a prefix: rows only leave
+        if not full:
+            return self
+        self.full_batch_rounds = len(full)
+        self.full_batch_tokens = sum(entry[4] for entry in full)
+        self.full_batch_s = sum(entry[3] for entry in full)
+        if not self.gamma:  # autoregressive: one token per row per round
+            return self
+        counts = [n for row in self.accepted_per_round for n in row[:len(full)]]
+        self.alpha = estimate_alpha(counts, [self.gamma] * len(counts))
+        self.tau = self.full_batch_tokens / (len(full) * self.batch_size)
         if self.target_step_s == self.target_step_s and self.target_step_s > 0:  # not NaN
-            if self.draft_forwards:
-                self.draft_ratio = self.draft_s / self.draft_forwards / self.target_step_s
-            if self.verify_forwards:
-                self.verify_ratio = self.verify_s / self.verify_forwards / self.target_step_s
+            self.draft_ratio = sum(entry[1] for entry in full) / (len(full) * self.gamma) / self.target_step_s
+            self.verify_ratio = sum(entry[2] for entry in full) / len(full) / self.target_step_s
         return self
 
     def as_dict(self) -> dict:
         row = asdict(self)
         row.pop("accepted_per_round")
+        row.pop("round_log")
         row["tokens_per_second"] = self.tokens_per_second
+        row["full_batch_tokens_per_second"] = self.full_batch_tokens_per_second
         return row
 
 
@@ -316,20 +345,18 @@ def self_speculative_generate(model, input_ids: torch.Tensor, max_new_tokens: in
         k, nxt = accept_rows(logits, drafts, None if temperature == 0 else torch.stack(probs, dim=1),
                              temperature, generator)
         host = torch.cat([k[:, None], drafts, nxt[:, None]], dim=1).tolist()  # the round's one host sync
-        stats.draft_s += tock - tick
-        stats.verify_s += time.perf_counter() - tock
-        stats.rounds += 1
-        stats.row_rounds += len(active)
-        stats.draft_forwards += gamma
-        stats.verify_forwards += 1
+        verified = time.perf_counter()
         state.cache.rollback([gamma - n for n, *_ in host])  # keep pending + the accepted drafts
-        still = []
+        still, emitted, rows = [], 0, len(active)
         for i, (b, (n, *rest)) in enumerate(zip(active, host)):
             stats.accepted_per_round[b].append(n)
             stats.accepted += n
+            before = len(generated[b])
             if not _emit(generated[b], rest[:n] + [rest[-1]], max_new_tokens, eos):
                 still.append(i)
+            emitted += len(generated[b]) - before
         active, pending = _drop_finished(state, still, active, nxt[:, None])
+        stats.record_round(rows, tock - tick, verified - tock, time.perf_counter() - tick, emitted)
     sync(device)
     stats.decode_s = time.perf_counter() - start
     stats.new_tokens = sum(map(len, generated))
@@ -354,15 +381,17 @@ def batched_decode(model, input_ids: torch.Tensor, max_new_tokens: int, temperat
     token = state.pending
     start = time.perf_counter()
     while active:
+        tick = time.perf_counter()
         token, _ = _pick(state.model(token, state.cache, last_only=True)[:, -1], temperature, generator)
-        stats.rounds += 1
-        stats.row_rounds += len(active)
+        rows = len(active)
         still = [i for i, (b, t) in enumerate(zip(active, token[:, 0].tolist()))
                  if not _emit(generated[b], [t], max_new_tokens, eos)]
         active, token = _drop_finished(state, still, active, token)
+        round_s = time.perf_counter() - tick
+        stats.record_round(rows, 0.0, round_s, round_s, rows)
     sync(device)
     stats.decode_s = time.perf_counter() - start
     stats.new_tokens = sum(map(len, generated))
     stats.target_step_s = stats.decode_s / stats.rounds
     stats.tau = 1.0
-    return BatchResult(generated, stats)
+    return BatchResult(generated, stats.finish())

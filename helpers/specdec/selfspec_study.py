@@ -2,12 +2,13 @@
 
 * :func:`byte_terms`: the bytes one decode step reads — weights once, the KV cache of every row — and their ratio;
 * :func:`compare_at`: batched AR and self-speculation from ONE prefill of a batch, interleaved and repeated; the
-  row carries the speedup (median and spread of the per-repeat ratios), whether every greedy row equalled AR,
+  row carries the speedups (whole run and full batch; median and spread of the per-repeat ratios), whether every
+  greedy row equalled AR,
   and the Eq. 5 terms measured in the same runs (alpha, tau, c = T_D/T_T, v = T_V/T_T) with Eq. 5's prediction;
   with ``windows=(...)`` the same for several draft windows in one interleaved run (alpha with a Wilson interval).
 
 AR and self-speculation share the prefill (:meth:`Prefilled.copy`): at 4096 tokens a prefill costs far more than
-decoding 48 tokens, and the comparison is about decoding.
+decoding a hundred tokens, and the comparison is about decoding.
 """
 from __future__ import annotations
 
@@ -40,9 +41,12 @@ def compare_at(state: Prefilled, *, max_new_tokens: int, gamma: int, window: int
     """AR vs self-speculation (one per window in ``windows``, default ``(window,)``) from copies of ``state``,
     interleaved (the order alternates every repeat); greedy, EOS ignored, so every run emits the same tokens.
 
-    Returns one row per window: speedup (median of the per-repeat AR / self-spec decode-time ratios) and spread,
-    ``identical`` (every row of every run equals AR's), and alpha, tau, c, v (medians over repeats) with the
-    speedup Eq. 5 predicts from them (``eq5_speedup``).
+    Returns one row per window: ``speedup`` (median of the per-repeat AR / self-spec decode-time ratios: every row
+    to ``max_new_tokens``, the batch waiting for its slowest row) and ``full_batch_speedup`` (median ratio of the
+    tokens/s while every row is still decoding: the steady state of a server that refills finished rows, what
+    MagicDec measures), each with its spread; ``identical`` (every row of every run equals AR's); and alpha, tau,
+    c, v of the full-batch rounds (medians over repeats) with the speedup Eq. 5 predicts from them
+    (``eq5_speedup``, a prediction of ``full_batch_speedup``).
     """
     windows = (window,) if windows is None else tuple(windows)
     runs = {"ar": lambda: batched_decode(state.model, None, max_new_tokens, prefilled=state.copy(), eos_token_id=[])}
@@ -63,14 +67,19 @@ def compare_at(state: Prefilled, *, max_new_tokens: int, gamma: int, window: int
     for w in windows:
         spec = results[w]
         ratios = [a.stats.decode_s / s.stats.decode_s for a, s in zip(ar, spec)]
+        full_ratios = [s.stats.full_batch_tokens_per_second / a.stats.full_batch_tokens_per_second
+                       for a, s in zip(ar, spec)]
         stats = [s.stats for s in spec]
         med = lambda name: statistics.median(getattr(s, name) for s in stats)  # noqa: E731
         alpha, c, v = med("alpha"), med("draft_ratio"), med("verify_ratio")
-        counts = [n for row in stats[0].accepted_per_round for n in row]  # greedy: every repeat accepts the same
+        full = stats[0].full_batch_rounds  # greedy: every repeat accepts the same; alpha is the full batch's
+        counts = [n for row in stats[0].accepted_per_round for n in row[:full]]
         low, high = wilson_interval(sum(counts), sum(counts) + sum(n < gamma for n in counts))
         rows.append({
             "window": w, "sinks": sinks, "gamma": gamma, "new_tokens": max_new_tokens, "repeats": repeats,
             "speedup": statistics.median(ratios), "speedup_spread": _spread(ratios),
+            "full_batch_speedup": statistics.median(full_ratios), "full_batch_spread": _spread(full_ratios),
+            "full_batch_rounds": stats[0].full_batch_rounds,
             "ar_decode_s": statistics.median(ar_times), "selfspec_decode_s": med("decode_s"),
             "ar_step_s": statistics.median(a.stats.target_step_s for a in ar),
             "identical": all(s.tokens == ar[0].tokens for s in spec) and all(a.tokens == ar[0].tokens for a in ar),
@@ -87,3 +96,16 @@ def compare_at(state: Prefilled, *, max_new_tokens: int, gamma: int, window: int
 def prefill_long(model, prompts: list[list[int]], *, room: int) -> Prefilled:
     """Prefill equal-length prompts (one per row) with room for ``room`` new tokens per row."""
     return prefill(model, torch.tensor(prompts, device=model.embed_tokens.weight.device), room=room)
+
+
+def short_context_batched(frame):
+    """Notebook 09's batched rows (``kind == "batched"``) as (batch, speedup) sorted by batch, for contrast: the
+    speedup is its decode-phase speedup (``decode_speedup``; its whole-run ``speedup`` column is dropped, so the
+    frame never holds two columns of one name). Empty when notebook 09 has no such rows."""
+    import pandas as pd
+
+    if "kind" not in frame or "decode_speedup" not in frame:
+        return pd.DataFrame(columns=["batch", "speedup"])
+    rows = frame[frame["kind"] == "batched"]
+    return (rows.drop(columns=[c for c in ("speedup",) if c in rows])
+            .rename(columns={"batch_size": "batch", "decode_speedup": "speedup"}).sort_values("batch"))
