@@ -26,6 +26,7 @@ chunk's ``--out`` starts from the rows already committed under ``results/<profil
     python -m helpers.gpu_measure --profile gpu-h100 --out $OUT --only graphs --budget-s 540     # CUDA graphs, c <= 0.15?
     python -m helpers.gpu_measure --profile gpu-h100 --out $OUT --only 02 --budget-s 540         # §1.3 (likely 2 chunks)
     python -m helpers.gpu_measure --profile gpu-h100 --out $OUT --only 03 09 --budget-s 540      # §2.1, 09 on the pair
+    python -m helpers.gpu_measure --profile gpu-h100 --out $OUT --only 12 --budget-s 540         # depth at 0.6B, drafts
 
     # H200 (§4.5's second GPU; same commands with --profile gpu-h200, in this order, as far as its time goes):
     python -m helpers.gpu_measure --profile gpu-h200 --out $OUT --only 06 eq5 --budget-s 540
@@ -47,7 +48,8 @@ AR and over assisted generation), ``09`` notebook 09's cost terms, gamma sweep a
 ``eq5`` T_T, T_D, T_V(gamma) of each handout pair in bf16 with random weights (+ Eq. 5's predicted speedup over a
 grid of alpha, labelled a prediction), ``graphs`` eager vs compiled (CUDA-graph) decode: the cost terms of the
 Qwen3 handout pairs and of the CPU pair, the verify step T(k) eager vs as a graph (``helpers.models.graphs``), and
-the CPU pair's end-to-end speculative decoding, compiled.
+the CPU pair's end-to-end speculative decoding, compiled, ``12`` notebook 12: decode-step time of random-weight
+models of Qwen3-0.6B's size at 28 .. 1 layers (the launch-bound regime) and the draft family against the target.
 """
 from __future__ import annotations
 
@@ -64,7 +66,7 @@ import yaml
 from helpers import models, paths
 from helpers.results import ResultStore, free_memory, run_metadata
 
-PARTS = ("06", "eq5", "07", "graphs", "02", "03", "09")
+PARTS = ("06", "eq5", "07", "graphs", "02", "03", "09", "12")
 PART_FILES = {  # the result files each part writes (at most 8 come back per command)
     "02": ["02_generation_benchmarks"],
     "03": ["03_kv_cache_benchmarks"],
@@ -73,6 +75,7 @@ PART_FILES = {  # the result files each part writes (at most 8 come back per com
     "09": ["09_speedup_analysis"],
     "eq5": ["09_handout_costs"],
     "graphs": ["09_compiled_decode"],
+    "12": ["12_draft_design"],
 }
 MAX_FILES = 8
 MAX_FILE_BYTES = 16 * 2**20
@@ -101,6 +104,10 @@ DRY_OVERRIDES = {
     "analysis_gammas": [1, 2], "analysis_prompt_count": 1, "analysis_prompt_len": 8, "analysis_new_tokens": 4,
     "analysis_timing_repeats": 1, "analysis_generation_repeats": 1, "analysis_batch_sizes": [1, 2],
     "analysis_batch_new_tokens": 4, "analysis_batch_repeats": 1,
+    "design_drafts": ["cpu-pair/draft-1x240", "cpu-pair/draft-2x192", "cpu-pair/draft-2x192-shared",
+                      "cpu-pair/draft-2l"], "design_gammas": [1, 2], "design_prompts": 2,
+    "design_new_tokens": 4, "design_repeats": 1, "scale_model": "cpu/Qwen3-0.6B", "scale_depths": [2, 1],
+    "scale_repeats": 1,
 }
 DRY_EQ5 = {"pairs": [["cpu/Qwen3-8B", "cpu/Qwen3-0.6B"]], "gammas": [2, 3], "context": 8, "repeats": 1,
            "dtype": "float32", "compile": False,
@@ -616,6 +623,36 @@ def part_graphs(p: dict, store, eq5: dict) -> None:
         graphs.budget.took(time.monotonic() - start)
         del target, draft
         free_memory()
+
+
+def part_12(p: dict, store) -> None:
+    """Notebook 12: depth at the handout's scale (random weights; on a GPU the launch-bound regime), then every
+    draft of the family against the target (the cost terms and the greedy sweep per draft)."""
+    from helpers.models import load_model
+    from helpers.prompts import encode_prompts, load_prompts, select_prompts
+    from helpers.specdec.draft_design import draft_config, measure_draft, measure_scale, scale_config
+
+    store = store("12_draft_design")
+    meta = run_metadata(model_id=p["design_target"], weights="cpu-pair", dtype=p["design_dtype"], device=p["device"],
+                        seed=0)
+    if not store.has(scale_config(p)):
+        store.run(scale_config(p), lambda: measure_scale(p), meta={**meta, "model_id": p["scale_model"],
+                                                                   "weights": "random", "dtype": p["scale_dtype"]})
+    rows = select_prompts(load_prompts("cpu"), p["design_prompts"])
+    configs = {name: draft_config(p, name, [r["id"] for r in rows]) for name in p["design_drafts"]}
+    if all(store.has(c) for c in configs.values()):
+        return
+    dtype = getattr(torch, p["design_dtype"])
+    target, tokenizer = load_model(p["design_target"], device=p["device"], dtype=dtype)
+    cases = encode_prompts(tokenizer, rows, target.device)
+    for name, config in configs.items():
+        draft, _ = load_model(name, device=p["device"], dtype=dtype)
+        store.run(config, lambda draft=draft: measure_draft(target, draft, cases, p["design_gammas"],
+                                                            p["design_new_tokens"], repeats=p["design_repeats"]),
+                  meta=meta)
+        del draft
+    del target
+    free_memory()
 
 
 # ------------------------------------------------------------------------------------------------------ driver

@@ -175,7 +175,8 @@ def test_results_only_builds_models_on_meta_for_a_gpu_profile(monkeypatch):
 
 
 @pytest.mark.notebooks
-@pytest.mark.parametrize("name", ["06_forward_pass_scaling", "07_speculative_decoding", "09_speedup_analysis"])
+@pytest.mark.parametrize("name", ["06_forward_pass_scaling", "07_speculative_decoding", "09_speedup_analysis",
+                                  "12_draft_design"])
 # (02's findings need more than the dry run's few points)
 def test_notebook_renders_gpu_rows_on_a_machine_without_gpu(dry, monkeypatch, tmp_path, name):
     """A GPU profile (device 'cuda') rendered here, with no GPU: models on meta, every number from the rows."""

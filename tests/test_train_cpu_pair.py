@@ -161,3 +161,65 @@ def test_long_stage_fine_tunes_a_copy_and_reports_it(tokenizer, stream, tmp_path
     card = {"target_long": entry}
     text = tcp._long_card(card)
     assert "target-long" in text and "positions 16-48" in text and f"{entry['loss_by_position']['target']['0-16']:.3f}" in text
+
+
+class _VocabOf4096:
+    """Stands in for the CPU pair's tokenizer where only its size and end-of-text id matter."""
+    def __len__(self):
+        return tcp.VOCAB_SIZE
+
+    def convert_tokens_to_ids(self, token):
+        return 0
+
+
+def test_draft_shape_specs_parse_and_bad_ones_name_the_format():
+    shape = tcp.draft_shape("4x144")
+    assert (shape["num_hidden_layers"], shape["hidden_size"], shape["intermediate_size"]) == (4, 144, 432)
+    assert (shape["num_attention_heads"], shape["num_key_value_heads"], shape["head_dim"]) == (2, 1, 64)
+    assert tcp.draft_shape("draft-2x192-shared") == tcp.draft_shape("2x192") == {
+        **tcp.MODEL_SHAPES["draft-2l"], "num_hidden_layers": 2}
+    assert tcp.draft_shape("1x32")["num_attention_heads"] == 1  # at least one head
+    assert tcp.family_name("8x112") == "draft-8x112" == tcp.family_name("draft-8x112")
+    for bad in ("4by144", "0x128", "x128", "4x", "2x192-tied", "4x8"):
+        with pytest.raises(ValueError, match="LxW"):
+            tcp.draft_shape(bad)
+
+
+def test_the_shipped_family_is_within_the_size_budget_and_other_sizes_are_refused():
+    from helpers.models import DRAFT_FAMILY
+    vocab = _VocabOf4096()
+    counts = tcp.check_family_shapes([name.removeprefix("draft-") for name in DRAFT_FAMILY], vocab)
+    reference = tcp.shape_parameters("draft-2l", vocab)
+    assert reference == 1_647_808
+    assert all(abs(n / reference - 1) <= tcp.PARAMETER_TOLERANCE for n in counts.values())
+    assert len({tcp.draft_shape(s)["num_hidden_layers"] for s in counts}) >= 4  # deep-narrow .. shallow-wide
+    with pytest.raises(ValueError, match="parameters, more than 10%"):
+        tcp.check_family_shapes(["2x256"], vocab)
+    with pytest.raises(ValueError, match="width must be the target's"):
+        tcp.check_family_shapes(["1x240-shared"], vocab)
+
+
+def test_shared_embedding_is_the_targets_and_stays_frozen_in_distillation(tokenizer, stream):
+    target = tiny(tokenizer, layers=2)
+    draft = tiny(tokenizer, layers=1, seed=3)
+    tcp.share_target_embedding(draft, target)
+    assert torch.equal(draft.lm_head.weight, target.model.embed_tokens.weight)  # the tied head is shared too
+    before = {n: p.detach().clone() for n, p in draft.named_parameters()}
+    tcp.distill_drafts(target, {"draft": draft}, stream, steps=3, seq_len=16, batch_size=4, lr=1e-2, seed=0,
+                       device=torch.device("cpu"), log=lambda m: None)
+    after = dict(draft.named_parameters())
+    assert torch.equal(after["model.embed_tokens.weight"], before["model.embed_tokens.weight"])
+    assert not torch.equal(after["model.layers.0.mlp.up_proj.weight"], before["model.layers.0.mlp.up_proj.weight"])
+
+
+def test_family_card_lists_every_draft():
+    entry = {"layers": 4, "hidden_size": 144, "parameters": 1_559_312, "trainable_parameters": 1_559_312,
+             "heldout_loss": 2.5, "decode_ms_per_token": 0.8, "cost_ratio": 0.123, "greedy_agreement": 0.654,
+             "shared_embedding": False}
+    card = {"draft_family": {"models": {"draft-4x144": entry}, "tolerance": 0.1, "reference": "draft-2l",
+                             "target_ms_per_token": 6.5,
+                             "stage": {"seed": 1, "steps": 10, "batch_size": 8, "seq_len": 256, "tokens": 20480,
+                                       "lr": 3e-3, "seconds": 90}}}
+    text = tcp._family_card(card)
+    assert "draft-4x144" in text and "1,559,312" in text and "0.123" in text and "0.654" in text
+    assert tcp._family_card({}) == ""

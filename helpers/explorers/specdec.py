@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from helpers.models.registry import DRAFT_FAMILY
 from helpers.specdec.analysis import estimate_alpha, expected_tokens_per_round, predicted_speedup
 
 ACCEPTED, CORRECTED, BONUS = "accepted", "corrected", "bonus"
@@ -36,7 +37,8 @@ DESCRIPTIONS = {
     BONUS: "target's bonus token (every draft of the round accepted)",
 }
 LEGEND = {ACCEPTED: "draft, accepted", CORRECTED: "target, after a rejection", BONUS: "target, all drafts accepted"}
-DRAFTS = {"draft": "cpu-pair/draft (1 layer)", "draft-2l": "cpu-pair/draft-2l (2 layers)"}
+DRAFTS = {"draft": "cpu-pair/draft (1 layer)", "draft-2l": "cpu-pair/draft-2l (2 layers)",
+          **{name: f"cpu-pair/{name} (notebook 12's family)" for name in DRAFT_FAMILY}}
 
 
 # ---------------------------------------------------------------------------------------------------- pure parts

@@ -9,7 +9,8 @@ Names (``KNOWN_MODELS`` lists them all, with what each one is):
   (:func:`analog_config`), always random weights;
 - ``"cpu-pair/target"``, ``"cpu-pair/draft"``, ``"cpu-pair/draft-2l"``: the trained CPU pair in
   ``data/cpu_pair/`` (``python -m helpers.models.train_cpu_pair``), offline; :func:`load_cpu_pair` returns the
-  target, the default draft and their shared tokenizer.
+  target, the fastest draft and their shared tokenizer; ``"cpu-pair/target-long"`` (notebook 11) and the draft
+  family ``"cpu-pair/draft-<layers>x<width>"`` (notebook 12) are there too.
 
 Random weights are built on the meta device and materialised directly on the target device and dtype (no
 float32 CPU copy first), so an 8B model appears in seconds. Every model returned carries
@@ -29,7 +30,11 @@ from helpers.hardware import resolve_device
 from helpers.paths import DATA_DIR
 
 CPU_PAIR_DIR = DATA_DIR / "cpu_pair"
-CPU_PAIR_MODELS = ("target", "draft", "draft-2l", "target-long")
+# Notebook 12's drafts at equal parameter count (within 10% of draft-2l's), from deep-narrow to shallow-wide, each
+# named draft-<layers>x<width>; "-shared" uses the target's embedding and LM head, frozen
+# (python -m helpers.models.train_cpu_pair --stage drafts).
+DRAFT_FAMILY = ("draft-8x112", "draft-4x144", "draft-2x192", "draft-1x240", "draft-2x192-shared")
+CPU_PAIR_MODELS = ("target", "draft", "draft-2l", "target-long", *DRAFT_FAMILY)
 ANALOG_PREFIX = "cpu/"
 PAIR_PREFIX = "cpu-pair/"
 
@@ -185,10 +190,14 @@ def load_cpu_model(name: str = "target", *, device="cpu", dtype=torch.float32):
     return model
 
 
-def load_cpu_pair(draft: str = "draft", *, device="cpu", dtype=torch.float32):
+BEST_DRAFT = "draft-2l"  # the fastest draft end to end (notebook 12 measures every draft against it)
+
+
+def load_cpu_pair(draft: str = BEST_DRAFT, *, device="cpu", dtype=torch.float32):
     """``(target, draft, tokenizer)``: the trained CPU pair, offline, as transformers models.
 
-    ``draft`` picks the draft ('draft', the 1-layer default, or 'draft-2l').
+    ``draft`` picks the draft: by default the fastest end to end (:data:`BEST_DRAFT`); 'draft' is the 1-layer draft,
+    and notebook 12's family (:data:`DRAFT_FAMILY`) are the others.
     """
     return (load_cpu_model("target", device=device, dtype=dtype),
             load_cpu_model(draft, device=device, dtype=dtype), load_cpu_tokenizer())

@@ -5,6 +5,9 @@
     python -m helpers.models.train_cpu_pair --device cuda   # GPU recipe (bf16 autocast, batch 64, same step counts)
     python -m helpers.models.train_cpu_pair --stage long    # target-long: the target fine-tuned on 4096-token
                                                             # windows (about 15 minutes; notebook 11)
+    python -m helpers.models.train_cpu_pair --stage drafts  # notebook 12's drafts at equal parameter count
+                                                            # (about 45 minutes)
+    python -m helpers.models.train_cpu_pair --stage drafts --draft-shape 3x160 --draft-shape 2x192-shared
 
 The committed weights are the default CPU run.
 
@@ -21,7 +24,13 @@ is the same on every machine with the same Python version. Stages:
 5. (``--stage long``, separately) ``target-long``: a copy of the target fine-tuned on long windows
    (:data:`LONG_SEQ_LEN` tokens, its context limit raised to :data:`LONG_CONTEXT_LIMIT`) so that it uses
    context far beyond the 256-token windows of stage 2; the card gains its held-out loss by position bucket,
-   next to the target's.
+   next to the target's;
+6. (``--stage drafts``, separately) the draft family of notebook 12: drafts of one parameter count and different
+   shapes (``--draft-shape LxW``: L layers of width W, :func:`draft_shape`), each from the SAME random
+   initialisation seed and distilled with the same recipe and steps from the shipped target (random rather than
+   target initialisation, because only width-192 drafts could copy the target's layers; the comparison must not
+   favour one width). ``LxW-shared`` uses the target's embedding and tied LM head, frozen, and needs W = 192.
+   The card gains each draft's parameters, held-out loss, decode cost ratio and greedy agreement.
 
 Weights are stored as bf16 safetensors (the 30 MB budget) and loaded back as float32 by
 :func:`helpers.models.load_cpu_pair`. Seeds fix the initialisation and the data order, and every stage runs a
@@ -46,7 +55,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from helpers.hardware import cpu_name
 from helpers.kv_cache import generate
-from helpers.models import CPU_PAIR_DIR, describe
+from helpers.models import CPU_PAIR_DIR, DRAFT_FAMILY, describe
 from helpers.models.corpus import HELDOUT_EVERY, Corpus, is_heldout, load_corpus  # noqa: F401 (re-exported)
 from helpers.models.qwen3 import from_hf
 from helpers.models.runtime import cached_decoder
@@ -74,6 +83,11 @@ DRAFT_NAMES = ("draft", "draft-2l")
 LONG_SEQ_LEN = 4096
 LONG_CONTEXT_LIMIT = 8192
 LONG_BUCKETS = ((0, 256), (256, 512), (512, 1024), (1024, 2048), (2048, 4096))
+
+# Stage 6, the draft family: every shape within PARAMETER_TOLERANCE of the reference draft's parameter count.
+FAMILY_REFERENCE = "draft-2l"
+PARAMETER_TOLERANCE = 0.10
+FAMILY_STEPS = 1500  # five drafts share each step's target forward: about 45 minutes on 2 idle cores
 
 
 # --------------------------------------------------------------------------- tokenizer
@@ -106,13 +120,67 @@ def encode_documents(tokenizer, texts: list[str]) -> torch.Tensor:
 
 # --------------------------------------------------------------------------- models
 
+def draft_shape(spec: str) -> dict:
+    """The Qwen3 shape of a draft spec ``"LxW"`` (L layers of width W; ``"LxW-shared"`` the same, sharing the
+    target's embedding): MLP 3W, heads of 64 with max(1, round(W/64)) query heads and one KV head, like the pair.
+
+    >>> draft_shape("4x144")["num_attention_heads"]
+    2
+    """
+    body, _, suffix = spec.removeprefix("draft-").partition("-")
+    layers, _, width = body.partition("x")
+    if suffix not in ("", "shared") or not (layers.isdigit() and width.isdigit()) or int(layers) < 1 or int(width) < 16:
+        raise ValueError(f"draft shape must look like 'LxW' or 'LxW-shared' (L >= 1 layers of width W >= 16, e.g. "
+                         f"'4x144'), got {spec!r}")
+    width = int(width)
+    return dict(num_hidden_layers=int(layers), hidden_size=width, intermediate_size=3 * width,
+                num_attention_heads=max(1, round(width / 64)), num_key_value_heads=1, head_dim=64)
+
+
+def family_name(spec: str) -> str:
+    """The directory and model name of a draft spec: ``"4x144"`` -> ``"draft-4x144"``."""
+    return spec if spec.startswith("draft-") else f"draft-{spec}"
+
+
 def make_config(shape: str, tokenizer):
+    """A named shape (``MODEL_SHAPES``) or a draft spec ``"LxW"`` (:func:`draft_shape`)."""
     eos = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
     return Qwen3Config(
         vocab_size=len(tokenizer), max_position_embeddings=4096, tie_word_embeddings=True,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-        bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, **MODEL_SHAPES[shape],
+        bos_token_id=eos, eos_token_id=eos, pad_token_id=eos,
+        **(MODEL_SHAPES[shape] if shape in MODEL_SHAPES else draft_shape(shape)),
     )
+
+
+def shape_parameters(shape: str, tokenizer) -> int:
+    """Parameters of a shape (tied embedding counted once), from a model built on the meta device."""
+    with torch.device("meta"):
+        return sum(p.numel() for p in transformers.Qwen3ForCausalLM(make_config(shape, tokenizer)).parameters())
+
+
+def check_family_shapes(specs, tokenizer) -> dict[str, int]:
+    """Parameters per draft spec; a clear error for a spec outside the family's budget or a shared one whose
+    width is not the target's."""
+    reference = shape_parameters(FAMILY_REFERENCE, tokenizer)
+    counts = {}
+    for spec in specs:
+        counts[spec] = shape_parameters(spec, tokenizer)
+        if abs(counts[spec] / reference - 1) > PARAMETER_TOLERANCE:
+            raise ValueError(f"draft shape {spec!r} has {counts[spec]:,} parameters, more than "
+                             f"{PARAMETER_TOLERANCE:.0%} from {FAMILY_REFERENCE}'s {reference:,}: the family compares "
+                             "shapes at equal size, so pick a width that brings it within range")
+        if spec.endswith("-shared") and draft_shape(spec)["hidden_size"] != MODEL_SHAPES["target"]["hidden_size"]:
+            raise ValueError(f"{spec!r} shares the target's embedding, so its width must be the target's "
+                             f"({MODEL_SHAPES['target']['hidden_size']})")
+    return counts
+
+
+def share_target_embedding(draft, target) -> None:
+    """Give ``draft`` the target's embedding (its tied LM head too), frozen: distillation trains the rest."""
+    with torch.no_grad():
+        draft.model.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
+    draft.model.embed_tokens.weight.requires_grad_(False)
 
 
 def make_model(shape: str, tokenizer, seed: int):
@@ -214,7 +282,7 @@ def distill_drafts(target, drafts: dict, data, *, steps, seq_len, batch_size, lr
     opts = {}
     for name, draft in drafts.items():
         draft.to(device).train()
-        opts[name] = _optimizer(list(draft.parameters()), lr)
+        opts[name] = _optimizer([p for p in draft.parameters() if p.requires_grad], lr)  # frozen: shared
     stream = batches(data, seq_len, batch_size, seed + 1)
     start, tokens = time.time(), 0
     for step in range(1, steps + 1):
@@ -325,6 +393,36 @@ def train_long_target(out: Path, train_ids, heldout_ids, *, steps, batch_size, s
     return entry
 
 
+def measure_models(out: Path, names, heldout_ids, *, seq_len: int, smoke: bool, training_tokens: dict, log):
+    """Card entries of the saved models ``names`` (the first is the target): layers, width, parameters, training
+    tokens, held-out loss, decode ms per token (1 thread) and, for drafts, the cost ratio to the target and the
+    greedy agreement with it. Returns the entries and the evaluation settings."""
+    torch.set_num_threads(1)
+    models = {name: load_saved(out / name) for name in names}
+    windows = heldout_windows(heldout_ids, seq_len, 16 if smoke else 64)
+    prompt_len, new_tokens, n_prompts = 64, 64, (4 if smoke else 32)
+    prompts = heldout_windows(heldout_ids, prompt_len - 1, n_prompts)
+    results = {}
+    for name, model in models.items():
+        results[name] = {
+            "layers": model.config.num_hidden_layers,
+            "hidden_size": model.config.hidden_size,
+            "parameters": describe(model)["parameters"],
+            "training_tokens": training_tokens[name],
+            "heldout_loss": round(heldout_loss(model, windows), 4),
+            "decode_ms_per_token": round(1000 * decode_step_seconds(model, prompts[:1, :32]), 3),
+        }
+        log(f"{name}: {results[name]}")
+    target_name, *draft_names = names
+    for name in draft_names:
+        results[name]["cost_ratio"] = round(
+            results[name]["decode_ms_per_token"] / results[target_name]["decode_ms_per_token"], 4)
+        results[name]["greedy_agreement"] = round(
+            greedy_agreement(models[target_name], models[name], prompts, new_tokens), 4)
+        log(f"{name}: cost ratio {results[name]['cost_ratio']}, agreement {results[name]['greedy_agreement']}")
+    return results, {"windows": len(windows), "prompts": n_prompts, "prompt_len": prompt_len, "new_tokens": new_tokens}
+
+
 # --------------------------------------------------------------------------- saving
 
 def save_model(model, out_dir: Path) -> None:
@@ -387,7 +485,7 @@ library's source and `pydoc_data.topics` (Python {env['python']}). Load them wit
   Device: {env['device']}, {env['threads']} threads; seed {card['seed']}; torch {env['torch']},
   transformers {env['transformers']}. The step counts are fixed, so only the wall time depends on the machine.
 - **Stored** as bf16 safetensors ({card['stored_megabytes']:.1f} MB in all); loaded back as float32.
-{_long_card(card)}- **Limits**: tiny models on a narrow corpus; they continue Python code, docstrings and documentation
+{_long_card(card)}{_family_card(card)}- **Limits**: tiny models on a narrow corpus; they continue Python code, docstrings and documentation
   prose, and nothing else well. Not for any use beyond timing and acceptance-rate experiments.
 """
 
@@ -413,6 +511,30 @@ def _long_card(card: dict) -> str:
 """
 
 
+def _family_card(card: dict) -> str:
+    family = card.get("draft_family")
+    if not family:
+        return ""
+    st = family["stage"]
+    rows = "\n".join(
+        f"| {name} | {m['layers']} | {m['hidden_size']} | {m['parameters']:,} | {m['trainable_parameters']:,} | "
+        f"{m['heldout_loss']:.3f} | {m['decode_ms_per_token']:.2f} | {m['cost_ratio']:.3f} | "
+        f"{m['greedy_agreement']:.3f} |"
+        for name, m in family["models"].items())
+    return f"""- **Draft family** (notebook 12, `python -m helpers.models.train_cpu_pair --stage drafts`): drafts within
+  {family['tolerance']:.0%} of {family['reference']}'s parameter count, from deep-narrow to shallow-wide, all from the
+  same random initialisation seed ({st['seed']}) and distilled from the frozen target for {st['steps']} steps
+  (batch {st['batch_size']} x {st['seq_len']} tokens, {st['tokens']:,} tokens, peak learning rate {st['lr']},
+  {st['seconds']/60:.1f} min for all of them); `-shared` drafts use the target's embedding and tied LM head, frozen.
+  Decode ms/token at 1 thread, against the target's {family['target_ms_per_token']:.2f}:
+
+| draft | layers | hidden | parameters | trained | held-out loss | decode ms/token | cost ratio | greedy agreement |
+|---|---|---|---|---|---|---|---|---|
+{rows}
+
+"""
+
+
 # --------------------------------------------------------------------------- main
 
 def main(argv: list[str] | None = None) -> dict:
@@ -421,15 +543,20 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="auto", help="'auto' (cuda if available), 'cpu' or 'cuda'")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for training (timing always uses 1)")
     parser.add_argument("--target-steps", type=int, default=None, help="target optimiser steps (default 2400)")
-    parser.add_argument("--draft-steps", type=int, default=None, help="distillation steps (default 2500)")
+    parser.add_argument("--draft-steps", type=int, default=None,
+                        help=f"distillation steps (default 2500; {FAMILY_STEPS} for --stage drafts)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=None, help="sequences per step (CPU 8, GPU 64)")
     parser.add_argument("--skip-target", action="store_true", help="reuse the target already in --out, redistil")
     parser.add_argument("--smoke", action="store_true", help="tiny step counts, writes to /tmp/cpu_pair_smoke")
-    parser.add_argument("--stage", choices=("pair", "long"), default="pair",
+    parser.add_argument("--stage", choices=("pair", "long", "drafts"), default="pair",
                         help="'pair': tokenizer, target, drafts (default); 'long': fine-tune target-long from the "
-                             "target in --out (stage 5)")
+                             "target in --out (stage 5); 'drafts': distil notebook 12's draft family (stage 6)")
+    parser.add_argument("--draft-shape", action="append", default=None, metavar="LxW",
+                        help="with --stage drafts: a draft of L layers and width W ('LxW-shared': with the target's "
+                             "embedding, frozen); repeat for several (default: the family, "
+                             + ", ".join(name.removeprefix("draft-") for name in DRAFT_FAMILY) + ")")
     parser.add_argument("--long-steps", type=int, default=None, help="stage 5 optimiser steps (default 240)")
     args = parser.parse_args(argv)
 
@@ -440,7 +567,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.smoke:
         args.out = Path("/tmp/cpu_pair_smoke")
     target_steps = args.target_steps or (20 if args.smoke else 2400)
-    draft_steps = args.draft_steps or (10 if args.smoke else 2500)
+    draft_steps = args.draft_steps or (10 if args.smoke else FAMILY_STEPS if args.stage == "drafts" else 2500)
     batch_size = args.batch_size or (64 if on_gpu else 8)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -451,7 +578,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     corpus = load_corpus()
     log(f"corpus: {len(corpus.train)} training and {len(corpus.heldout)} held-out documents")
-    if args.skip_target or args.stage == "long":
+    if args.stage in ("long", "drafts") and not (out / "card.json").exists():
+        raise FileNotFoundError(f"--stage {args.stage} starts from the target in {out}; train the pair first "
+                                "(no --stage)")
+    if args.skip_target or args.stage != "pair":
         tokenizer = AutoTokenizer.from_pretrained(out / "tokenizer")
     else:
         tokenizer = train_tokenizer(corpus.train)
@@ -462,6 +592,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     if args.stage == "long":
         return _main_long(args, out, tokenizer, train_ids, heldout_ids, device=device, log=log)
+    if args.stage == "drafts":
+        return _main_drafts(args, out, tokenizer, train_ids, heldout_ids, draft_steps=draft_steps,
+                            batch_size=batch_size, device=device, log=log)
 
     common = dict(seq_len=args.seq_len, batch_size=batch_size, device=device, log=log)
     if args.skip_target:
@@ -483,29 +616,11 @@ def main(argv: list[str] | None = None) -> dict:
         save_model(drafts[name], out / name)
 
     # Measure what ships: reload every model from disk, on CPU, float32; time with one thread, like the benchmarks.
-    torch.set_num_threads(1)
-    models = {"target": load_saved(out / "target"), **{n: load_saved(out / n) for n in DRAFT_NAMES}}
-    windows = heldout_windows(heldout_ids, args.seq_len, 16 if args.smoke else 64)
-    prompt_len, new_tokens, n_prompts = 64, 64, (4 if args.smoke else 32)
-    prompts = heldout_windows(heldout_ids, prompt_len - 1, n_prompts)
-    timing_prompt = prompts[:1, :32]
-    results = {}
-    for name, model in models.items():
-        results[name] = {
-            "layers": model.config.num_hidden_layers,
-            "hidden_size": model.config.hidden_size,
-            "parameters": describe(model)["parameters"],
-            "training_tokens": (target_stage if name == "target" else draft_stage)["tokens"],
-            "heldout_loss": round(heldout_loss(model, windows), 4),
-            "decode_ms_per_token": round(1000 * decode_step_seconds(model, timing_prompt), 3),
-        }
-        log(f"{name}: {results[name]}")
-    for name in DRAFT_NAMES:
-        results[name]["cost_ratio"] = round(
-            results[name]["decode_ms_per_token"] / results["target"]["decode_ms_per_token"], 4)
-        results[name]["greedy_agreement"] = round(
-            greedy_agreement(models["target"], models[name], prompts, new_tokens), 4)
-        log(f"{name}: cost ratio {results[name]['cost_ratio']}, agreement {results[name]['greedy_agreement']}")
+    tokens = {"target": target_stage["tokens"], **{name: draft_stage["tokens"] for name in DRAFT_NAMES}}
+    results, evaluation = measure_models(out, ["target", *DRAFT_NAMES], heldout_ids, seq_len=args.seq_len,
+                                         smoke=args.smoke, training_tokens=tokens, log=log)
+    windows, n_prompts, prompt_len, new_tokens = (evaluation[k] for k in ("windows", "prompts", "prompt_len",
+                                                                          "new_tokens"))
 
     stored = sum(f.stat().st_size for f in out.rglob("*") if f.is_file() and f.suffix in {".safetensors", ".json"})
     card = {
@@ -514,7 +629,7 @@ def main(argv: list[str] | None = None) -> dict:
         "corpus": {"train_documents": len(corpus.train), "heldout_documents": len(corpus.heldout),
                    "train_tokens": len(train_ids), "heldout_tokens": len(heldout_ids)},
         "stages": {"target": target_stage, "draft": draft_stage, "batch_size": batch_size, "seq_len": args.seq_len},
-        "eval": {"loss_windows": len(windows), "seq_len": args.seq_len, "agreement_prompts": n_prompts,
+        "eval": {"loss_windows": windows, "seq_len": args.seq_len, "agreement_prompts": n_prompts,
                  "agreement_prompt_len": prompt_len, "agreement_new_tokens": new_tokens},
         "models": results,
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
@@ -530,13 +645,50 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def _main_long(args, out: Path, tokenizer, train_ids, heldout_ids, *, device, log) -> dict:
-    if not (out / "card.json").exists():
-        raise FileNotFoundError(f"--stage long fine-tunes the target in {out}; train the pair first (no --stage)")
     steps = args.long_steps or (4 if args.smoke else 240)
     entry = train_long_target(out, train_ids, heldout_ids, steps=steps, batch_size=1,
                               seed=args.seed, device=device, log=log, eval_windows=2 if args.smoke else 16)
     card = json.loads((out / "card.json").read_text())
     card["target_long"] = entry
+    stored = sum(f.stat().st_size for f in out.rglob("*") if f.is_file() and f.suffix in {".safetensors", ".json"})
+    card["stored_megabytes"] = round(stored / 1e6, 2)
+    write_card(card, out)
+    log(f"wrote {out / 'MODEL_CARD.md'} ({card['stored_megabytes']} MB stored)")
+    return card
+
+
+def _main_drafts(args, out: Path, tokenizer, train_ids, heldout_ids, *, draft_steps, batch_size, device,
+                 log) -> dict:
+    """Stage 6: distil every draft spec from the same seed with the same recipe, save and measure them, and add
+    them to the card under ``draft_family`` (entries of earlier runs with other specs are kept)."""
+    specs = [s.removeprefix("draft-") for s in (args.draft_shape or DRAFT_FAMILY)]
+    counts = check_family_shapes(specs, tokenizer)  # before any training: a bad spec fails in a second
+    target = load_saved(out / "target")
+    drafts = {}
+    for spec in specs:
+        drafts[family_name(spec)] = make_model(spec.removesuffix("-shared"), tokenizer, args.seed + 1)
+        if spec.endswith("-shared"):
+            share_target_embedding(drafts[family_name(spec)], target)
+        log(f"{family_name(spec)}: {counts[spec]:,} parameters")
+    stage = distill_drafts(target, drafts, train_ids, steps=draft_steps, lr=3e-3, seed=args.seed,
+                           seq_len=args.seq_len, batch_size=batch_size, device=device, log=log)
+    for name, draft in drafts.items():
+        save_model(draft, out / name)
+    names = list(drafts)
+    results, evaluation = measure_models(out, ["target", *names], heldout_ids, seq_len=args.seq_len,
+                                         smoke=args.smoke, training_tokens={n: stage["tokens"] for n in names} | {
+                                             "target": 0}, log=log)
+    card = json.loads((out / "card.json").read_text())
+    family = card.get("draft_family", {"models": {}})
+    family["models"].update({name: dict(results[name], shared_embedding=name.endswith("-shared"),
+                                        trainable_parameters=sum(p.numel() for p in drafts[name].parameters()
+                                                                 if p.requires_grad))
+                             for name in names})
+    family.update(stage=dict(stage, lr=3e-3, seed=args.seed + 1, data_seed=args.seed + 1, init="random",
+                             batch_size=batch_size, seq_len=args.seq_len),
+                  target_ms_per_token=results["target"]["decode_ms_per_token"], eval=evaluation,
+                  reference=FAMILY_REFERENCE, tolerance=PARAMETER_TOLERANCE)
+    card["draft_family"] = family
     stored = sum(f.stat().st_size for f in out.rglob("*") if f.is_file() and f.suffix in {".safetensors", ".json"})
     card["stored_megabytes"] = round(stored / 1e6, 2)
     write_card(card, out)

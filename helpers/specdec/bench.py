@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from helpers.models import load_cpu_model, load_cpu_tokenizer
+from helpers.models import DRAFT_FAMILY, load_cpu_model, load_cpu_tokenizer
 from helpers.prompts import encode_prompts, load_prompts, select_prompts
 from helpers.specdec.analysis import predicted_speedup
 from helpers.specdec.costs import measure_costs
@@ -19,7 +19,8 @@ from helpers.specdec.sweeps import measure_pair, summarise
 
 def add_arguments(parser) -> None:
     parser.add_argument("--drafts", nargs="+", default=["draft", "draft-2l"],
-                        help="CPU pair drafts to pair with the target: 'draft' (1 layer) and/or 'draft-2l'")
+                        help="CPU pair drafts to pair with the target: 'draft' (1 layer), 'draft-2l' and/or notebook "
+                             "12's family (" + ", ".join(DRAFT_FAMILY) + ")")
     parser.add_argument("--gammas", type=int, nargs="+", default=[2, 3, 4, 5, 7], help="draft tokens per round")
     parser.add_argument("--prompts", type=int, default=10, help="number of CPU prompts (data/prompts.jsonl)")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt")

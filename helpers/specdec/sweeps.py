@@ -265,7 +265,10 @@ def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float
     denominator = 1 + z * z / trials
     centre = (p + z * z / (2 * trials)) / denominator
     half = z * (p * (1 - p) / trials + z * z / (4 * trials * trials)) ** 0.5 / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # at p = 0 (or 1) the bound is exactly 0 (or 1); centre - half rounds to a tiny positive number
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == trials else min(1.0, centre + half)
+    return low, high
 
 
 def bootstrap_ratio_interval(numerators, denominators, *, level: float = 0.95, resamples: int = 2000,

@@ -1,0 +1,214 @@
+"""Notebook 12: what makes a good draft — accuracy or latency, depth or width.
+
+One measurement per draft (:func:`measure_draft`): the Eq. 5 cost terms on the decoder speculative decoding uses
+(T_T, T_D alone, T_D inside a round, T_V(gamma)) and greedy speculative decoding against AR over the same
+prompts at every gamma, interleaved per prompt. :func:`design_table` turns the stored rows into one row per
+draft (its card figures next to its measured alpha with a bootstrap interval over prompts, c, the measured best
+gamma and the Eq. 5 optimum), :func:`predictors` asks which property predicts the speedup, and
+:func:`depth_latency` whether depth or width sets a draft's latency. :func:`scale_latency` times random-weight
+models of one parameter count at several depths at a larger scale (the handout's Qwen3-0.6B by default), where
+the answer can differ: a CPU pays for bytes and compute there, a GPU for kernel launches.
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+from transformers import AutoModelForCausalLM
+
+from helpers.specdec.analysis import linear_verify_cost, optimal_gamma, pooled_alpha, predicted_speedup
+from helpers.specdec.costs import forward_time, measure_costs
+from helpers.specdec.sweeps import bootstrap_ratio_interval, gamma_rows, measure_pair, wilson_interval
+
+
+def measure_draft(target, draft, cases: list[dict], gammas, max_new_tokens: int, *, repeats: int = 2,
+                  cost_repeats: int = 20) -> dict:
+    """The cost terms and the greedy sweep of one draft with ``target`` (a result-store row: JSON types only).
+
+    ``costs``: seconds of T_T, T_D and, per gamma, T_V and T_D inside a round (:func:`measure_costs` on the first
+    prompt). ``per_gamma``: one :func:`gamma_rows` row per gamma (alpha, speedup over AR, identical, per-prompt
+    counts), with ``c_round`` and Eq. 5 from it."""
+    costs = measure_costs(target, draft, cases[0]["input_ids"], gammas, repeats=cost_repeats)
+    rows = measure_pair(target, draft, cases, gammas, max_new_tokens, repeats=repeats, peer=False)
+    per_gamma = gamma_rows(rows, costs)
+    for row in per_gamma:
+        row["c_round"] = costs["T_D_round"][row["gamma"]] / costs["T_T"]
+        row["eq5"] = float(predicted_speedup(row["gamma"], row["alpha"], row["c_round"], row["verify_ratio"]))
+    return {"costs": {"T_T": costs["T_T"], "T_D": costs["T_D"], "runtime": costs["runtime"],
+                      "T_V": [[int(g), t] for g, t in sorted(costs["T_V"].items())],
+                      "T_D_round": [[int(g), t] for g, t in sorted(costs["T_D_round"].items())]},
+            "per_gamma": per_gamma}
+
+
+def gamma_frame(rows) -> pd.DataFrame:
+    """One row per (draft, gamma) of stored :func:`measure_draft` rows (each with a ``draft`` column)."""
+    return pd.DataFrame([{"draft": row["draft"], **{k: v for k, v in g.items() if k != "per_prompt"}}
+                         for row in rows for g in row["per_gamma"]])
+
+
+def _alpha_with_interval(per_gamma: list[dict]) -> dict:
+    """Pooled alpha over every gamma of a draft, a 95% bootstrap interval over prompts (the unit that varies
+    independently) and the narrower Wilson interval over acceptance tests."""
+    prompts = pd.DataFrame([p for g in per_gamma for p in g["per_prompt"]])
+    by_prompt = prompts.groupby("prompt_id")[["accepted", "rejections"]].sum()
+    accepted, rejections = int(by_prompt.accepted.sum()), int(by_prompt.rejections.sum())
+    low, high = bootstrap_ratio_interval(by_prompt.accepted, by_prompt.accepted + by_prompt.rejections)
+    wilson_low, wilson_high = wilson_interval(accepted, accepted + rejections)
+    return {"alpha": pooled_alpha(accepted, rejections), "alpha_low": low, "alpha_high": high,
+            "alpha_wilson_low": wilson_low, "alpha_wilson_high": wilson_high, "prompts": len(by_prompt)}
+
+
+def design_table(rows, card_models: dict, *, eq5_gammas=range(1, 13)) -> pd.DataFrame:
+    """One row per draft: shape and card figures (``card_models``: name -> the training card's entry), alpha with
+    intervals, the costs in ms and as ratios, the measured best gamma and its speedup, and the Eq. 5 optimum
+    gamma from the measured alpha, c_round and a line through the measured T_V(gamma)/T_T."""
+    out = []
+    for row in rows:
+        name, costs, per_gamma = row["draft"], row["costs"], row["per_gamma"]
+        card = card_models[name]
+        best = max(per_gamma, key=lambda g: g["speedup"])
+        alpha = _alpha_with_interval(per_gamma)
+        T_T = costs["T_T"]
+        d_round = dict((int(g), t) for g, t in costs["T_D_round"])
+        verify = dict((int(g), t / T_T) for g, t in costs["T_V"])
+        c_round = float(np.mean(list(d_round.values()))) / T_T
+        eq5_gamma, eq5_speedup = optimal_gamma(alpha["alpha"], c_round, linear_verify_cost(list(verify),
+                                                                                            list(verify.values())),
+                                               eq5_gammas)
+        out.append({
+            "draft": name, "layers": card["layers"], "width": card["hidden_size"], "parameters": card["parameters"],
+            "shared_embedding": bool(card.get("shared_embedding", False)), "heldout_loss": card["heldout_loss"],
+            "agreement": card["greedy_agreement"], **alpha,
+            "T_T_ms": 1e3 * T_T, "T_D_ms": 1e3 * costs["T_D"], "T_D_round_ms": 1e3 * c_round * T_T,
+            "c": costs["T_D"] / T_T, "c_round": c_round,
+            "best_gamma": int(best["gamma"]), "speedup": float(best["speedup"]),
+            "eq5_at_best": float(best["eq5"]), "eq5_gamma": int(eq5_gamma), "eq5_speedup": float(eq5_speedup),
+            "identical": all(g["identical_to_ar"] for g in per_gamma),
+        })
+    return pd.DataFrame(out)
+
+
+def _r_squared(x, y) -> float:
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) < 3 or np.std(x) == 0 or np.std(y) == 0:
+        return float("nan")
+    return float(np.corrcoef(x, y)[0, 1] ** 2)
+
+
+PREDICTORS = {"alpha": "acceptance alpha", "agreement": "greedy agreement", "heldout_loss": "held-out loss",
+              "c_round": "latency c (in a round)", "T_D_ms": "draft latency T_D"}
+
+
+def predictors(table: pd.DataFrame) -> pd.DataFrame:
+    """How much of the variation of the best speedup over drafts each property explains (r^2 of a straight
+    line), and the sign of the relation; sorted best first. On few drafts a single r^2 is a hint, not a test."""
+    rows = [{"property": label, "column": column, "r2": _r_squared(table[column], table.speedup),
+             "direction": "higher is faster" if np.corrcoef(table[column], table.speedup)[0, 1] > 0
+             else "lower is faster"} for column, label in PREDICTORS.items()]
+    return pd.DataFrame(rows).sort_values("r2", ascending=False).reset_index(drop=True)
+
+
+def depth_latency(frame: pd.DataFrame, column: str = "T_D_ms") -> dict:
+    """Does depth set a model's latency at equal parameters? A least-squares line of ``column`` (ms) against layers
+    over the rows (those sharing an embedding left out): ms per layer, fixed ms, r^2, and ``per_layer_share``, the
+    part of the deepest model's time the per-layer term accounts for (above one half: depth sets the latency, as
+    kernel launches or per-operator overhead do; near zero or below: the bytes and compute, whatever the depth),
+    with the deepest/shallowest latency ratio next to their depth ratio."""
+    own = frame[~frame.shared_embedding] if "shared_embedding" in frame else frame
+    slope, intercept = np.polyfit(own.layers, own[column], 1)
+    deep, shallow = own.loc[own.layers.idxmax()], own.loc[own.layers.idxmin()]
+    return {"r2_layers": _r_squared(own.layers, own[column]), "ms_per_layer": float(slope),
+            "fixed_ms": float(intercept), "per_layer_share": float(slope * deep.layers / deep[column]),
+            "deep": deep.get("draft", f"{int(deep.layers)} layers"),
+            "shallow": shallow.get("draft", f"{int(shallow.layers)} layers"),
+            "latency_ratio": float(deep[column] / shallow[column]), "depth_ratio": float(deep.layers / shallow.layers)}
+
+
+# ------------------------------------------------------------------------------------- depth at a larger scale
+
+def parameter_count(config) -> int:
+    """Parameters of a causal LM built from ``config`` on the meta device (no memory, tied weights once)."""
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def equal_size_config(config, layers: int, *, multiple: int = 128):
+    """A copy of ``config`` with ``layers`` layers and, among widths that are multiples of ``multiple``, the one
+    whose parameter count is closest to ``config``'s: the MLP and the query and KV heads scale with the width
+    (head size and the query/KV group kept), so only the depth/width split changes."""
+    if layers < 1 or multiple < 1:
+        raise ValueError(f"need layers >= 1 and multiple >= 1, got {layers} and {multiple}")
+    group = config.num_attention_heads // config.num_key_value_heads
+
+    def shaped(width: int):
+        scale = width / config.hidden_size
+        shape = copy.deepcopy(config)
+        shape.num_hidden_layers = layers
+        shape.hidden_size = width
+        shape.intermediate_size = max(multiple, round(config.intermediate_size * scale / multiple) * multiple)
+        shape.num_key_value_heads = max(1, round(config.num_key_value_heads * scale))
+        shape.num_attention_heads = shape.num_key_value_heads * group
+        if getattr(shape, "layer_types", None):
+            shape.layer_types = [config.layer_types[0]] * layers
+        return shape
+
+    target = parameter_count(config)
+    low, high = 1, max(2, 16 * config.hidden_size // multiple)  # widths in units of ``multiple``
+    while high - low > 1:  # the count rises with the width: bisect for the last width at or below the target
+        middle = (low + high) // 2
+        low, high = (middle, high) if parameter_count(shaped(middle * multiple)) <= target else (low, middle)
+    candidates = [shaped(units * multiple) for units in (low, high)]
+    return min(candidates, key=lambda c: abs(parameter_count(c) - target))
+
+
+def scale_latency(config, depths, *, device="cpu", dtype=torch.float32, context: int = 64, repeats: int = 5,
+                  seed: int = 0, multiple: int = 128, progress: bool = False) -> list[dict]:
+    """Decode-step time of random-weight models of ``config``'s parameter count at each depth in ``depths``
+    (:func:`equal_size_config`), one at a time on ``device``: one new token after a cached ``context``, the mean of
+    ``repeats`` after warm-up (:func:`helpers.specdec.costs.forward_time`)."""
+    from helpers.models import random_model
+    from helpers.results import free_memory
+
+    rows = []
+    for layers in tqdm(list(depths), desc="depths", disable=not progress):
+        shape = equal_size_config(config, int(layers), multiple=multiple)
+        model = random_model(shape, device=device, dtype=dtype, seed=seed)
+        ids = torch.randint(0, shape.vocab_size, (1, context), generator=torch.Generator().manual_seed(seed))
+        timing = forward_time(model, ids.to(next(model.parameters()).device), 1, repeats=repeats)
+        rows.append({"layers": int(layers), "hidden_size": shape.hidden_size, "heads": shape.num_attention_heads,
+                     "kv_heads": shape.num_key_value_heads, "intermediate_size": shape.intermediate_size,
+                     "parameters": parameter_count(shape), "step_ms": 1e3 * timing.mean,
+                     "step_ms_median": 1e3 * timing.median})
+        del model
+        free_memory()
+    return rows
+
+
+# ------------------------------------------------------------------------------------- result-store configurations
+
+def draft_config(p: dict, draft: str, prompt_ids) -> dict:
+    """The result-store configuration of one draft's measurement, from notebook 12's parameters ``p`` (shared by the
+    notebook and ``python -m helpers.gpu_measure --only 12`` so that each finds the other's rows)."""
+    return {"target": p["design_target"], "gammas": [int(g) for g in p["design_gammas"]],
+            "prompt_ids": list(prompt_ids), "new_tokens": p["design_new_tokens"], "repeats": p["design_repeats"],
+            "dtype": p["design_dtype"], "device": p["device"], "draft": draft}
+
+
+def scale_config(p: dict) -> dict:
+    """The result-store configuration of notebook 12's depth-at-scale timing (see :func:`draft_config`)."""
+    return {"kind": "scale", "model": p["scale_model"], "depths": [int(d) for d in p["scale_depths"]],
+            "dtype": p["scale_dtype"], "device": p["device"], "context": p["scale_context"],
+            "repeats": p["scale_repeats"]}
+
+
+def measure_scale(p: dict, *, progress: bool = False) -> dict:
+    """The row of :func:`scale_config`: :func:`scale_latency` with notebook 12's parameters."""
+    from helpers.models import model_config
+
+    return {"rows": scale_latency(model_config(p["scale_model"]), p["scale_depths"], device=p["device"],
+                                  dtype=getattr(torch, p["scale_dtype"]), context=p["scale_context"],
+                                  repeats=p["scale_repeats"], progress=progress)}
