@@ -635,9 +635,8 @@ def part_12(p: dict, store) -> None:
     store = store("12_draft_design")
     meta = run_metadata(model_id=p["design_target"], weights="cpu-pair", dtype=p["design_dtype"], device=p["device"],
                         seed=0)
-    if not store.has(scale_config(p)):
-        store.run(scale_config(p), lambda: measure_scale(p), meta={**meta, "model_id": p["scale_model"],
-                                                                   "weights": "random", "dtype": p["scale_dtype"]})
+    store.run(scale_config(p), lambda: measure_scale(p), meta={**meta, "model_id": p["scale_model"],  # resumes
+                                                               "weights": "random", "dtype": p["scale_dtype"]})
     rows = select_prompts(load_prompts("cpu"), p["design_prompts"])
     configs = {name: draft_config(p, name, [r["id"] for r in rows]) for name in p["design_drafts"]}
     if all(store.has(c) for c in configs.values()):

@@ -25,9 +25,11 @@ from helpers.models.registry import (
     load_cpu_tokenizer,
     load_model,
     model_config,
+    parameter_count,
     random_model,
 )
 
 __all__ = ["ANALOG_PREFIX", "ANALOGS", "CPU_PAIR_DIR", "CPU_PAIR_MODELS", "DRAFT_FAMILY", "KNOWN_MODELS", "PAIR_PREFIX",
            "analog_config", "cpu_pair_info", "describe", "init_random_weights_", "load_cpu_model", "load_cpu_pair",
-           "load_cpu_tokenizer", "load_model", "model_config", "random_model"]
+           "load_cpu_tokenizer", "load_model", "model_config", "parameter_count",
+           "random_model"]

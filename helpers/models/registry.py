@@ -257,6 +257,13 @@ def load_model(name: str, *, weights: str | None = None, device="cpu", dtype=Non
     raise ValueError(f"weights must be 'pretrained' or 'random' for {name!r}, got {weights!r}")
 
 
+def parameter_count(config) -> int:
+    """Parameters of the causal LM ``config`` describes (tied weights once), built on the meta device: no memory."""
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
 def describe(model) -> dict:
     """Shape facts for result rows and tables: layers, hidden, heads, KV heads, vocab, parameters, weights."""
     config = model.config

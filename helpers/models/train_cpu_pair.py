@@ -55,7 +55,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from helpers.hardware import cpu_name
 from helpers.kv_cache import generate
-from helpers.models import CPU_PAIR_DIR, DRAFT_FAMILY, describe
+from helpers.models import CPU_PAIR_DIR, DRAFT_FAMILY, describe, parameter_count
 from helpers.models.corpus import HELDOUT_EVERY, Corpus, is_heldout, load_corpus  # noqa: F401 (re-exported)
 from helpers.models.qwen3 import from_hf
 from helpers.models.runtime import cached_decoder
@@ -154,9 +154,8 @@ def make_config(shape: str, tokenizer):
 
 
 def shape_parameters(shape: str, tokenizer) -> int:
-    """Parameters of a shape (tied embedding counted once), from a model built on the meta device."""
-    with torch.device("meta"):
-        return sum(p.numel() for p in transformers.Qwen3ForCausalLM(make_config(shape, tokenizer)).parameters())
+    """Parameters of a shape (tied embedding counted once)."""
+    return parameter_count(make_config(shape, tokenizer))
 
 
 def check_family_shapes(specs, tokenizer) -> dict[str, int]:
@@ -436,6 +435,15 @@ def load_saved(out_dir: Path):
     return AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float32).eval()
 
 
+def save_card(card: dict, out: Path, log) -> dict:
+    """Record what ``out`` stores (weights and JSON, MB) in ``card``, write it (:func:`write_card`) and say so."""
+    stored = sum(f.stat().st_size for f in out.rglob("*") if f.is_file() and f.suffix in {".safetensors", ".json"})
+    card["stored_megabytes"] = round(stored / 1e6, 2)
+    write_card(card, out)
+    log(f"wrote {out / 'MODEL_CARD.md'} ({card['stored_megabytes']} MB stored)")
+    return card
+
+
 def write_card(card: dict, out_dir: Path) -> None:
     (out_dir / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     (out_dir / "MODEL_CARD.md").write_text(render_card(card))
@@ -622,7 +630,6 @@ def main(argv: list[str] | None = None) -> dict:
     windows, n_prompts, prompt_len, new_tokens = (evaluation[k] for k in ("windows", "prompts", "prompt_len",
                                                                           "new_tokens"))
 
-    stored = sum(f.stat().st_size for f in out.rglob("*") if f.is_file() and f.suffix in {".safetensors", ".json"})
     card = {
         "seed": args.seed,
         "vocab_size": len(tokenizer),
@@ -635,13 +642,10 @@ def main(argv: list[str] | None = None) -> dict:
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
                         "transformers": transformers.__version__, "device": str(device),
                         "cpu": cpu_name(), "threads": args.threads, "timing_threads": 1},
-        "stored_megabytes": round(stored / 1e6, 2),
         # a --skip-target run reuses the target: count its training time too, so this is the recipe's total
         "total_minutes": round((time.time() - t_start + (target_stage["seconds"] if args.skip_target else 0)) / 60, 1),
     }
-    write_card(card, out)
-    log(f"wrote {out / 'MODEL_CARD.md'} ({card['stored_megabytes']} MB stored)")
-    return card
+    return save_card(card, out, log)
 
 
 def _main_long(args, out: Path, tokenizer, train_ids, heldout_ids, *, device, log) -> dict:
@@ -650,11 +654,7 @@ def _main_long(args, out: Path, tokenizer, train_ids, heldout_ids, *, device, lo
                               seed=args.seed, device=device, log=log, eval_windows=2 if args.smoke else 16)
     card = json.loads((out / "card.json").read_text())
     card["target_long"] = entry
-    stored = sum(f.stat().st_size for f in out.rglob("*") if f.is_file() and f.suffix in {".safetensors", ".json"})
-    card["stored_megabytes"] = round(stored / 1e6, 2)
-    write_card(card, out)
-    log(f"wrote {out / 'MODEL_CARD.md'} ({card['stored_megabytes']} MB stored)")
-    return card
+    return save_card(card, out, log)
 
 
 def _main_drafts(args, out: Path, tokenizer, train_ids, heldout_ids, *, draft_steps, batch_size, device,
@@ -689,11 +689,7 @@ def _main_drafts(args, out: Path, tokenizer, train_ids, heldout_ids, *, draft_st
                   target_ms_per_token=results["target"]["decode_ms_per_token"], eval=evaluation,
                   reference=FAMILY_REFERENCE, tolerance=PARAMETER_TOLERANCE)
     card["draft_family"] = family
-    stored = sum(f.stat().st_size for f in out.rglob("*") if f.is_file() and f.suffix in {".safetensors", ".json"})
-    card["stored_megabytes"] = round(stored / 1e6, 2)
-    write_card(card, out)
-    log(f"wrote {out / 'MODEL_CARD.md'} ({card['stored_megabytes']} MB stored)")
-    return card
+    return save_card(card, out, log)
 
 
 if __name__ == "__main__":

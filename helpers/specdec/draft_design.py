@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
-from transformers import AutoModelForCausalLM
 
+from helpers.models.registry import parameter_count
 from helpers.specdec.analysis import linear_verify_cost, optimal_gamma, pooled_alpha, predicted_speedup
 from helpers.specdec.costs import forward_time, measure_costs
 from helpers.specdec.sweeps import bootstrap_ratio_interval, gamma_rows, measure_pair, wilson_interval
@@ -128,13 +128,6 @@ def depth_latency(frame: pd.DataFrame, column: str = "T_D_ms") -> dict:
 
 
 # ------------------------------------------------------------------------------------- depth at a larger scale
-
-def parameter_count(config) -> int:
-    """Parameters of a causal LM built from ``config`` on the meta device (no memory, tied weights once)."""
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    return sum(p.numel() for p in model.parameters())
-
 
 def equal_size_config(config, layers: int, *, multiple: int = 128):
     """A copy of ``config`` with ``layers`` layers and, among widths that are multiples of ``multiple``, the one
