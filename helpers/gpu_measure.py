@@ -1,55 +1,34 @@
-"""Every GPU row of the notebooks, measured without Jupyter: ``python -m helpers.gpu_measure``.
+"""Every GPU row of the notebooks, measured without Jupyter: ``python3 -m helpers.gpu_measure``.
 
-The GPU machine this is written for has Python 3.12, torch 2.11, transformers 5.17, no papermill/nbval, no network
-(random weights only: every such row says ``weights: random``), 10 minutes per command and up to 8 result files of
-at most 16 MiB back per command. This module runs the notebooks' own measuring functions with the notebooks'
-parameter names (``params/<profile>.yaml``) and writes the rows the notebooks read,
-``<out>/results/<profile>/NN_*.jsonl``, one row per configuration the moment it finishes. The notebooks then
-render those rows on any machine (``WORKBOOK_RESULTS_ONLY=1``: nothing is measured, a missing row is an error).
+The GPU machine has Python 3.12, torch 2.11, transformers 5.17, pandas, scipy, pyyaml and tqdm, but no Jupyter and
+no network (the handout's architectures get random weights, and every such row says ``weights: random``; the
+shipped CPU pair gives real acceptance rates). A lent window is 15 minutes of device time in all, a command at most
+10 minutes, and at most 8 files of at most 16 MiB come back. So the GPU path is one command per window::
 
-GPU run plan (one command per chunk; each stops cleanly before ``--budget-s`` and the next resumes, because each
-chunk's ``--out`` starts from the rows already committed under ``results/<profile>/`` of the checkout)::
+    python3 -m helpers.gpu_measure --window --out $OUT      # run(..., timeout_s=600), then give_back
 
-    # before: on this side, `bash tools/gpu_wheels.sh` (pandas, scipy, pyyaml wheels for cp312, 47 MB, into the
-    # ignored build/gpu-wheels) and `make compat` (helpers under Python 3.12 / torch 2.11 / transformers 5.17)
-    # 0. check the machine (about a minute; carry=["build/gpu-wheels"]): imports, versions, device, the CPU rehearsal
-    python -c "import pandas, scipy, yaml" || pip install --no-index --find-links build/gpu-wheels pandas scipy pyyaml
-    nvidia-smi; python -c "import torch, transformers; print(torch.__version__, transformers.__version__)"
-    python -m helpers.gpu_measure --profile gpu-h100 --out /tmp/dry --dry-run --only 06 eq5 07
+:mod:`helpers.gpu_window` does the window: a self-check of seconds, then the parts below in priority order under
+a hard deadline, resuming from the checkout's committed ``results/<profile>/``, with one archive of the rows and
+a summary of the goals under ``$OUT``. Back here::
 
-    # H100 (about 30 minutes of device time; my estimates, not measured: 06 ~2 min, eq5 ~2-3, 07 ~6, graphs 5-10
-    # (compiling), 02 10+ (10 timed batches to 32k, until a real OOM), 03 ~10, 09 ~2: more than 30, so this order
-    # puts the issue's goals first). After EACH chunk: copy files_at/results/gpu-h100/*.jsonl into results/gpu-h100/
-    # of the checkout and commit them ("GPU rows, H100: parts ..."): the next chunk starts from them (resume).
-    python -m helpers.gpu_measure --profile gpu-h100 --out $OUT --only 06 eq5 --budget-s 540     # §4.2, c, roofline
-    python -m helpers.gpu_measure --profile gpu-h100 --out $OUT --only 07 --budget-s 540         # real alpha, speedup
-    python -m helpers.gpu_measure --profile gpu-h100 --out $OUT --only graphs --budget-s 540     # CUDA graphs, c <= 0.15?
-    python -m helpers.gpu_measure --profile gpu-h100 --out $OUT --only 02 --budget-s 540         # §1.3 (likely 2 chunks)
-    python -m helpers.gpu_measure --profile gpu-h100 --out $OUT --only 03 09 --budget-s 540      # §2.1, 09 on the pair
-    python -m helpers.gpu_measure --profile gpu-h100 --out $OUT --only 12 --budget-s 540         # depth at 0.6B, drafts
+    python -m helpers.gpu_measure --unpack <files_at>/window-gpu-h100.tar.gz   # rows into results/gpu-h100/
+    git add results/gpu-h100 && git commit -m "GPU rows, H100: ..."
+    WORKBOOK_RESULTS_ONLY=1 python -m helpers.run_all --profile gpu-h100        # render (no GPU needed)
 
-    # H200 (§4.5's second GPU; same commands with --profile gpu-h200, in this order, as far as its time goes):
-    python -m helpers.gpu_measure --profile gpu-h200 --out $OUT --only 06 eq5 --budget-s 540
-    python -m helpers.gpu_measure --profile gpu-h200 --out $OUT --only graphs 07 --budget-s 540
+Rehearse on the CPU with ``--window --dry-run --out /tmp/w`` (the CPU profile's small models, a few tokens, under a
+minute; the tests do it). Without ``--window``, ``--profile P --out DIR --only PART ...`` runs chosen parts.
 
-    # Goals of issue 15, read from the rows (results/<profile>/09_handout_costs.jsonl, 09_compiled_decode.jsonl):
-    # c = T_D/T_T per pair (eager in 09_handout_costs, compiled in 09_compiled_decode), roofline share of a target
-    # decode step = target_weight_bytes / bandwidth / T_T, speedup of the CPU pair over AR (07_*, compiled: kind e2e).
-
-    # then, on any machine (no GPU): render the notebooks from the committed rows and build the report
-    WORKBOOK_RESULTS_ONLY=1 python -m helpers.run_all --profile gpu-h100 --only 02 06  # (so far: 02, 06)
-
-A chunk that printed "budget: stopped before ..." is simply run again (same command). Rows never measured
-twice: every part asks the result store first (``ResultStore.has``) and loads no model for a part that is done.
-
-Parts (``--only``): ``02`` §1.3 generation sweeps, ``03`` §2.1 with and without the KV cache, ``06`` §4.2 forward
-vs batch (CUDA events) and verify cost, ``07`` the CPU pair on the GPU end to end (real acceptance, speedup over
-AR and over assisted generation), ``09`` notebook 09's cost terms, gamma sweep and batched points (the CPU pair),
-``eq5`` T_T, T_D, T_V(gamma) of each handout pair in bf16 with random weights (+ Eq. 5's predicted speedup over a
-grid of alpha, labelled a prediction), ``graphs`` eager vs compiled (CUDA-graph) decode: the cost terms of the
-Qwen3 handout pairs and of the CPU pair, the verify step T(k) eager vs as a graph (``helpers.models.graphs``), and
-the CPU pair's end-to-end speculative decoding, compiled, ``12`` notebook 12: decode-step time of random-weight
-models of Qwen3-0.6B's size at 28 .. 1 layers (the launch-bound regime) and the draft family against the target.
+Parts, in the window's order (:data:`PARTS`): ``06`` §4.2 forward time vs batch (CUDA
+events) and the verify step; ``eq5`` T_T, T_D, T_V(gamma) of each handout pair in bf16, random weights, eager and as
+CUDA graphs (``decode: eager | graphs``; graphs rows record ``graph_replays``), with Eq. 5's predicted speedup over a
+grid of alpha (labelled a prediction) and the target's weight bytes (the HBM roofline); ``graphs`` the CPU pair's
+terms eager and as graphs, then its speculative decoding end to end with graphs against AR with graphs (real alpha,
+every output checked against AR); ``02`` §1.3 generation sweeps; ``03`` §2.1 with and without the KV cache; ``12``
+notebook 12's depth at Qwen3-0.6B size and the draft family; ``07`` notebook 07's sweep, per-source and sampled runs;
+``09`` notebook 09's cost terms, gamma sweep and batched points. Every part asks the result store first and loads
+no model for configurations already measured. The CUDA graphs are captured explicitly
+(:class:`helpers.models.graphs.GraphedSteps`): seconds, no inductor compile; ``--modes eager graphs inductor`` adds
+``torch.compile(mode="reduce-overhead")`` rows, whose ``cudagraph_skips`` say whether its graphs ran.
 """
 from __future__ import annotations
 
@@ -66,7 +45,7 @@ import yaml
 from helpers import models, paths
 from helpers.results import ResultStore, free_memory, run_metadata
 
-PARTS = ("06", "eq5", "07", "graphs", "02", "03", "09", "12")
+PARTS = ("06", "eq5", "graphs", "02", "03", "12", "07", "09")  # the window's priority order
 PART_FILES = {  # the result files each part writes (at most 8 come back per command)
     "02": ["02_generation_benchmarks"],
     "03": ["03_kv_cache_benchmarks"],
@@ -110,7 +89,7 @@ DRY_OVERRIDES = {
     "scale_repeats": 1,
 }
 DRY_EQ5 = {"pairs": [["cpu/Qwen3-8B", "cpu/Qwen3-0.6B"]], "gammas": [2, 3], "context": 8, "repeats": 1,
-           "dtype": "float32", "compile": False,
+           "dtype": "float32",
            "cpu_pairs": [["cpu-pair/target", "cpu-pair/draft"]]}
 
 
@@ -145,6 +124,13 @@ class BudgetStore(ResultStore):
 
     budget = Budget(None)
     measured = 0
+    after_row = None  # called after every row written (the window refreshes its archive: a kill loses no row)
+
+    def append(self, config, metrics, meta, status="ok"):
+        row = super().append(config, metrics, meta, status)
+        if BudgetStore.after_row is not None:
+            BudgetStore.after_row()
+        return row
 
     def run(self, config, fn, *, meta, rerun=False):
         if not rerun and self.has(config):
@@ -445,39 +431,63 @@ def part_09(p: dict, store) -> None:
     free_memory()
 
 
-def _tolerate_compile_failure(compiled: bool, config: dict, measure) -> None:
-    """Run ``measure()``; a compiled measurement that fails (no C compiler for triton, a dynamo limit) is reported
-    and skipped, not stored, so the eager rows and the other parts still come back (a rerun tries it again)."""
+DECODE_MODES = {"eager": False, "graphs": "graphs", "inductor": True}  # row label -> the generators' ``compile``
+
+
+def _tolerate_graph_failure(mode: str, config: dict, measure) -> None:
+    """Run ``measure()``; a graphs or inductor measurement that fails (a capture error, no C compiler for triton, a
+    dynamo limit) is reported and skipped, not stored, so the eager rows and the other parts still come back (a
+    rerun tries it again). Eager failures stay errors."""
     try:
         measure()
     except BudgetExhausted:
         raise
-    except Exception as error:  # noqa: BLE001 - reported, and only for compiled measurements
-        if not compiled:
+    except Exception as error:  # noqa: BLE001 - reported, and only for graphs/inductor measurements
+        if mode == "eager":
             raise
-        print(f"  COMPILED MEASUREMENT FAILED, skipped: {_short(config)}: {type(error).__name__}: {error}"[:2000],
+        print(f"  {mode.upper()} MEASUREMENT FAILED, skipped: {_short(config)}: {type(error).__name__}: {error}"[:2000],
               flush=True)
         free_memory()
+
+
+def _graph_proof(mode: str, models_, measure) -> dict:
+    """``measure()``'s row plus the proof that graphs ran where the row claims them: the CUDA-graph replays of the
+    explicit steps (0 on a CPU, where the same static step runs eagerly), or inductor's ``cudagraph_skips``."""
+    from helpers.models.graphs import graph_replays
+    from helpers.models.runtime import minimal_view
+
+    if mode == "inductor":
+        from torch._dynamo.utils import counters
+
+        before = counters["inductor"]["cudagraph_skips"]
+        row = measure()
+        return {**row, "cudagraph_skips": counters["inductor"]["cudagraph_skips"] - before}
+    views = [minimal_view(m) for m in models_]
+    before = sum(graph_replays(v) for v in views)
+    row = measure()
+    if mode != "graphs":
+        return row
+    return {**row, "graph_replays": sum(graph_replays(v) for v in views) - before}
 
 
 def _pair_dtype(weights: str, p: dict, eq5: dict) -> str:
     return p["sd_dtype"] if weights == "cpu-pair" else eq5["dtype"]
 
 
-def _cost_config(target: str, draft: str, weights: str, p: dict, eq5: dict, compiled: bool) -> dict:
+def _cost_config(target: str, draft: str, weights: str, p: dict, eq5: dict, mode: str) -> dict:
     return {"kind": "eq5_terms", "target": target, "draft": draft, "weights": weights,
-            "dtype": _pair_dtype(weights, p, eq5),
-            "device": p["device"], "context_len": eq5["context"], "gammas": eq5["gammas"], "repeats": eq5["repeats"],
-            "compiled": compiled}
+            "dtype": _pair_dtype(weights, p, eq5), "device": p["device"], "context_len": eq5["context"],
+            "gammas": eq5["gammas"], "repeats": eq5["repeats"], "decode": mode}
 
 
 def _eq5_row(costs: dict, target, draft, eq5: dict) -> dict:
     """The measured terms plus Eq. 5's predicted speedup over a grid of alpha (a prediction, labelled so) and the
-    HBM roofline of a target decode step (weight bytes / bandwidth) where the device is a known GPU."""
+    weight bytes a decode step reads (the HBM roofline: weight bytes / bandwidth)."""
     from helpers.specdec.analysis import predicted_speedup
 
     c = costs["T_D"] / costs["T_T"]
-    row = {**{k: v for k, v in costs.items() if k != "compiled"}, "c": c, "verify_ratio": {g: t / costs["T_T"] for g, t in costs["T_V"].items()},
+    row = {**{k: v for k, v in costs.items() if k != "compiled"}, "c": c,
+           "verify_ratio": {g: t / costs["T_T"] for g, t in costs["T_V"].items()},
            "eq5_prediction": {f"{a:g}": {g: float(predicted_speedup(int(g), a, c, costs["T_V"][g] / costs["T_T"]))
                                          for g in costs["T_V"]} for a in eq5["alphas"]},
            "eq5_note": "prediction from the measured terms at an assumed alpha (random weights: no real alpha)",
@@ -487,124 +497,64 @@ def _eq5_row(costs: dict, target, draft, eq5: dict) -> dict:
     return row
 
 
-def _measure_eq5(p: dict, store, eq5: dict, pairs, weights: str, compiled_options) -> None:
+def _measure_eq5(p: dict, store, eq5: dict, pairs, weights: str) -> None:
+    """Eq. 5's terms of each pair in every decode mode of ``eq5["modes"]`` (graphs only where the model file runs
+    the pair: Qwen3), one row per (pair, mode)."""
     from helpers.models import load_model
+    from helpers.models.runtime import minimal_supported
     from helpers.specdec.costs import measure_costs
 
     for target_name, draft_name in pairs:
         label = "cpu-pair" if target_name.startswith(models.PAIR_PREFIX) else weights
         dtype = getattr(torch, _pair_dtype(label, p, eq5))
-        configs = {compiled: _cost_config(target_name, draft_name, label, p, eq5, compiled)
-                   for compiled in compiled_options}
+        configs = {mode: _cost_config(target_name, draft_name, label, p, eq5, mode) for mode in eq5["modes"]}
         if all(store.has(c) for c in configs.values()):
             continue
         store.budget.check(f"loading {target_name} / {draft_name}")
         kwargs = {} if label == "cpu-pair" else {"weights": weights}
-        target, tokenizer = load_model(target_name, device=p["device"], dtype=dtype, **kwargs)
+        target, _ = load_model(target_name, device=p["device"], dtype=dtype, **kwargs)
         draft, _ = load_model(draft_name, device=p["device"], dtype=dtype, **kwargs)
-        generator = torch.Generator().manual_seed(0)
         vocab = min(target.config.vocab_size, draft.config.vocab_size)
-        context = torch.randint(0, vocab, (1, eq5["context"]), generator=generator).to(p["device"])
+        context = torch.randint(0, vocab, (1, eq5["context"]), generator=torch.Generator().manual_seed(0))
+        context = context.to(p["device"])
         meta = run_metadata(model_id=target_name, weights=label, dtype=dtype, device=p["device"], seed=0,
                             draft_id=draft_name)
-        for compiled, config in configs.items():
-            if compiled:
-                from helpers.models.runtime import minimal_supported
-                if not (minimal_supported(target) and minimal_supported(draft)):
-                    print(f"  {target_name} / {draft_name}: no compiled decode (not a Qwen3 pair), skipped")
-                    continue
-            _tolerate_compile_failure(compiled, config, lambda compiled=compiled, config=config: store.run(
-                config, lambda: _eq5_row(measure_costs(target, draft, context, eq5["gammas"], repeats=eq5["repeats"],
-                                                       compile=compiled), target, draft, eq5), meta=meta))
+        for mode, config in configs.items():
+            if mode != "eager" and not (minimal_supported(target) and minimal_supported(draft)):
+                print(f"  {target_name} / {draft_name}: no {mode} decode (the model file runs Qwen3 only), skipped")
+                continue
+            _tolerate_graph_failure(mode, config, lambda mode=mode, config=config: store.run(
+                config, lambda: _graph_proof(mode, (target, draft), lambda: _eq5_row(measure_costs(
+                    target, draft, context, eq5["gammas"], repeats=eq5["repeats"], compile=DECODE_MODES[mode]),
+                    target, draft, eq5)), meta=meta))
         del target, draft
         free_memory()
 
 
-def verify_graph_times(model, context: torch.Tensor, tokens, *, repeats: int, compile: bool) -> dict:
-    """Mean seconds of one target forward over k tokens after ``context`` (k in ``tokens``: a decode step at 1, a
-    verify step at gamma + 1), eager or through the compiled graph (:func:`helpers.models.graphs.compiled_forward`;
-    CUDA graphs on a GPU), on the model file's static cache; the cache is rolled back after every call."""
-    from helpers.models.graphs import compiled_forward
-    from helpers.models.runtime import minimal_view
-    from helpers.timing import measure
-
-    mini = minimal_view(model)
-    if compile and mini.compiled_step is None:
-        mini.compile_decode(mode="reduce-overhead" if context.device.type == "cuda" else None)
-    capacity = max(256, 1 << (context.shape[1] + max(tokens) - 1).bit_length())
-    cache = mini.new_cache(context.shape[0], capacity, static_shapes=True)
-    times = {}
-    with torch.no_grad():
-        mini(context, cache)
-        for k in tokens:
-            block = context[:, -1:].repeat(1, k)
-
-            def step(block=block, k=k):
-                if compile:
-                    compiled_forward(mini, block, cache)
-                else:
-                    mini(block, cache, last_only=False)
-                cache.rollback(k)
-
-            times[int(k)] = measure(step, warmup=3, repeats=repeats, device=context.device).mean
-    return {"seconds": times, "compiled": compile}
-
-
-def _measure_verify_graphs(p: dict, store, eq5: dict, target_name: str, weights: str) -> None:
-    from helpers.models import load_model
-
-    dtype_name = _pair_dtype(weights, p, eq5)
-    tokens = [1] + [g + 1 for g in eq5["gammas"]]
-    modes = [False, True] if eq5["compile"] else [False]
-    configs = {m: {"kind": "verify_graph", "target": target_name, "weights": weights, "dtype": dtype_name,
-                   "device": p["device"], "context_len": eq5["context"], "tokens": tokens, "repeats": eq5["repeats"],
-                   "graph": m} for m in modes}
-    if all(store.has(c) for c in configs.values()):
-        return
-    store.budget.check(f"loading {target_name}")
-    kwargs = {} if weights == "cpu-pair" else {"weights": weights}
-    target, _ = load_model(target_name, device=p["device"], dtype=getattr(torch, dtype_name), **kwargs)
-    context = torch.randint(0, target.config.vocab_size, (1, eq5["context"]),
-                            generator=torch.Generator().manual_seed(0)).to(p["device"])
-    meta = run_metadata(model_id=target_name, weights=weights, dtype=dtype_name, device=p["device"], seed=0)
-    for mode, config in configs.items():
-        _tolerate_compile_failure(mode, config, lambda mode=mode, config=config: store.run(
-            config, lambda: verify_graph_times(target, context, tokens, repeats=eq5["repeats"], compile=mode),
-            meta=meta))
-    del target
-    free_memory()
-
-
 def part_eq5(p: dict, store, eq5: dict) -> None:
-    """T_T, T_D, T_V(gamma) of each handout pair in bf16, random weights, eager (Eq. 5 per pair)."""
-    _measure_eq5(p, store("09_handout_costs"), eq5, eq5["pairs"], "random", [False])
+    """T_T, T_D, T_V(gamma) of each handout pair in bf16, random weights, eager and as CUDA graphs (Eq. 5 per pair;
+    the Qwen3-8B decode step against the HBM roofline)."""
+    _measure_eq5(p, store("09_handout_costs"), eq5, eq5["pairs"], "random")
 
 
 def part_graphs(p: dict, store, eq5: dict) -> None:
-    """Eager vs compiled decode (torch.compile mode reduce-overhead: CUDA graphs on a GPU): cost terms of the
-    Qwen3 handout pairs and of the CPU pair, then the CPU pair's speculative decoding end to end, compiled."""
+    """The CPU pair on the GPU: its cost terms eager and as graphs, then speculative decoding end to end with
+    graphs against AR with graphs (real alpha; lossless checked on every prompt)."""
     from helpers.models import load_model
     from helpers.prompts import encode_prompts
     from helpers.specdec.sweeps import gamma_rows, measure_pair, sweep_configs
 
     graphs = store("09_compiled_decode")
-    qwen_pairs = [pair for pair in eq5["pairs"] if "Llama" not in pair[0]]
-    # the dry run keeps to eager (compiling on a CPU takes minutes; tests/test_qwen3_model checks compiled == eager)
-    modes = [False, True] if eq5["compile"] else [False]
-    _measure_eq5(p, graphs, eq5, qwen_pairs, "random", modes)
-    _measure_eq5(p, graphs, eq5, eq5["cpu_pairs"], "cpu-pair", modes)
-    # the verify step itself as a graph (measure_costs compiles one-token steps only): T(k) eager vs graph
-    for target_name in dict.fromkeys(pair[0] for pair in qwen_pairs):
-        _measure_verify_graphs(p, graphs, eq5, target_name, "random")
-    _measure_verify_graphs(p, graphs, eq5, eq5["cpu_pairs"][0][0], "cpu-pair")
+    _measure_eq5(p, graphs, eq5, eq5["cpu_pairs"], "cpu-pair")
     prompt_rows, _, common = _sd_setup(p)
     dtype = getattr(torch, p["sd_dtype"])
+    mode = eq5["modes"][-1]  # the fastest mode the window runs: graphs (eager where graphs failed the self-check)
     for target_name, draft_name in eq5["cpu_pairs"]:
-        configs = [{**c, "kind": "e2e", "compiled": eq5["compile"]} for c in sweep_configs(
+        configs = [{**c, "kind": "e2e", "decode": mode} for c in sweep_configs(
             target_name, draft_name, eq5["gammas"], prompt_ids=[r["id"] for r in prompt_rows], **common)]
         if all(graphs.has(c) for c in configs):
             continue
-        graphs.budget.check(f"compiled e2e {target_name} / {draft_name}")
+        graphs.budget.check(f"{mode} e2e {target_name} / {draft_name}")
         start = time.monotonic()
         (target, tokenizer), (draft, _) = (load_model(target_name, device=p["device"], dtype=dtype),
                                            load_model(draft_name, device=p["device"], dtype=dtype))
@@ -613,13 +563,13 @@ def part_graphs(p: dict, store, eq5: dict) -> None:
                             seed=p["sd_seed"], draft_id=draft_name)
 
         def e2e(target=target, draft=draft, cases=cases, configs=configs, meta=meta):
-            rows = measure_pair(target, draft, cases, eq5["gammas"], p["sd_max_new_tokens"], repeats=p["sd_repeats"],
-                                temperature=p["sd_temperature"], seed=p["sd_seed"], peer=False,
-                                compile=eq5["compile"])
-            for config, row in zip(configs, gamma_rows(rows)):
-                graphs.append(config, {k: v for k, v in row.items() if k not in config}, meta)
+            proof = _graph_proof(mode, (target, draft), lambda: {"rows": measure_pair(
+                target, draft, cases, eq5["gammas"], p["sd_max_new_tokens"], repeats=p["sd_repeats"],
+                temperature=p["sd_temperature"], seed=p["sd_seed"], peer=False, compile=DECODE_MODES[mode])})
+            for config, row in zip(configs, gamma_rows(proof.pop("rows"))):
+                graphs.append(config, {**{k: v for k, v in row.items() if k not in config}, **proof}, meta)
 
-        _tolerate_compile_failure(eq5["compile"], configs[0], e2e)
+        _tolerate_graph_failure(mode, configs[0], e2e)
         graphs.budget.took(time.monotonic() - start)
         del target, draft
         free_memory()
@@ -663,9 +613,9 @@ def profile_params(profile: str, dry_run: bool) -> tuple[dict, dict]:
     from helpers.run_all import load_params
 
     eq5 = {"pairs": HANDOUT_PAIRS, "gammas": EQ5_GAMMAS, "context": EQ5_CONTEXT, "repeats": EQ5_REPEATS,
-           "alphas": EQ5_ALPHAS, "cpu_pairs": CPU_PAIRS, "dtype": EQ5_DTYPE, "compile": True}
-    if not dry_run:
-        return load_params(profile), eq5
+           "alphas": EQ5_ALPHAS, "cpu_pairs": CPU_PAIRS, "dtype": EQ5_DTYPE, "modes": ["eager", "graphs"]}
+    if not dry_run:  # as papermill runs a notebook: its defaults (the CPU profile), overridden by the profile's file
+        return {**load_params("cpu"), **load_params(profile)}, eq5
     params = {**load_params("cpu"), **DRY_OVERRIDES, "profile": f"{profile}-dryrun", "device": "cpu"}
     params["sd_dtype"] = "float32"
     return params, {**eq5, **DRY_EQ5}
@@ -692,13 +642,21 @@ def check_outputs(out: Path, profile: str, files: list[str]) -> list[str]:
     return warnings
 
 
-def run(profile: str, out: Path, only=None, dry_run: bool = False, budget_s: float | None = 540.0) -> dict:
-    """Measure the parts ``only`` (default: all, in :data:`PARTS` order) into ``out``; returns a summary."""
+def run(profile: str, out: Path, only=None, dry_run: bool = False, budget_s: float | None = 540.0, *,
+        modes=None, archived: bool = False) -> dict:
+    """Measure the parts ``only`` (default: all, in :data:`PARTS` order) into ``out``; returns a summary.
+    ``modes``: the decode modes of parts eq5 and graphs (default eager and graphs; see :data:`DECODE_MODES`).
+    ``archived``: the files travel in one archive (the window), so their count is no limit."""
     parts = list(only or PARTS)
     unknown = [part for part in parts if part not in PARTS]
     if unknown:
         raise SystemExit(f"unknown part(s) {unknown}; choose from {', '.join(PARTS)}")
     params, eq5 = profile_params(profile, dry_run)
+    if modes is not None:
+        unknown = [m for m in modes if m not in DECODE_MODES]
+        if unknown:
+            raise SystemExit(f"unknown decode mode(s) {unknown}; choose from {', '.join(DECODE_MODES)}")
+        eq5["modes"] = list(modes)
     if str(params["device"]).startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit(f"profile {profile!r} measures on {params['device']!r}, but torch {torch.__version__} sees no "
                          "CUDA device here. Run it on the GPU machine, or pass --dry-run for the CPU rehearsal.")
@@ -706,7 +664,7 @@ def run(profile: str, out: Path, only=None, dry_run: bool = False, budget_s: flo
     previous_root = os.environ.get("WORKBOOK_OUTPUT_ROOT")
     os.environ["WORKBOOK_OUTPUT_ROOT"] = str(out)  # helpers.paths puts results/ under it
     try:
-        return _run(params, eq5, parts, out, dry_run, budget_s)
+        return _run(params, eq5, parts, out, dry_run, budget_s, archived)
     finally:
         if previous_root is None:
             os.environ.pop("WORKBOOK_OUTPUT_ROOT", None)
@@ -714,7 +672,8 @@ def run(profile: str, out: Path, only=None, dry_run: bool = False, budget_s: flo
             os.environ["WORKBOOK_OUTPUT_ROOT"] = previous_root
 
 
-def _run(params: dict, eq5: dict, parts: list, out: Path, dry_run: bool, budget_s: float | None) -> dict:
+def _run(params: dict, eq5: dict, parts: list, out: Path, dry_run: bool, budget_s: float | None,
+         archived: bool) -> dict:
     files = [f for part in parts for f in PART_FILES[part]]
     if not dry_run:
         seed_outputs(params["profile"], out, files)
@@ -736,7 +695,7 @@ def _run(params: dict, eq5: dict, parts: list, out: Path, dry_run: bool, budget_
     except BudgetExhausted as stop:
         stopped = str(stop)
         print(stopped, flush=True)
-    warnings = check_outputs(out, params["profile"], files)
+    warnings = [] if archived else check_outputs(out, params["profile"], files)
     for warning in warnings:
         print("WARNING:", warning, flush=True)
     summary = {"profile": params["profile"], "out": str(out / "results" / params["profile"]), "parts_done": done,
@@ -749,23 +708,48 @@ def _run(params: dict, eq5: dict, parts: list, out: Path, dry_run: bool, budget_
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m helpers.gpu_measure", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Measure every GPU row of the notebooks into results/<profile>/NN_*.jsonl (no Jupyter needed).",
-        epilog="Output limits of the GPU machine: at most 8 files of at most 16 MiB come back per command, so run\n"
-               "at most ~3 parts per command (07 writes 3 files, the others 1); every file is JSON lines of a few\n"
-               "hundred KiB at most. Copy <out>/results/<profile>/*.jsonl into results/<profile>/ and commit after\n"
-               "each chunk; a rerun resumes from the committed rows. The run plan is in the module docstring.")
-    parser.add_argument("--profile", required=True, help="params/<profile>.yaml, e.g. gpu-h100 or gpu-h200")
-    parser.add_argument("--out", required=True, type=Path,
-                        help="output root: rows go to OUT/results/<profile>/ (on the GPU machine: $OUT)")
+        prog="python3 -m helpers.gpu_measure", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Measure the notebooks' GPU rows into results/<profile>/NN_*.jsonl (no Jupyter needed).",
+        epilog="In a lent GPU window (at most 8 files of at most 16 MiB come back per command):\n"
+               "  python3 -m helpers.gpu_measure --window --out $OUT        (self-check, then the most valuable\n"
+               "      missing rows until the deadline; one archive + a summary under $OUT)\n"
+               "then here: python -m helpers.gpu_measure --unpack FILES_AT/window-<profile>.tar.gz, and commit.\n"
+               "Rehearse on the CPU: --window --dry-run --out /tmp/w (tiny shapes, about a minute).")
+    parser.add_argument("--window", action="store_true",
+                        help="the GPU window: self-check, then parts in priority order under --deadline-s")
+    parser.add_argument("--unpack", type=Path, metavar="ARCHIVE",
+                        help="put a window's archive into results/<profile>/ of this checkout and print the goals")
+    parser.add_argument("--profile", help="params/<profile>.yaml: gpu-h100 or gpu-h200 (--window: from the GPU)")
+    parser.add_argument("--out", type=Path, help="output root: rows go to OUT/results/<profile>/ (GPU: $OUT)")
     parser.add_argument("--only", nargs="+", metavar="PART", help=f"parts to run, of {', '.join(PARTS)}")
     parser.add_argument("--dry-run", action="store_true",
-                        help="the same code on the CPU with tiny shapes (profile <profile>-dryrun), under a minute")
+                        help="the same code on the CPU with tiny shapes (profile <profile>-dryrun), about a minute")
     parser.add_argument("--budget-s", type=float, default=540.0,
                         help="stop cleanly before a measurement that would end later than this (default 540 s)")
+    parser.add_argument("--deadline-s", type=float, default=None,
+                        help="--window: seconds of measuring (default 510: inside a 600-s command)")
+    parser.add_argument("--modes", nargs="+", metavar="MODE",
+                        help=f"decode modes of parts eq5/graphs, of {', '.join(DECODE_MODES)} (default eager graphs)")
     args = parser.parse_args(argv)
-    summary = run(args.profile, args.out, args.only, args.dry_run, args.budget_s)
-    return 0 if not summary["warnings"] else 1
+    from helpers import gpu_window
+
+    if args.unpack:
+        profile, folder = gpu_window.unpack(args.unpack)
+        print(f"rows of {profile} in {folder}; commit them, then render: WORKBOOK_RESULTS_ONLY=1 "
+              f"python -m helpers.run_all --profile {profile}")
+        for line in gpu_window.goals(folder):
+            print(f"goal: {line}")
+        return 0
+    if args.out is None:
+        parser.error("--out is required (on the GPU machine: --out $OUT)")
+    if args.window:
+        summary = gpu_window.run_window(args.out, args.profile, dry_run=args.dry_run,
+                                        deadline_s=args.deadline_s or gpu_window.DEADLINE_S)
+        return 0 if summary["self_check"]["ok"] else 2
+    if not args.profile:
+        parser.error("--profile is required without --window")
+    run(args.profile, args.out, args.only, args.dry_run, args.budget_s, modes=args.modes)
+    return 0
 
 
 if __name__ == "__main__":

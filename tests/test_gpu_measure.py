@@ -31,7 +31,7 @@ def rows(out, name):
 
 def test_dry_run_measures_every_part_into_the_notebooks_files(dry):
     out, summary, seconds = dry
-    assert summary["parts_done"] == list(gpu_measure.PARTS) and summary["stopped"] is None
+    assert sorted(summary["parts_done"]) == sorted(gpu_measure.PARTS) and summary["stopped"] is None
     assert seconds < 60, f"the dry run should take under a minute, took {seconds:.0f} s"
     for part, names in gpu_measure.PART_FILES.items():
         for name in names:
@@ -72,7 +72,8 @@ def test_help_states_the_output_limits(capsys):
     with pytest.raises(SystemExit):
         gpu_measure.main(["--help"])
     text = capsys.readouterr().out
-    assert "8 files" in text and "16 MiB" in text and "--dry-run" in text and "--budget-s" in text
+    assert "8 files" in text and "16 MiB" in text and "--dry-run" in text and "--window" in text
+    assert "python3 -m helpers.gpu_measure" in text and "--unpack" in text
 
 
 def test_too_many_files_is_a_warning(tmp_path):
@@ -196,27 +197,88 @@ def test_notebook_renders_gpu_rows_on_a_machine_without_gpu(dry, monkeypatch, tm
     run_all.execute(paths.NOTEBOOKS_DIR / f"{name}.ipynb", params, tmp_path / "build", progress=False)
     numbers = (tmp_path / "report" / "generated" / profile / f"{name}.numbers.tex").read_text()
     assert "results only" not in numbers  # the device named is the rows' one
+    if name == "09_speedup_analysis":  # the window's eager/graphs rows get their tables
+        assert (tmp_path / "report" / "generated" / profile / "09_gpu_graphs.tex").exists()
+        assert (tmp_path / "report" / "generated" / profile / "09_gpu_e2e.tex").exists()
 
 
-def test_verify_graph_times_runs_both_paths(monkeypatch):
-    """The graphs part's compiled verify timing on the CPU pair, with torch.compile stubbed out (the compiled graph's
-    numbers are tests/test_model_graphs.py's business; here: the path runs and leaves the cache where it was)."""
-    from helpers.models import load_model
-
-    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)
-    target, _ = load_model("cpu-pair/target")
-    context = torch.randint(0, target.config.vocab_size, (1, 8), generator=torch.Generator().manual_seed(0))
-    for compile in (False, True):
-        row = gpu_measure.verify_graph_times(target, context, [1, 3], repeats=1, compile=compile)
-        assert set(row["seconds"]) == {1, 3} and row["compiled"] is compile
-        assert all(t > 0 for t in row["seconds"].values())
-
-
-def test_a_failing_compiled_measurement_is_skipped_not_fatal(capsys):
+def test_a_failing_graph_measurement_is_skipped_not_fatal(capsys):
     def boom():
-        raise RuntimeError("no C compiler")
+        raise RuntimeError("capture failed")
 
-    gpu_measure._tolerate_compile_failure(True, {"kind": "x"}, boom)
-    assert "COMPILED MEASUREMENT FAILED" in capsys.readouterr().out
+    gpu_measure._tolerate_graph_failure("graphs", {"kind": "x"}, boom)
+    assert "GRAPHS MEASUREMENT FAILED" in capsys.readouterr().out
     with pytest.raises(RuntimeError):
-        gpu_measure._tolerate_compile_failure(False, {"kind": "x"}, boom)  # eager failures stay errors
+        gpu_measure._tolerate_graph_failure("eager", {"kind": "x"}, boom)  # eager failures stay errors
+
+
+def test_dry_run_measures_eager_and_graph_rows_with_their_proof(dry):
+    out, _, _ = dry
+    costs = {row["decode"]: row for row in rows(out, "09_handout_costs")}
+    assert set(costs) == {"eager", "graphs"}
+    assert costs["graphs"]["graph_replays"] == 0  # a CPU captures nothing; on a GPU the row counts the replays
+    e2e = [row for row in rows(out, "09_compiled_decode") if row["kind"] == "e2e"]
+    assert e2e and all(row["decode"] == "graphs" and row["identical_to_ar"] for row in e2e)
+
+
+def test_gpu_profiles_have_every_notebook_parameter():
+    """Regression: part 12 raised KeyError 'design_drafts' under gpu-h100 (the dry run's overrides hid it). The
+    profile's file overrides the notebooks' defaults (the CPU profile), as papermill does."""
+    cpu = yaml.safe_load((paths.PARAMS_DIR / "cpu.yaml").read_text())
+    for profile in ("gpu-h100", "gpu-h200"):
+        params, eq5 = gpu_measure.profile_params(profile, dry_run=False)
+        assert set(cpu) <= set(params) and params["device"] == "cuda" and params["profile"] == profile
+        assert eq5["modes"] == ["eager", "graphs"]
+
+
+def test_window_rehearsal_resumes_archives_and_reports_goals(dry, tmp_path):
+    """--window --dry-run over the dry run's rows: the self-check passes (the static step equals eager), nothing
+    is measured again, and $OUT holds one archive and one summary (at most 8 files come back)."""
+    from helpers import gpu_window
+
+    work, _, _ = dry
+    out = tmp_path / "out"
+    summary = gpu_window.run_window(out, dry_run=True, work=work)
+    assert summary["self_check"]["ok"] and summary["self_check"]["graphs"]
+    assert summary["measured"] == 0 and summary["stopped"] is None
+    assert summary["parts_done"] == list(gpu_measure.PARTS)
+    assert sorted(f.name for f in out.iterdir()) == [f"window-{DRY}.tar.gz", gpu_window.SUMMARY]
+    assert any("CPU pair end to end (graphs)" in line for line in summary["goals"])
+    profile, folder = gpu_window.unpack(out / f"window-{DRY}.tar.gz", tmp_path / "results")
+    assert profile == DRY
+    assert {f.name for f in folder.glob("*.jsonl")} == {f.name for f in (work / "results" / DRY).glob("*.jsonl")}
+
+
+def test_window_deadline_stops_between_configurations(tmp_path, capsys):
+    from helpers import gpu_window
+
+    summary = gpu_window.run_window(tmp_path / "out", dry_run=True, work=tmp_path / "work", deadline_s=3)
+    assert summary["self_check"]["ok"] and summary["stopped"] and "run the same command again" in summary["stopped"]
+    assert "INCOMPLETE" in capsys.readouterr().out
+    assert (tmp_path / "out" / gpu_window.SUMMARY).exists()
+
+
+def test_window_profile_follows_the_gpu():
+    from helpers import gpu_window
+
+    assert gpu_window.detect_profile("NVIDIA H100 80GB HBM3") == "gpu-h100"
+    assert gpu_window.detect_profile("NVIDIA H200") == "gpu-h200"
+    with pytest.raises(SystemExit, match="--profile"):
+        gpu_window.detect_profile("NVIDIA A10G")
+
+
+def test_goals_read_from_rows(tmp_path):
+    from helpers import gpu_window
+
+    base = {"status": "ok", "target": "Qwen/Qwen3-8B", "draft": "Qwen/Qwen3-0.6B", "device_name": "NVIDIA H100 80GB HBM3",
+            "target_weight_bytes": 16.4e9}
+    lines = [dict(base, config_key="a", decode="eager", c=0.6, T_T=0.020, T_D=0.012, verify_ratio={"2": 1.1}),
+             dict(base, config_key="b", decode="graphs", c=0.12, T_T=0.0060, T_D=0.00072, verify_ratio={"2": 1.05},
+                  graph_replays=300)]
+    (tmp_path / "09_handout_costs.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    text = "\n".join(gpu_window.goals(tmp_path))
+    assert "0.120 with graphs, 0.600 eager (goal <= 0.15 with graphs: met" in text
+    assert "4.90 ms" in text and "82% of the roofline (goal >= 70%: met)" in text  # 16.4e9 B / 3.35e12 B/s
+    lines[1]["graph_replays"] = 0  # a row whose graphs never replayed proves nothing
+    (tmp_path / "09_handout_costs.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    assert "met" not in "\n".join(gpu_window.goals(tmp_path))

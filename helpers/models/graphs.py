@@ -1,13 +1,16 @@
-"""Compiled verify steps: several tokens per row (a speculative round's gamma drafts + 1) through the compiled graph
-of :meth:`helpers.models.qwen3.MiniQwen3.compile_decode`, over a static-shape cache.
+"""Decode and verify steps as CUDA graphs, two ways, both over a static-shape cache.
 
-``compile_decode`` compiles the model's ``_step``, which writes keys and values through a slot tensor and attends
-over the whole static buffer through a mask, so nothing in it depends on how many tokens are stored: a call with k
-tokens per row is one more graph (one per k; ``dynamic=False``), on CUDA with ``mode="reduce-overhead"`` captured
-as a CUDA graph. ``MiniQwen3.forward`` sends only one-token calls there; :func:`compiled_forward` sends a block of
-tokens, so the target's verify step runs as a graph too (issue 15: at batch 1 an eager forward is launch-bound).
+* :class:`GraphedSteps` (the GPU window's default, ``compile="graphs"`` in every generator): the step for k new
+  tokens per row is captured explicitly with ``torch.cuda.CUDAGraph`` over buffers made once (tokens, device
+  lengths, RoPE tables, the cache), one graph per k, and replayed. A fresh machine pays a warm-up and a capture per
+  width, seconds at most, and every replay is counted (``replays``): a row that claims graphs can prove it.
+* :func:`compiled_forward` over :meth:`helpers.models.qwen3.MiniQwen3.compile_decode` (``torch.compile``; on CUDA
+  ``mode="reduce-overhead"``): the optional second row. It pays inductor's compile per shape, and dynamo may skip
+  the graph of a step whose inputs (the KV buffers) are mutated in place.
 """
 from __future__ import annotations
+
+import weakref
 
 import torch
 
@@ -42,3 +45,183 @@ def compiled_forward(model: MiniQwen3, input_ids: torch.Tensor, cache: KVCache, 
     if device.type == "cuda":
         logits = logits.clone()  # a CUDA graph's output buffer is reused by its next replay
     return logits[:, -1:] if last_only else logits
+
+
+# ------------------------------------------------------------------------------------------------ explicit CUDA graphs
+
+
+class GraphedSteps:
+    """Forwards of ``k`` new tokens per row over ONE static cache, each width captured once as a CUDA graph
+    (:func:`prepare_graphs` captures ahead of a timed run, else the first call of a width does).
+
+    What ``torch.compile(mode="reduce-overhead")`` would do, without inductor: a fresh GPU machine pays a warm-up
+    and a capture per width (well under a second for the workbook's models) instead of minutes of compiling, and
+    nothing depends on dynamo's guards (which skip a graph whose inputs are mutated in place, as a KV cache is).
+
+    Everything a step reads lives in buffers allocated here once: the tokens, each row's stored length and padding
+    on the device, the RoPE tables up to the capacity, the slot indices. The captured body derives positions, write
+    slots and the attention mask from those tensors, so a replay reads no host value and allocates nothing; the
+    cache's keys and values are written in place at the slots. The host keeps the cache's lengths as always
+    (``KVCache.lengths``); a replay advances the device copy too, and only a rollback or a new generation uploads
+    lengths again (a pinned, asynchronous copy: no sync).
+
+    On a CPU (or with ``capture=False``) the same body runs eagerly: that is what the tests check (equal logits,
+    no host read), and it keeps every caller device-agnostic. ``replays`` counts graph replays, the proof a row
+    records that graphs really ran.
+    """
+
+    MAX_WIDTH = 32  # verify blocks up to gamma + 1 = 32 tokens are graphed; wider calls run eagerly
+
+    def __init__(self, model: MiniQwen3, batch_size: int, capacity: int, *, capture: bool | None = None):
+        self.model = model
+        self.cache = model.new_cache(batch_size, capacity, static_shapes=True)
+        device = self.cache.device
+        self.capture = device.type == "cuda" if capture is None else capture
+        if self.capture and device.type != "cuda":
+            raise ValueError("CUDA graphs need the model on a CUDA device; pass capture=False to run the same "
+                             "static step eagerly")
+        dtype = model.embed_tokens.weight.dtype
+        slots = torch.arange(capacity, device=device)
+        self.cos, self.sin = model.rotary(slots, capacity, dtype)  # tables for every position the cache can hold
+        self.slots = slots
+        self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)  # stored slots per row (device)
+        self.pads = torch.zeros(batch_size, dtype=torch.long, device=device)
+        self.valid = torch.ones(batch_size, capacity, dtype=torch.bool, device=device)
+        self._synced: tuple | None = None  # (lengths, pads source, valid source) the device buffers hold
+        self.graphs: dict[int, tuple] = {}  # width -> (graph, tokens buffer, logits buffer)
+        self.replays = 0
+        self.captures = 0
+        self.owner = lambda: None  # set by graphed_steps(): the decoder using this cache now
+        self._keys = self.cache.keys[0].data_ptr()  # graphs hold these addresses: a reallocated cache voids them
+
+    # -------------------------------------------------------------- the step every graph holds
+
+    def _body(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits of ``tokens`` (batch, k) after each row's stored slots; writes their keys/values, advances the
+        device lengths. Device tensors only: no host value is read."""
+        k = tokens.shape[1]
+        steps = self.slots[:k]
+        write = self.lengths[:, None] + steps  # (batch, k): slots the new tokens take
+        positions = write - self.pads[:, None]
+        cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # (batch, 1, k, head_dim)
+        slot = self.slots[None, None, :]
+        mask = ((slot <= write[:, :, None]) & self.valid[:, None, :]) | (slot == write[:, :, None])
+        logits = self.model._step(tokens, cos, sin, mask[:, None], (self.cache.keys, self.cache.values), write)
+        self.lengths.add_(k)
+        return logits
+
+    # -------------------------------------------------------------- calls
+
+    def reset(self) -> None:
+        """Empty the cache for a new generation (the buffers, and so the captured graphs, stay)."""
+        self.cache.reset()
+
+    def graphable(self, input_ids: torch.Tensor) -> bool:
+        """Whether ``input_ids`` can take the static step: a decode, draft or verify step (the cache already holds
+        a prefill, so prompts of every length do not each capture a graph), the batch the buffers were made for, at
+        most :attr:`MAX_WIDTH` tokens, and the cache still in the buffers the graphs were captured over."""
+        return (input_ids.shape[0] == self.cache.batch_size and 1 <= input_ids.shape[1] <= self.MAX_WIDTH
+                and max(self.cache.lengths) > 0 and self.cache.keys[0].data_ptr() == self._keys)
+
+    def __call__(self, input_ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """Logits (batch, k or 1, vocab) of ``input_ids`` (batch, k) placed after what the cache holds."""
+        if not self.graphable(input_ids):
+            raise ValueError(f"a graphed step takes (batch={self.cache.batch_size}, 1..{self.MAX_WIDTH}) token ids "
+                             f"after a prefill, over the cache it was built with; got {tuple(input_ids.shape)} "
+                             f"with rows holding {self.cache.lengths} (prefill eagerly: model(ids, steps.cache))")
+        batch, k = input_ids.shape
+        self.cache.check_room(batch, k)
+        if self.cache.next_position_bound() + k > self.model.config.max_seq_len:
+            raise ValueError(f"position {self.cache.next_position_bound() + k - 1} is past the model's context "
+                             f"limit of {self.model.config.max_seq_len} tokens")
+        self._sync()
+        if not self.capture:
+            logits = self._body(input_ids)
+        else:
+            graph, tokens, out = self.graphs.get(k) or self._capture(k)
+            tokens.copy_(input_ids)
+            graph.replay()
+            self.replays += 1
+            logits = out.clone()  # the next replay overwrites the graph's output buffer
+        self.cache.advance(k)
+        self._synced = (tuple(self.cache.lengths),) + self._synced[1:]
+        return logits[:, -1:] if last_only else logits
+
+    def _sync(self) -> None:
+        """Bring the device buffers in line with the host cache where a rollback or prefill moved it."""
+        cache = self.cache
+        state = (tuple(cache.lengths), id(cache.pads), id(cache.valid))
+        if state == self._synced:
+            return
+        host = torch.tensor(cache.lengths, dtype=torch.long)
+        if self.lengths.device.type == "cuda":
+            host = host.pin_memory()
+        self.lengths.copy_(host, non_blocking=True)
+        if state[1:] != (self._synced or (None, None, None))[1:]:
+            self.pads.copy_(cache.pads)
+            if cache.valid is None:
+                self.valid.fill_(True)
+            else:
+                self.valid.copy_(cache.valid)
+        self._synced = state
+
+    def _capture(self, k: int):
+        """Warm up on a side stream, then capture the width-``k`` step (its writes land on slots the real call
+        overwrites, and the device lengths are restored after each run)."""
+        tokens = torch.zeros(self.cache.batch_size, k, dtype=torch.long, device=self.cache.device)
+        saved = self.lengths.clone()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                self._body(tokens)
+                self.lengths.copy_(saved)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = self._body(tokens)
+        self.lengths.copy_(saved)  # capture records the increment without running it; keep the buffers exact
+        self.graphs[k] = (graph, tokens, out)
+        self.captures += 1
+        return self.graphs[k]
+
+
+def graph_replays(model) -> int:
+    """CUDA-graph replays so far over every :class:`GraphedSteps` of ``model`` (0 on a CPU: nothing is captured)."""
+    return sum(steps.replays for pool in getattr(model, "_graphed_steps", {}).values() for steps in pool)
+
+
+def graphed_steps(model: MiniQwen3, batch_size: int, capacity: int, owner) -> GraphedSteps:
+    """A :class:`GraphedSteps` of ``model`` for ``batch_size`` rows of at least ``capacity`` tokens, its cache
+    emptied, held by ``owner`` while that object lives. Steps whose owner is gone are reused (the smallest that is
+    large enough), so a later generation replays the graphs already captured; two live owners (a model drafting for
+    itself) never share a cache. New steps round the capacity up to a power of two >= 256."""
+    weight = model.embed_tokens.weight
+    pool = model.__dict__.setdefault("_graphed_steps", {}).setdefault((batch_size, weight.device, weight.dtype), [])
+    free = [s for s in pool if s.owner() is None and s.cache.capacity >= capacity]
+    if free:
+        steps = min(free, key=lambda s: s.cache.capacity)
+    else:
+        steps = GraphedSteps(model, batch_size,
+                             min(max(256, 1 << (capacity - 1).bit_length()), model.config.max_seq_len))
+        pool.append(steps)
+    steps.owner = weakref.ref(owner)
+    steps.reset()
+    return steps
+
+
+class _Holder:
+    """A stand-in owner while :func:`prepare_graphs` captures."""
+
+
+def prepare_graphs(model: MiniQwen3, capacity: int, widths, batch_size: int = 1) -> GraphedSteps:
+    """Capture the steps of ``widths`` tokens now, for generations of up to ``capacity`` tokens per row, so that no
+    capture falls inside a timed run (a speculative pair: the target's 1 .. gamma + 1, the draft's 1 and 2). A no-op
+    on a CPU, where nothing is captured."""
+    holder = _Holder()
+    steps = graphed_steps(model, batch_size, capacity, holder)
+    if steps.capture:
+        for width in widths:
+            if width not in steps.graphs and 1 <= width <= steps.MAX_WIDTH:
+                steps._capture(int(width))
+    return steps

@@ -210,6 +210,13 @@ class KVCache:
         self.pads = (~real).sum(dim=1)
         self._pads_host = self.pads.tolist()
 
+    def reset(self) -> None:
+        """Empty every row (no padding, length 0) and keep the buffers: a new generation over the same memory."""
+        self.valid = None
+        self.pads = torch.zeros_like(self.pads)
+        self._pads_host = [0] * self.batch_size
+        self.set_lengths([0] * self.batch_size)
+
     def advance(self, new_tokens: int) -> None:
         self.set_lengths([length + new_tokens for length in self.lengths])
 

@@ -93,12 +93,28 @@ class TransformersDecoder:
 
 
 class MinimalDecoder:
-    """The model file's :class:`~helpers.models.qwen3.MiniQwen3` (same weight tensors) with its static cache."""
+    """The model file's :class:`~helpers.models.qwen3.MiniQwen3` (same weight tensors) with its static cache.
+
+    ``compile``: ``False`` eager; ``True`` one-token steps through ``torch.compile`` (CUDA graphs on a GPU via
+    ``mode="reduce-overhead"``); ``"graphs"`` every call of up to 32 tokens per row (decode, draft and verify
+    steps) through :class:`~helpers.models.graphs.GraphedSteps`, captured explicitly as CUDA graphs on a GPU and
+    run as the same static step on a CPU. Prefill and masked or tree-shaped calls stay eager.
+    """
 
     runtime = "minimal"
 
-    def __init__(self, model, capacity: int, batch_size: int = 1, compile: bool = False):
+    def __init__(self, model, capacity: int, batch_size: int = 1, compile: bool | str = False):
+        if compile not in (False, True, "graphs"):
+            raise ValueError(f"compile must be False, True (torch.compile) or 'graphs' (explicit CUDA graphs), "
+                             f"got {compile!r}")
         self.model = minimal_view(model)
+        self.graphed = None
+        if compile == "graphs":
+            from helpers.models.graphs import graphed_steps
+
+            self.graphed = graphed_steps(self.model, batch_size, capacity, owner=self)
+            self.cache = self.graphed.cache
+            return
         if compile and self.model.compiled_step is None:  # on CUDA, CUDA graphs over the static buffers too
             cuda = self.model.embed_tokens.weight.device.type == "cuda"
             self.model.compile_decode(mode="reduce-overhead" if cuda else None)
@@ -106,7 +122,7 @@ class MinimalDecoder:
             capacity = max(256, 1 << (capacity - 1).bit_length())
         # compiled decode steps need the same shapes every call: attend over the whole (static) buffer
         self.cache = self.model.new_cache(batch_size, min(capacity, self.model.config.max_seq_len),
-                                          static_shapes=compile)
+                                          static_shapes=bool(compile))
 
     @property
     def length(self) -> int:
@@ -119,6 +135,9 @@ class MinimalDecoder:
 
     def extend(self, input_ids: torch.Tensor, last_only: bool = True, *, attention_mask=None, position_ids=None,
                tree_mask=None) -> torch.Tensor:
+        if (self.graphed is not None and attention_mask is None and position_ids is None and tree_mask is None
+                and self.graphed.graphable(input_ids)):
+            return self.graphed(input_ids, last_only=last_only)
         return self.model(input_ids, self.cache, last_only=last_only, attention_mask=attention_mask,
                           position_ids=position_ids, tree_mask=tree_mask)
 
@@ -126,7 +145,7 @@ class MinimalDecoder:
         self.cache.rollback(tokens)
 
     def select_rows(self, rows) -> None:
-        self.cache.select_rows(rows)
+        self.cache.select_rows(rows)  # new buffers: the graphed steps no longer apply (graphable() says so)
 
 
 def minimal_view(model):
@@ -168,14 +187,25 @@ def resolve_runtime(runtime: str, *models) -> str:
     return runtime
 
 
-def cached_decoder(model, runtime: str, capacity: int, batch_size: int = 1, *, compile: bool = False):
+def prepare_graphs(models_widths: dict, capacity: int, batch_size: int = 1) -> None:
+    """Capture, before anything is timed, the CUDA graphs ``compile="graphs"`` generations will replay:
+    ``{model: widths}`` (a no-op on a CPU). See :func:`helpers.models.graphs.prepare_graphs`."""
+    from helpers.models.graphs import prepare_graphs as capture
+
+    for model, widths in models_widths.items():
+        capture(minimal_view(model), capacity, widths, batch_size)
+
+
+def cached_decoder(model, runtime: str, capacity: int, batch_size: int = 1, *, compile: bool | str = False):
     """A fresh cache for ``model`` on a resolved ``runtime`` ("minimal" or "transformers"), room for ``capacity``
-    tokens per row (the minimal runtime preallocates them). ``compile``: decode steps through
-    ``torch.compile`` over a static-shape cache (minimal runtime only; the first steps pay the compilation)."""
+    tokens per row (the minimal runtime preallocates them). ``compile`` (minimal runtime only): ``True`` decode
+    steps through ``torch.compile`` (the first steps pay the compilation), ``"graphs"`` decode, draft and verify
+    steps as explicitly captured CUDA graphs (see :class:`MinimalDecoder`)."""
     if runtime == "minimal":
         return MinimalDecoder(model, capacity, batch_size, compile)
     if compile:
-        raise ValueError("compile=True needs the minimal runtime (a Qwen3 model); the transformers adapter is eager")
+        raise ValueError(f"compile={compile!r} needs the minimal runtime (a Qwen3 model); the transformers adapter "
+                         "is eager")
     if runtime == "transformers":
         return TransformersDecoder(model, batch_size)
     raise ValueError(f"resolve the runtime first (resolve_runtime); got {runtime!r}")
