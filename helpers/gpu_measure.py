@@ -322,7 +322,7 @@ def part_07(p: dict, store) -> None:
     configuration (chosen from the sweep's rows as the notebook does)."""
     from helpers.models import load_model
     from helpers.prompts import encode_prompts
-    from helpers.specdec.costs import measure_costs
+    from helpers.specdec.costs import measure_costs, median_length_case
     from helpers.specdec.sweeps import gamma_rows, measure_config, measure_pair, select_sweep, sweep_configs
 
     handout_gammas = (2, 3, 5, 7)
@@ -350,7 +350,8 @@ def part_07(p: dict, store) -> None:
         start = time.monotonic()
         (target, tokenizer), (draft, _) = load(target_name), load(draft_name)
         cases = encode_prompts(tokenizer, prompt_rows, target.device)
-        costs = measure_costs(target, draft, cases[0]["input_ids"], p["sd_gammas"], repeats=30)
+        cost_case = median_length_case(cases)
+        costs = measure_costs(target, draft, cost_case["input_ids"], p["sd_gammas"], repeats=30)
         rows = measure_pair(target, draft, cases, p["sd_gammas"], p["sd_max_new_tokens"], repeats=p["sd_repeats"],
                             temperature=p["sd_temperature"], seed=p["sd_seed"], peer=p["sd_peer"],
                             peer_gammas=p["sd_peer_gammas"], progress=True)
@@ -358,7 +359,7 @@ def part_07(p: dict, store) -> None:
                             device=p["device"], seed=p["sd_seed"], draft_id=draft_name,
                             draft_weights=draft.weights_label)
         for config, row in zip(configs, gamma_rows(rows, costs)):
-            row["handout_gamma"] = config["gamma"] in handout_gammas
+            row.update(handout_gamma=config["gamma"] in handout_gammas, cost_prompt=cost_case["id"])
             main.append(config, {k: v for k, v in row.items() if k not in config}, meta)
         main.budget.took(time.monotonic() - start)
         print(f"  measured 07 pair {target_name} / {draft_name}: c = {costs['T_D'] / costs['T_T']:.3f}", flush=True)

@@ -95,10 +95,20 @@ def collect_results(notebook: str, root=None) -> pd.DataFrame:
 
 
 def best_and_worst(rows: pd.DataFrame, metric: str = "speedup") -> pd.DataFrame:
-    """The rows with the highest and the lowest ``metric`` (status 'ok' rows only), with a ``which`` column."""
+    """The rows with the highest and the lowest ``metric`` (status 'ok' rows only), with a ``which`` column.
+
+    Where the rows carry a ``handout_gamma`` flag (notebook 07 writes it: gamma is one of the handout's
+    {2, 3, 5, 7}), only the flagged rows compete: §4.5 reruns the best and worst configurations of §4.4's
+    Table 1, not the extra gammas a sweep adds to locate the optimum. Rows without the flag (older results)
+    all compete."""
     if rows.empty or metric not in rows:
         raise ValueError(f"no rows with a {metric!r} column to pick the best and worst configuration from")
     ok = rows[rows["status"] == "ok"] if "status" in rows else rows
+    if "handout_gamma" in ok:
+        flagged = ok["handout_gamma"].astype("boolean").fillna(False).astype(bool)
+        if not flagged.any():
+            raise ValueError("no row has handout_gamma set: the handout's gammas {2, 3, 5, 7} were not measured")
+        ok = ok[flagged]
     ok = ok.dropna(subset=[metric])
     if ok.empty:
         raise ValueError(f"no successful rows with a {metric!r} value")

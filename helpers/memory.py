@@ -12,6 +12,7 @@ from helpers.models.configs import KNOWN_MODELS, QWEN3_FAMILY, load_config, mini
 
 GB = 10**9
 GiB = 2**30
+MiB = 2**20
 
 def _head_dim(config) -> int:
     return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -48,6 +49,24 @@ def param_count(config) -> int:
     embeddings = v * h
     lm_head = 0 if config.tie_word_embeddings else v * h
     return embeddings + lm_head + n_layers * per_layer + norm
+
+
+# What mixed-precision training with Adam keeps per parameter (§1.1), activations aside: the bf16 weights the
+# forward and backward passes use, their gradients, the fp32 master copy the optimizer updates, and Adam's two
+# fp32 moments (Rajbhandari et al., ZeRO, 2020: 2 + 2 + 4 + 4 + 4 = 16 bytes with bf16/fp16 gradients).
+TRAINING_STATE_BYTES = {"weights (bf16)": 2, "gradients (bf16)": 2, "fp32 master copy": 4,
+                        "Adam first moment m (fp32)": 4, "Adam second moment v (fp32)": 4}
+FP32_GRADIENT_BYTES = 4  # gradients kept in fp32 instead (some mixed-precision setups accumulate them so)
+
+
+def training_state_bytes(fp32_gradients: bool = False) -> dict[str, int]:
+    """Bytes per parameter of each part of the training state (:data:`TRAINING_STATE_BYTES`), with the
+    gradients in fp32 if ``fp32_gradients``."""
+    state = dict(TRAINING_STATE_BYTES)
+    if fp32_gradients:
+        del state["gradients (bf16)"]
+        state = {"weights (bf16)": state.pop("weights (bf16)"), "gradients (fp32)": FP32_GRADIENT_BYTES, **state}
+    return state
 
 
 def weight_bytes(config, bytes_per_param: int = 2) -> int:
@@ -135,18 +154,64 @@ def seq_len_answer(config, gpu_bytes: int, batch_size: int, multiple: int = 10, 
 
 # Readings of the L40S's memory, in bytes, each with where it comes from. The datasheet's 48 GB (1e9 bytes) is
 # what §1.2.2 is answered with; the others show how much the answer moves with the reading.
+@dataclass(frozen=True)
+class CardMemory:
+    """What a card sold as ``datasheet_gb`` GB (10^9 bytes) exposes to software: ``nvidia-smi``'s memory.total
+    (``total_mib`` MiB), with where that figure comes from."""
+
+    card: str
+    datasheet_gb: float
+    total_mib: int
+    source: str
+
+    @property
+    def total_bytes(self) -> int:
+        return self.total_mib * MiB
+
+    @property
+    def label(self) -> str:
+        return f"{self.card}: {self.total_mib:,} MiB"
+
+
+_SMI_LIST = "nvidia-smi memory.total, as listed in github.com/modal-labs/modal-client/pull/2797"
+# nvidia-smi's memory.total of cards sold by the GB. Every one is MORE than its datasheet figure read in 10^9 bytes
+# (an "80 GB" A100 exposes 80 GiB), which is why a prediction of "does not fit" must compare with these bytes.
+NVIDIA_SMI_TOTALS = (
+    CardMemory("A100 40GB", 40, 40960, _SMI_LIST),
+    CardMemory("L40S", 48, 46068, _SMI_LIST + "; also github.com/akash-network/provider-configs/pull/99"),
+    CardMemory("A100 80GB", 80, 81920, _SMI_LIST),
+    CardMemory("H100 80GB", 80, 81559, _SMI_LIST + "; also github.com/NVIDIA/nccl/issues/1264"),
+)
+
+
+def cards_sold_as(datasheet_gb: float) -> list[CardMemory]:
+    """The listed cards (:data:`NVIDIA_SMI_TOTALS`) whose datasheet gives ``datasheet_gb`` GB, smallest total first."""
+    return sorted((c for c in NVIDIA_SMI_TOTALS if c.datasheet_gb == datasheet_gb), key=lambda c: c.total_mib)
+
+
+def exposed_memory(datasheet_gb: float) -> CardMemory:
+    """What "a ``datasheet_gb`` GB card" exposes: the smallest ``nvidia-smi`` total among the listed cards of that
+    size (the conservative reading when the card is not named). A size with no listed card falls back to the
+    datasheet's bytes, labelled so (``total_mib`` rounded down)."""
+    cards = cards_sold_as(datasheet_gb)
+    if cards:
+        return cards[0]
+    return CardMemory(f"{datasheet_gb:g} GB card (no nvidia-smi total listed: datasheet bytes)", datasheet_gb,
+                      int(datasheet_gb * GB) // MiB, "the datasheet figure, in 10^9-byte units")
+
+
+_L40S = next(c for c in NVIDIA_SMI_TOTALS if c.card == "L40S")
 L40S_MEMORY_READINGS = (
     ("datasheet: 48 GB", 48 * GB, "NVIDIA L40S datasheet: 48 GB GDDR6 with ECC"),
-    ("nvidia-smi total: 46,068 MiB", 46068 * 2**20,
-     "nvidia-smi --query-gpu=memory.total on an L40S, as posted in "
-     "github.com/akash-network/provider-configs/pull/99"),
+    (f"nvidia-smi total: {_L40S.total_mib:,} MiB", _L40S.total_bytes, _L40S.source),
     ("45 GiB (nvidia-smi total, nearest GiB)", 45 * GiB, "the nvidia-smi total rounded to the nearest whole GiB (slightly above it)"),
     ("48 GiB (GB misread as GiB)", 48 * GiB, "the datasheet's 48 read as 2^30-byte units: more than the card exposes"),
 )
 
 
-# Memory of common inference GPUs as sold, in GB (1e9 bytes) -- vendor datasheets. nvidia-smi shows a little
-# less (ECC and driver reservations), which is one reason the units matter.
+# Memory of common inference GPUs as sold, in GB (1e9 bytes) -- vendor datasheets. nvidia-smi reports its total in
+# MiB: more bytes than these figures (see NVIDIA_SMI_TOTALS), though less than the same number of GiB for some
+# cards (H100 80GB: 81,559 MiB < 80 GiB), which is one reason the units matter.
 GPU_MEMORY_GB = {
     "L40S (48 GB)": 48,
     "A6000 (48 GB)": 48,
@@ -195,18 +260,35 @@ def predicted_generation_bytes(config, batch_size: int, input_len: int, new_toke
 @dataclass(frozen=True)
 class GenerationPrediction:
     """The prediction column of a generation sweep: :func:`predicted_generation_bytes` of ``config`` at
-    ``batch_size`` and ``bytes_per_elem``, against ``gpu_gb`` GB of GPU memory."""
+    ``batch_size`` and ``bytes_per_elem``, against the memory a card sold as ``gpu_gb`` GB exposes
+    (:func:`exposed_memory`: ``nvidia-smi``'s total, more than ``gpu_gb`` x 10^9 bytes), not the datasheet figure."""
 
     config: object
     batch_size: int
     bytes_per_elem: int
     gpu_gb: float
 
+    @property
+    def card(self) -> CardMemory:
+        """The card whose exposed memory the prediction is compared with."""
+        return exposed_memory(self.gpu_gb)
+
+    def bytes(self, input_len: int, new_tokens: int) -> int:
+        """Predicted peak memory (bytes) of one ``generate`` call."""
+        return predicted_generation_bytes(self.config, self.batch_size, input_len, new_tokens, self.bytes_per_elem)
+
     def gb(self, input_len: int, new_tokens: int) -> float:
         """Predicted peak memory (GB, 10^9 bytes) of one ``generate`` call."""
-        return predicted_generation_bytes(self.config, self.batch_size, input_len, new_tokens,
-                                          self.bytes_per_elem) / GB
+        return self.bytes(input_len, new_tokens) / GB
+
+    def headroom(self, input_len: int, new_tokens: int) -> int:
+        """Bytes the card exposes beyond the prediction (negative: predicted not to fit)."""
+        return self.card.total_bytes - self.bytes(input_len, new_tokens)
 
     def over(self, input_len: int, new_tokens: int) -> bool:
-        """Whether that prediction exceeds the GPU's memory."""
-        return self.gb(input_len, new_tokens) > self.gpu_gb
+        """Whether the prediction exceeds the memory the card exposes."""
+        return self.headroom(input_len, new_tokens) < 0
+
+    def over_datasheet(self, input_len: int, new_tokens: int) -> bool:
+        """Whether it exceeds the datasheet's ``gpu_gb`` x 10^9 bytes (less than the card exposes)."""
+        return self.bytes(input_len, new_tokens) > self.gpu_gb * GB

@@ -1,8 +1,10 @@
 """The workbook's prompt set, ``data/prompts.jsonl``: one JSON object per line.
 
 Also every other prompt source of the workbook: :func:`select_prompts` (a round-robin subset over sources),
-:func:`encode_prompts` (token ids for a model), :func:`source_counts` (a one-line description of a subset) and
-:func:`heldout_source_prompts` (fixed-length token windows of held-out library code, notebook 09).
+:func:`encode_prompts` (token ids for a model), :func:`source_counts` (a one-line description of a subset),
+:func:`heldout_source_prompts` (fixed-length token windows of held-out library code, notebook 09), and notebook 10's
+prompt-lookup workloads: :func:`grounded_prompts` (a copy task) and :func:`in_context_prompts` (prompts whose
+continuation is in the context verbatim).
 
 Fields: ``id`` (unique), ``profile`` ("gpu": the handout's heterogeneous requests — chat, code, math,
 summarisation, translation, QA; "cpu": text the CPU pair never trained on, built by :func:`build_cpu_prompts` —
@@ -231,38 +233,46 @@ def build_cpu_prompts(per_source: int = PER_SOURCE) -> list[dict]:
 GROUNDED_HEAD_LINES = 3  # lines of the second copy given in the prompt
 
 
-def grounded_prompts(tokenizer, count: int = 12, *, head_lines: int = GROUNDED_HEAD_LINES, min_tokens: int = 40,
-                     max_tokens: int = 110) -> list[dict]:
-    """Input-grounded prompts: the continuation should copy text that is in the prompt (prompt lookup's workload).
-
-    Each prompt is a held-out library function (the CPU pair never trained on its module; the same functions as
-    the "code" prompts draw from, one per module in turn, between ``min_tokens`` and ``max_tokens`` tokens of
-    ``tokenizer``), a blank line, and the first ``head_lines`` lines of the same function again: a model that
-    has learnt to copy re-emits the rest of it. Rows are shaped like :func:`load_prompts`'s (``id``,
-    ``profile`` "cpu", ``source`` "grounded", ``document``, ``prompt``) plus ``reference``, the text a
-    verbatim copy would continue with; :func:`encode_prompts` encodes them.
-
-    The CPU pair's 7.7 M-parameter target copies only weakly (teacher-forced, its argmax matches 53% of the
-    tokens of a verbatim second copy against 42% of the first copy's): greedy, it re-emits a few lines and then
-    drifts, often into its own loops, which prompt lookup also drafts (about 0.6-0.7 of its generated tokens
-    are accepted drafts on 12 of these prompts, 96 new tokens).
-    """
-    if isinstance(head_lines, bool) or not isinstance(head_lines, int) or head_lines < 1:
-        raise ValueError(f"head_lines (lines of the copy given in the prompt) must be an int >= 1, got {head_lines!r}")
+def _heldout_functions(tokenizer, count: int, *, min_lines: int, min_tokens: int, max_tokens: int,
+                       what: str) -> list[tuple[str, str]]:
+    """``count`` (module, function source) pairs of held-out library functions of ``min_lines``+ lines and
+    ``min_tokens``..``max_tokens`` tokens of ``tokenizer``, one per module in turn (the "code" prompts' pool)."""
     if not 0 < min_tokens <= max_tokens:
         raise ValueError(f"need 0 < min_tokens <= max_tokens, got {min_tokens} and {max_tokens}")
     per_module = []
     for name, sources in _per_module_functions(heldout_documents()):
         fitting = [source for source in sources
-                   if source.count("\n") >= head_lines + 3
+                   if source.count("\n") >= min_lines
                    and min_tokens <= len(tokenizer(source)["input_ids"]) <= max_tokens]
         per_module.append((name, fitting))
     per_module = [(name, fitting) for name, fitting in per_module if fitting]
     try:
-        picked = _round_robin(per_module, count)
+        return _round_robin(per_module, count)
     except ValueError as error:
         raise ValueError(f"{error}: not enough held-out functions of {min_tokens}-{max_tokens} tokens for {count} "
-                         "grounded prompts; widen the token range or ask for fewer") from None
+                         f"{what}; widen the token range or ask for fewer") from None
+
+
+def grounded_prompts(tokenizer, count: int = 12, *, head_lines: int = GROUNDED_HEAD_LINES, min_tokens: int = 40,
+                     max_tokens: int = 110) -> list[dict]:
+    """The copy task: a held-out function, a blank line, and the first ``head_lines`` lines of it again.
+
+    Each prompt is a held-out library function (the CPU pair never trained on its module; the same functions as
+    the "code" prompts draw from, one per module in turn, between ``min_tokens`` and ``max_tokens`` tokens of
+    ``tokenizer``), a blank line, and the first ``head_lines`` lines of the same function again: a model that
+    has learnt in-context copying re-emits the rest of it. Rows are shaped like :func:`load_prompts`'s (``id``,
+    ``profile`` "cpu", ``source`` "grounded", ``document``, ``prompt``) plus ``reference``, the text a
+    verbatim copy would continue with (:func:`helpers.specdec.compare.copied_prefix` counts how far a model
+    follows it); :func:`encode_prompts` encodes them.
+
+    The CPU pair's 7.7 M-parameter target fails this task: greedy, it diverges from the copy within the first
+    tokens (notebook 10 measures how far it follows), so the continuation it actually writes is mostly NOT in the
+    prompt. For a workload whose output the context really contains, see :func:`in_context_prompts`.
+    """
+    if isinstance(head_lines, bool) or not isinstance(head_lines, int) or head_lines < 1:
+        raise ValueError(f"head_lines (lines of the copy given in the prompt) must be an int >= 1, got {head_lines!r}")
+    picked = _heldout_functions(tokenizer, count, min_lines=head_lines + 3, min_tokens=min_tokens,
+                                max_tokens=max_tokens, what="grounded prompts")
     rows = []
     for index, (document, source) in enumerate(picked):
         lines = source.rstrip("\n").split("\n")
@@ -270,6 +280,41 @@ def grounded_prompts(tokenizer, count: int = 12, *, head_lines: int = GROUNDED_H
         rows.append({"id": f"cpu-grounded-{index + 1}", "profile": "cpu", "source": "grounded", "document": document,
                      "prompt": source.rstrip("\n") + "\n\n" + head,
                      "reference": "\n" + "\n".join(lines[head_lines:]) + "\n"})
+    return rows
+
+
+IN_CONTEXT_SEPARATOR = "\n\n"  # between the first (function + continuation) and the second (function) part
+
+
+def in_context_prompts(tokenizer, count: int, continuation, *, min_lines: int = 6, min_tokens: int = 40,
+                       max_tokens: int = 110) -> list[dict]:
+    """Prompts whose continuation is in the context verbatim: function, its continuation, a blank line, function.
+
+    Each prompt is a held-out library function ``f`` (picked as :func:`grounded_prompts` picks them),
+    ``continuation(f)`` (a callable returning text: the continuation a model writes after ``f``, e.g.
+    :func:`helpers.specdec.compare.greedy_continuation` of the target itself), a blank line, and ``f`` again.
+    A model whose greedy continuation of ``f`` is ``continuation(f)`` will usually write it again after the
+    second ``f``, and then every token it writes is already in the prompt: the workload of prompt lookup (a
+    document rewritten with few changes, a quoted passage) without depending on the model's in-context copying,
+    which the CPU target barely has (:func:`grounded_prompts`). "Usually" is measured, not assumed: notebook 10
+    counts how much of ``reference`` the target re-emits (:func:`helpers.specdec.compare.copied_prefix`) and
+    what share of its output continues an n-gram of the prompt (:func:`helpers.specdec.compare.context_coverage`).
+
+    Rows: ``id`` ("cpu-incontext-N"), ``profile`` "cpu", ``source`` "in-context", ``document``, ``prompt`` and
+    ``reference`` (the continuation, the text a verbatim copy continues with).
+    """
+    if not callable(continuation):
+        raise ValueError("continuation must be a callable text -> the text a model writes after it")
+    picked = _heldout_functions(tokenizer, count, min_lines=min_lines, min_tokens=min_tokens, max_tokens=max_tokens,
+                                what="in-context prompts")
+    rows = []
+    for index, (document, source) in enumerate(picked):
+        written = continuation(source)
+        if not isinstance(written, str) or not written:
+            raise ValueError(f"continuation returned {written!r} for the function of {document}: expected text")
+        rows.append({"id": f"cpu-incontext-{index + 1}", "profile": "cpu", "source": "in-context",
+                     "document": document, "prompt": source + written + IN_CONTEXT_SEPARATOR + source,
+                     "reference": written})
     return rows
 
 

@@ -78,6 +78,7 @@ def run_metadata(
         "device_memory_bytes": info["total_memory_bytes"],
         "threads": info["cpu_threads"],
         "seed": seed,
+        "run_id": os.environ.get("WORKBOOK_RUN_ID"),  # set by helpers.run_all: rows of one run share it
         **_versions(),
     }
     meta.update(extra)

@@ -12,6 +12,7 @@ Sweeps resume from results/, so rerunning after an interruption only measures wh
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from helpers import paths
+from helpers import paths, run_info
 
 
 def load_params(profile: str, params_file: str | Path | None = None) -> dict:
@@ -144,6 +145,8 @@ def main(argv: list[str] | None = None) -> None:
 
     params = load_params(args.profile, args.params)
     profile = params["profile"]
+    # every row measured by this invocation records the same run id (helpers.results.run_metadata)
+    os.environ.setdefault("WORKBOOK_RUN_ID", f"{profile}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
     if not args.report_only:
         out_dir = paths.output_root() / "build" / profile
         selected = notebooks(args.only)
@@ -159,6 +162,10 @@ def main(argv: list[str] | None = None) -> None:
                 seconds = execute(notebook, params, out_dir)
                 print(f"    done in {seconds:.0f} s -> {out_dir / notebook.name}", flush=True)
         print(f"all {len(selected)} notebooks ran in {time.perf_counter() - total:.0f} s")
+    info = run_info.write(profile)
+    print(f"results of {profile}: {info['rows']} rows from {', '.join(info['devices'])}, threads "
+          f"{info['threads']}, " + ("one run" if info["one_run"] else f"{len(info['runs'])} runs")
+          + (f"; {info['unexplained']} step time(s) differ without a stated reason" if info["unexplained"] else ""))
     if not args.no_report:
         pdf = build_report(profile)
         if pdf:

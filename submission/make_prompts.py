@@ -1,4 +1,6 @@
 # Name / Andrew ID: <your name> / <your Andrew ID>
+# ^ FILL IN before handing in: replace both <...> placeholders above with your name and Andrew ID (the handout
+#   asks for them at the top of the hand-in files, in a comment).
 """Build the handout's two data files from text every Python installation carries.
 
     python submission/make_prompts.py            # (re)write prompts.jsonl, long_prompt.txt and manifest.json

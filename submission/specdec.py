@@ -1,4 +1,6 @@
 # Name / Andrew ID: <your name> / <your Andrew ID>
+# ^ FILL IN before handing in: replace both <...> placeholders above with your name and Andrew ID (the handout
+#   asks for them at the top of the hand-in files, in a comment).
 """Speculative decoding behind the handout's scaffold interface (§4.3): implement ``decode()``.
 
     python submission/specdec.py                                     # CPU pair, offline, first prompt of prompts.jsonl

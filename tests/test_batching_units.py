@@ -3,7 +3,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from helpers.batching import bench
+from helpers.batching import bench, full_batch_share, latency_by_length
 from helpers.batching.kv_memory import PagedKVMemory, blocks_for, does_fit, reserved_blocks
 from helpers.batching.queue import BucketedQueue
 from helpers.batching.request import Request, State
@@ -123,3 +123,20 @@ def test_compare_alternates_which_policy_goes_first_and_keeps_the_median_pair(mo
     assert calls == ["continuous", "static", "static", "continuous", "continuous", "static"]
     assert out["speedups"] == [2.0, 3.0, 4.0] and out["speedup"] == 3.0
     assert out["runs"]["continuous"].throughput == 30.0  # the runs of the median pair, kept together
+
+
+def test_full_batch_share_reads_the_window_between_the_first_and_last_full_step():
+    timeline = [[t, rows, rows] for t, rows in enumerate([1, 3, 4, 4, 3, 4, 2, 4, 1, 1])]
+    out = full_batch_share(timeline, 4)
+    assert (out["first"], out["last"]) == (2, 7)
+    assert out["near_full"] == pytest.approx(5 / 6) and out["mean_rows"] == pytest.approx(21 / 6)
+    assert full_batch_share([[0, 1, 1]], 4) == {"first": None, "last": None, "near_full": 0.0, "mean_rows": 1.0}
+
+
+def test_latency_by_length_splits_at_the_median_output():
+    latencies = [[0.1, 0.01, 1.0, 5], [0.4, 0.01, 2.0, 10], [0.2, 0.01, 3.0, 50], [0.3, 0.01, 4.0, 60]]
+    out = latency_by_length(latencies)
+    assert out["short_e2e_p50_s"] == pytest.approx(1.5) and out["long_e2e_p50_s"] == pytest.approx(3.5)
+    assert out["ttft_p50_over_min"] == pytest.approx(0.25 / 0.1)
+    with pytest.raises(ValueError, match="non-empty"):
+        latency_by_length([])

@@ -229,3 +229,21 @@ def test_explains_ordering():
     assert gb.explains_ordering([1, 2], [0.3, 0.3])
     assert gb.ordering_violation([8, 8, 32], [0.2, 0.5, 0.48]) == (0, 1)
     assert gb.ordering_violation([1, 5, 3], [0.1, 0.5, 0.3]) is None
+    # only the pairs ``comparable`` accepts count
+    assert gb.ordering_violation([8, 8, 32], [0.2, 0.5, 0.48], comparable=lambda i, j: (i, j) != (0, 1)) == (1, 2)
+    assert gb.ordering_violation([8, 8, 32], [0.2, 0.5, 0.48], comparable=lambda i, j: (i, j) == (0, 2)) is None
+
+
+def _timed(n, t_min, t_max):
+    return {"status": "ok", "n": n, "time_s_min": t_min, "time_s_max": t_max}
+
+
+def test_non_monotone_noise_flags_points_slower_than_a_longer_one_beyond_both_ranges():
+    rows = [_timed(1, 1.60, 1.69), _timed(2, 1.46, 1.75), _timed(4, 1.08, 1.40), _timed(8, 1.02, 1.35),
+            _timed(16, 1.11, 1.48), {"status": "not run", "n": 32}]
+    # notebook 02's committed sweep: 1 and 2 tokens took longer than 4 beyond both ranges; 4 vs 8 is jitter
+    assert gb.non_monotone_noise(rows, "n") == {1: 4, 2: 4}
+    assert gb.non_monotone_noise(list(reversed(rows)), "n") == {1: 4, 2: 4}  # order of the rows does not matter
+    assert gb.non_monotone_noise([_timed(1, 1.0, 1.1), _timed(2, 1.05, 1.2)], "n") == {}
+    assert gb.separated(_timed(1, 1.0, 1.1), _timed(2, 1.2, 1.3)) and not gb.separated(_timed(1, 1.0, 1.2),
+                                                                                         _timed(2, 1.2, 1.3))

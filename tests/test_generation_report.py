@@ -12,6 +12,7 @@ from helpers.generation.sweeps import STATUS_NOT_RUN  # noqa: E402
 
 QWEN3_8B = memory.load_config("Qwen/Qwen3-8B")
 PREDICTION = memory.GenerationPrediction(QWEN3_8B, 8, 2, 80.0)
+PREDICTION_40 = memory.GenerationPrediction(QWEN3_8B, 8, 2, 40.0)  # an A100 40GB: 40,960 MiB exposed
 
 
 def ok_row(input_len, new_tokens, t):
@@ -26,9 +27,15 @@ def input_rows():
                    {"status": STATUS_NOT_RUN, "input_len": 2**15, "new_tokens": 64}]
 
 
-def test_prediction_matches_the_byte_formula_and_the_gpu_limit():
+def test_prediction_matches_the_byte_formula_and_the_memory_the_card_exposes():
     assert PREDICTION.gb(64, 64) == memory.predicted_generation_bytes(QWEN3_8B, 8, 64, 64, 2) / memory.GB
-    assert not PREDICTION.over(2**14, 64) and PREDICTION.over(2**15, 64)
+    # 32,768 input tokens: 83.0e9 B, over the datasheet's 80e9 B but under the 81,559 MiB an H100 80GB exposes
+    assert PREDICTION.card.card == "H100 80GB" and PREDICTION.card.total_bytes == 81559 * 2**20
+    assert PREDICTION.over_datasheet(2**15, 64) and not PREDICTION.over(2**15, 64)
+    assert PREDICTION.headroom(2**15, 64) == 81559 * 2**20 - PREDICTION.bytes(2**15, 64) > 0
+    assert not PREDICTION_40.over(2**13, 64) and PREDICTION_40.over(2**14, 64)
+    assert "81,559 MiB = 85.52 GB" in gr.prediction_card_text(PREDICTION)
+    assert "A100 80GB: 81,920 MiB" in gr.prediction_card_text(PREDICTION)
 
 
 def test_sweep_table_keeps_every_row_and_adds_the_prediction():
@@ -36,7 +43,33 @@ def test_sweep_table_keeps_every_row_and_adds_the_prediction():
     assert list(table["Input"]) == [r["input_len"] for r in input_rows()]
     assert table["Status"].iloc[-1].startswith("not run")
     assert table["Time, min-max (s)"].iloc[0] == "1.8-2.2"
-    assert list(table["over"]) == [False] * 8 + [True]
+    assert list(table["over"]) == [False] * 9  # 80 GB card: nothing over what it exposes
+    table = gr.sweep_table(input_rows(), "input_len", "Input", PREDICTION_40, "pred (GB)", "over")
+    assert list(table["over"]) == [False] * 7 + [True] * 2
+
+
+def noisy_input_rows():
+    # the first two lengths timed slower than 16 tokens beyond both ranges (a machine still warming up)
+    rows = input_rows()
+    rows[0] = ok_row(1, 64, 3.0)
+    rows[1] = ok_row(4, 64, 2.6)
+    return rows
+
+
+def test_noise_is_flagged_in_the_table_and_left_out_of_the_findings():
+    table = gr.sweep_table(noisy_input_rows(), "input_len", "Input", PREDICTION, "pred (GB)", "over")
+    assert list(table["Status"][:3]) == ["measured; noise (slower than 16)", "measured; noise (slower than 16)",
+                                         "measured"]
+    found = gr.input_findings(noisy_input_rows(), 8, 4.0, PREDICTION, "Qwen/Qwen3-8B in bfloat16")
+    assert found["noise"] == [1, 4] and found["clean_lengths"][0] == 16
+    assert found["numbers"]["genInShortLen"] == 16  # growth from the first point not flagged
+    assert found["growth"] == pytest.approx((2.0 + 0.001 * 4096) / (2.0 + 0.001 * 16))
+    assert found["fit"]["intercept"] == pytest.approx(2.0) and found["fit"]["slope"] == pytest.approx(0.001)
+    assert found["numbers"]["genInNoiseText"].startswith("2 points flagged as noise")
+    assert found["lines"][0].startswith("Noise: 2 points flagged")
+    fig = gr.sweep_figure(noisy_input_rows(), "input_len", "input", "title", PREDICTION, "over", total=True)
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "noise: slower than a longer length beyond both min-max ranges" in labels
 
 
 def test_input_findings_recover_the_fixed_cost_and_the_crossover():
@@ -45,13 +78,23 @@ def test_input_findings_recover_the_fixed_cost_and_the_crossover():
     assert found["numbers"]["genInCrossover"] == 2000 and found["growth"] > 1
     assert found["numbers"]["genInSweptCount"] == 9 and found["numbers"]["genInMeasuredCount"] == 7
     assert "2 longer inputs (16,384 to 32,768 tokens) are not run" in found["numbers"]["genInCutoffText"]
-    assert found["numbers"]["genInPredictText"].startswith("from 32,768 input tokens on")
-    assert found["lines"][-1].startswith("Prediction: Qwen/Qwen3-8B in bfloat16 at batch 8 exceeds 80 GB")
+    assert found["noise"] == [] and found["numbers"]["genInNoiseText"].startswith("no point is flagged")
+    assert found["numbers"]["genInPredictText"].startswith(
+        "at none of the swept input lengths: the longest, 32,768 tokens, is predicted at 83.0 GB, over the "
+        "datasheet's 80 GB but under the 85.5 GB the card exposes (H100 80GB: 81,559 MiB), leaving 2.5 GB (3% of it)")
+    assert found["lines"][-1].startswith("Prediction: Qwen/Qwen3-8B in bfloat16 at batch 8 exceeds the memory the "
+                                         "card exposes at none")
+    found_40 = gr.input_findings(input_rows(), 8, 4.0, PREDICTION_40, "Qwen/Qwen3-8B in bfloat16")
+    assert found_40["numbers"]["genInPredictText"].startswith("from 16,384 input tokens on (49.7 GB predicted")
+    # time = 2 s + 1 ms/token: below the 2,000-token crossover a doubling adds < 50 %, above it more
+    assert found["steeper_above"] and "so it rises with every doubling" in found["numbers"]["genInGrowsText"]
 
 
 def test_findings_need_three_measured_lengths():
     with pytest.raises(ValueError, match="fewer than three"):
         gr.output_findings([ok_row(64, 1, 1.0), ok_row(64, 2, 1.1)])
+    with pytest.raises(ValueError, match="fewer than three"):  # three measured, but one is noise
+        gr.output_findings([ok_row(64, 1, 2.0), ok_row(64, 2, 1.0), ok_row(64, 4, 1.1)])
 
 
 def test_output_findings_linear_time_and_rising_throughput():
@@ -60,15 +103,30 @@ def test_output_findings_linear_time_and_rising_throughput():
     assert found["numbers"]["genOutLinearText"].startswith("approximately")
     assert found["numbers"]["genOutPrefillMs"] == pytest.approx(500)
     assert found["numbers"]["genOutStepMs"] == pytest.approx(50)
-    assert found["numbers"]["genOutDearer"] == "are not dearer" and found["numbers"]["genOutPeakLen"] == 256
-    assert found["numbers"]["genOutInputLen"] == 64
+    # equal marginal costs: not dearer (their min-max ranges overlap)
+    assert found["numbers"]["genOutDearer"].startswith("are not measurably dearer")
+    assert found["numbers"]["genOutPeakLen"] == 256 and found["numbers"]["genOutInputLen"] == 64
+
+
+def test_output_findings_dearer_steps_and_a_fall_beyond_the_noise():
+    rows = [ok_row(64, 2**n, 0.5 + 0.01 * 2**n + 0.0005 * 4**n) for n in range(9)]  # later steps dearer
+    found = gr.output_findings(rows)
+    assert found["dearer"] and found["numbers"]["genOutDearer"] == "are dearer, beyond the batch-to-batch ranges"
+    assert found["falls"] and found["numbers"]["genOutPeakLen"] == 32
+    assert found["numbers"]["genOutTputWhy"].endswith("until the dearer later steps outweigh that")
+    flat = [ok_row(64, 2**n, 0.5 + 0.05 * 2**n) for n in range(8)] + [ok_row(64, 256, 0.5 + 0.05 * 256 * 1.05)]
+    found = gr.output_findings(flat)  # a 5 % dip at the end is within the +-10 % ranges: a plateau, not a fall
+    assert not found["falls"] and "within the two rows' min-max ranges" in found["numbers"]["genOutTputText"]
+    assert found["numbers"]["genOutTputWhy"].endswith("a plateau, not a fall")
 
 
 def test_sweep_figure_marks_not_run_and_predicted_lengths():
-    fig = gr.sweep_figure(input_rows(), "input_len", "input", "title", PREDICTION, "over 80 GB", total=True)
+    fig = gr.sweep_figure(input_rows(), "input_len", "input", "title", PREDICTION_40, "over 40 GB", total=True)
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert "not run on this profile (time cap)" in labels and "over 80 GB" in labels
+    assert "not run on this profile (time cap)" in labels and "over 40 GB" in labels
     assert "prompt + generated tokens/s" in labels and "OOM (measured)" not in labels
+    fig = gr.sweep_figure(input_rows(), "input_len", "input", "title", PREDICTION, "over 80 GB", total=True)
+    assert "over 80 GB" not in [t.get_text() for t in fig.legends[0].get_texts()]  # nothing over what it exposes
 
 
 def test_model_comparison_helpers():
@@ -79,8 +137,16 @@ def test_model_comparison_helpers():
     measured = gr.measured_by_time(compare)
     assert list(measured["model"]) == ["b", "a"]
     assert gr.overlap_text(measured).startswith("the min-max ranges of b and a overlap")
-    assert gr.ordering_verdict(measured, "KV heads") == "explains it"
-    assert gr.ordering_verdict(measured, "vocab").startswith("does not explain it: ")
+    assert gr.ordering_verdict(measured, "KV heads").startswith("explains it: it orders every pair")
+    # vocab misorders b and a, but their ranges overlap: that is no evidence against it
+    assert gr.ordering_verdict(measured, "vocab").startswith("explains every pair whose times are separated")
+    compare.loc[1, "t_max"] = 1.1  # now b and a are separated: vocab is contradicted
+    measured = gr.measured_by_time(compare)
+    assert gr.overlap_text(measured).startswith("every neighbour")
+    assert gr.ordering_verdict(measured, "vocab").startswith("does not explain it: b has 200 and a 100")
+    found = gr.feature_verdicts(measured, ["KV heads", "vocab"])
+    assert found["explaining"] == ["KV heads"] and found["explained_by"] == "only KV heads"
+    assert (found["n_separated"], found["n_pairs"]) == (1, 1)
 
 
 def test_lengths_text_names_the_skipped_lengths():

@@ -59,6 +59,20 @@ def test_best_and_worst_pick_ok_rows_by_speedup():
         best_and_worst(rows.iloc[0:0])
 
 
+def test_best_and_worst_respect_the_handout_gamma_flag():
+    # regression: §4.5's worst was gamma = 9, a gamma the sweep adds beyond the handout's {2, 3, 5, 7}
+    rows = pd.DataFrame({"draft": ["a"] * 4 + ["b"] * 2, "gamma": [1, 2, 7, 9, 5, 7],
+                         "speedup": [1.17, 1.2, 1.14, 1.05, 1.37, 1.9], "status": ["ok"] * 5 + ["oom"],
+                         "handout_gamma": [False, True, True, False, True, True]})
+    picked = best_and_worst(rows)
+    assert (picked.loc[0, "draft"], picked.loc[0, "gamma"]) == ("b", 5)
+    assert (picked.loc[1, "draft"], picked.loc[1, "gamma"]) == ("a", 7)  # not gamma 9, not the oom row
+    assert picked["handout_gamma"].all()
+    assert (best_and_worst(rows.drop(columns="handout_gamma")).loc[1, "gamma"]) == 9  # no flag: every row competes
+    with pytest.raises(ValueError, match="handout_gamma"):
+        best_and_worst(rows.assign(handout_gamma=False))
+
+
 def test_fit_layer_cost_recovers_a_line_and_needs_two_depths():
     fixed, per_layer = fit_layer_cost([1, 2, 16], [0.1 + 0.3 * n for n in (1, 2, 16)])
     assert fixed == pytest.approx(0.1) and per_layer == pytest.approx(0.3)

@@ -4,6 +4,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -23,7 +24,7 @@ def sweep_row(mode, n, t, flagged=False):
 def runs():
     rows = [sweep_row("with cache", n, 1.0 + 0.1 * n) for n in LENGTHS]
     rows += [sweep_row("without cache", n, 1.0 + 0.1 * n + 0.01 * n * n, flagged=n == 2) for n in LENGTHS[:3]]
-    ours = {"setting": "baseline", "model": "m", "prompt_tokens": 5, "no_cache_cap": 4, "rows": rows}
+    ours = {"setting": "baseline", "model": "m", "prompt_tokens": 5, "no_cache_cap": 4, "repeats": 3, "rows": rows}
     other = {**ours, "prompt_tokens": 6}  # another parameter setting: skipped
     return pd.DataFrame([ours, other])
 
@@ -46,7 +47,12 @@ def test_points_curves_and_table():
     explain = kv_analysis.explain_table(["baseline"], fits, table, measured, {"baseline": 5}, 8)
     row = explain.loc["baseline"]
     assert row["cached ms/token"] == pytest.approx(100) and row["no-cache measured up to"] == 4
-    assert row["first n with speedup >= 1.5"] == "not reached"
+    assert row["first measured n with speedup >= 1.5"] == "not reached"
+    assert row["n=8 no-cache time"] == "fit" and row["speedup there (measured)"] == pytest.approx(1.56 / 1.4)
+    assert row["speedup at n=8"] == pytest.approx(2.44 / 1.8)
+    last = kv_analysis.largest_measured(table)
+    assert last.loc["baseline", "n"] == 4 and last.loc["baseline", "speedup"] == pytest.approx(1.56 / 1.4)
+    assert measured["paired_runs"].eq(3).all() and measured["samples"].map(len).eq(3).all()
     fig, ax = plt.subplots()
     kv_analysis.plot_setting(ax, "baseline", curves, measured, fits, title="t", max_new_tokens=8, max_spread=0.05)
     assert "noisy (spread > 0.05)" in ax.get_legend_handles_labels()[1]
@@ -56,6 +62,52 @@ def test_points_curves_and_table():
 class CharTokenizer:
     def __call__(self, text, add_special_tokens=True):
         return {"input_ids": ([1] if add_special_tokens else []) + [ord(ch) for ch in text]}
+
+
+def _two_mode_points(setting, cached, uncached, cache_costs=None):
+    """measured_points-like rows: n = 1 with the given per-round samples, and cached points at n = 2, 4, 8 whose
+    per-token cost is ``cache_costs`` seconds (runs 5 % apart)."""
+    rows = [{"setting": setting, "cache": True, "new_tokens": 1, "time_s": float(np.median(cached)),
+             "samples": cached, "paired_runs": 3},
+            {"setting": setting, "cache": False, "new_tokens": 1, "time_s": float(np.median(uncached)),
+             "samples": uncached, "paired_runs": 3}]
+    for n in (2, 4, 8):
+        t = 1.0 + (cache_costs or 0.1) * n
+        rows.append({"setting": setting, "cache": True, "new_tokens": n, "time_s": t,
+                     "samples": [0.95 * t, t, 1.05 * t], "paired_runs": 3})
+    return rows
+
+
+def test_same_work_gap_reads_the_rounds_side_by_side():
+    measured = pd.DataFrame(
+        _two_mode_points("a", [1.0, 1.0, 1.0], [0.9, 1.1, 1.05])  # either way
+        + _two_mode_points("b", [1.0, 1.0, 1.0, 0.5], [0.9, 0.95, 0.97])  # slower in each paired round (4th unpaired)
+        + _two_mode_points("c", [1.0, 1.0, 1.0], [1.1, 1.2, 1.3]))  # faster in every round
+    gap = kv_analysis.same_work_gap(measured)
+    assert list(gap["verdict"]) == ["either way", "cached slower in every round", "cached faster in every round"]
+    assert gap.loc["b", "rounds"] == 3 and gap.loc["b", "per-round low"] == pytest.approx(0.9)
+    assert gap.loc["a", "ratio of medians"] == pytest.approx(1.05)
+    text = kv_analysis.same_work_explanation(gap)
+    assert "In the a setting the ratio" in text and "timing noise" in text
+    assert "In the b setting the cached run is the slower one in every round (b: 0.90 to 0.97)" in text
+    assert "In the c setting the cached run is the faster one" in text
+    only_noise = kv_analysis.same_work_explanation(gap.loc[["a"]])
+    assert "slower" not in only_noise and "faster" not in only_noise
+
+
+def test_per_token_difference_against_the_same_model_spread():
+    measured = pd.DataFrame(_two_mode_points("base", [1.0] * 3, [1.0] * 3, 0.12)
+                            + _two_mode_points("old", [1.0] * 3, [1.0] * 3, 0.10)
+                            + _two_mode_points("long", [1.0] * 3, [1.0] * 3, 0.105))
+    fits = {(s, True): kv_sweep.fit_growth(*zip(*[(n, t) for n, t, c, ss in zip(
+        measured["new_tokens"], measured["time_s"], measured["cache"], measured["setting"]) if c and ss == s]), 1)
+        for s in ("base", "old", "long")}
+    out = kv_analysis.per_token_difference(measured, fits, "base", "old", ("base", "long"), resamples=200)
+    assert out["ratio"] == pytest.approx(1.2, rel=0.02) and out["low"] > 1
+    assert out["same_model_ratio"] == pytest.approx(0.12 / 0.105, rel=0.02)
+    assert out["resolved"]  # 1.2 is further from 1 than the same model's 1.14
+    out = kv_analysis.per_token_difference(measured, fits, "long", "old", ("base", "long"), resamples=200)
+    assert not out["resolved"]  # 1.05: within the same model's spread
 
 
 def test_prompt_ids_text_or_length_and_folding():

@@ -130,3 +130,23 @@ def test_memory_breakdown_figure_marks_a_model_that_does_not_fit():
     assert labels[0] == f"weights: {parts['weights'] / memory.GB:.1f} GB"
     assert labels[-1].startswith("headroom" if parts["headroom"] >= 0 else "OVER by")
     plt.close(fig)
+
+
+def test_training_state_bytes_per_parameter():
+    # mixed-precision Adam: bf16 weights and gradients, fp32 master copy and two fp32 moments (ZeRO's 16 bytes)
+    state = memory.training_state_bytes()
+    assert sum(state.values()) == 16 and state["weights (bf16)"] == 2
+    assert sum(b for k, b in state.items() if k.startswith(("Adam", "fp32 master"))) == 12  # 6x the bf16 weights
+    fp32 = memory.training_state_bytes(fp32_gradients=True)
+    assert sum(fp32.values()) == 18 and "gradients (bf16)" not in fp32 and fp32["gradients (fp32)"] == 4
+
+
+def test_cards_expose_more_than_their_datasheet_gigabytes():
+    assert all(c.total_bytes > c.datasheet_gb * GB and len(c.source) > 10 for c in memory.NVIDIA_SMI_TOTALS)
+    assert [c.card for c in memory.cards_sold_as(80)] == ["H100 80GB", "A100 80GB"]  # smallest total first
+    assert memory.exposed_memory(80).total_bytes == 81559 * 2**20  # the conservative "80 GB card"
+    assert memory.exposed_memory(80).total_bytes < 80 * GiB == memory.cards_sold_as(80)[1].total_bytes
+    unlisted = memory.exposed_memory(141)  # no total listed: the datasheet's bytes stand in, labelled so
+    assert "no nvidia-smi total listed" in unlisted.card and unlisted.total_bytes <= 141 * GB
+    smi = dict((label, b) for label, b, _ in memory.L40S_MEMORY_READINGS)["nvidia-smi total: 46,068 MiB"]
+    assert smi == memory.exposed_memory(48).total_bytes  # one figure for the L40S, not two

@@ -5,8 +5,8 @@ import platform
 import pytest
 
 from helpers.models.corpus import is_heldout
-from helpers.prompts import (CPU_SOURCES, GROUNDED_HEAD_LINES, PER_SOURCE, build_cpu_prompts, grounded_prompts,
-                             heldout_source_prompts, load_prompts,
+from helpers.prompts import (CPU_SOURCES, GROUNDED_HEAD_LINES, IN_CONTEXT_SEPARATOR, PER_SOURCE, build_cpu_prompts,
+                             grounded_prompts, heldout_source_prompts, in_context_prompts, load_prompts,
                              select_prompts, source_counts)
 
 
@@ -94,3 +94,33 @@ def test_grounded_prompts_clear_errors():
         grounded_prompts(_CharTokenizer(), 2, min_tokens=50, max_tokens=10)
     with pytest.raises(ValueError, match="widen the token range"):
         grounded_prompts(_CharTokenizer(), 2, min_tokens=10, max_tokens=11)
+
+
+def test_in_context_prompts_hold_the_continuation_verbatim():
+    written = []
+
+    def continuation(text):  # stands in for a model's greedy continuation (tests/test_specdec_compare.py runs one)
+        written.append(text)
+        return f"\n# after {len(text)} characters\n"
+
+    rows = in_context_prompts(_CharTokenizer(), 4, continuation, min_tokens=100, max_tokens=2000)
+    assert [row["id"] for row in rows] == [f"cpu-incontext-{i}" for i in range(1, 5)]
+    assert len({row["document"] for row in rows}) == 4  # one function per module
+    for row, function in zip(rows, written):
+        assert row["source"] == "in-context" and row["profile"] == "cpu" and is_heldout(row["document"])
+        # function, its continuation, a blank line, the function again: the continuation is in the prompt
+        assert row["prompt"] == function + row["reference"] + IN_CONTEXT_SEPARATOR + function
+        assert row["reference"] == continuation(function) and function.startswith(("def ", "async def "))
+        assert 100 <= len(function) <= 2000
+    # the same functions the copy task draws from
+    assert [row["document"] for row in rows] == [row["document"] for row in
+                                                 grounded_prompts(_CharTokenizer(), 4, min_tokens=100, max_tokens=2000)]
+
+
+def test_in_context_prompts_clear_errors():
+    with pytest.raises(ValueError, match="callable"):
+        in_context_prompts(_CharTokenizer(), 2, "text")
+    with pytest.raises(ValueError, match="expected text"):
+        in_context_prompts(_CharTokenizer(), 2, lambda text: "", min_tokens=100, max_tokens=2000)
+    with pytest.raises(ValueError, match="widen the token range"):
+        in_context_prompts(_CharTokenizer(), 2, lambda text: "x", min_tokens=10, max_tokens=11)

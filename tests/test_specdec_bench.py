@@ -11,8 +11,9 @@ from helpers.specdec.bench import _pair_figures, _print_table
 from helpers.prompts import select_prompts
 from helpers.specdec.figures import plot_by_source
 from helpers.specdec.sweeps import (alpha_for_speedup, assisted_generate, bootstrap_ratio_interval, gamma_rows,
-                                    measure_config, measure_pair, pair_optimum, select_sweep, source_breakdown,
-                                    source_claims, source_table, summarise, sweep_configs, wilson_interval)
+                                    correlation_word, cost_check, measure_config, measure_pair, pair_optimum,
+                                    select_sweep, source_breakdown, source_claims, source_table, summarise,
+                                    sweep_configs, wilson_interval)
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +186,13 @@ def test_source_claims_and_table():
     assert claims["fast"] == "data" and claims["slow"] == "prose"
     assert claims["expected"] == ["data", "code", "prose"] and claims["measured_order"] == ["data", "code", "prose"]
     assert claims["correlation"] > 0.9 and 0 <= claims["wilson_narrower"] <= 3
+    assert claims["rank_correlation"] == pytest.approx(1.0) and claims["same_order"]
+    assert claims["source_pairs"] == 3 and 0 <= claims["overlapping_pairs"] <= 3
+    assert "prompts" not in claims  # the per-prompt checks need the per-prompt list
+    lengths = [{**p, "prompt_tokens": n} for p, n in zip(per_prompt, (10, 20, 30, 40, 50, 60))]
+    prompt_claims = source_claims(by_source, lengths)
+    assert prompt_claims["prompts"] == 6 and prompt_claims["prompt_alpha_rho"] > 0.9
+    assert -1 <= prompt_claims["prompt_length_partial_rho"] <= 1
     table = source_table(by_source)
     assert list(table["source"]) == list(by_source.index) and table["95% CI"].str.match(r"\d\.\d\d-\d\.\d\d").all()
     fig = plot_by_source(by_source, per_prompt, "title")
@@ -195,3 +203,48 @@ def test_measure_config_is_one_gamma_row_without_config_columns(peaked_pair, cas
     row = measure_config(*peaked_pair, cases[:2], 2, 6, exclude={"gamma", "temperature"}, repeats=1)
     assert "gamma" not in row and "temperature" not in row and row["identical_to_ar"]
     assert row["prompt_ids"] == ["p0", "p1"] and "assisted_time_s" not in row
+
+
+def test_source_claims_count_overlapping_intervals():
+    by_source = pd.DataFrame({"alpha": [0.80, 0.81, 0.70], "speedup": [1.5, 1.4, 1.3], "speedup_low": [1.3, 1.2, 1.0],
+                              "speedup_high": [1.7, 1.35, 1.25], "alpha_low": [0.7, 0.7, 0.6],
+                              "alpha_high": [0.9, 0.9, 0.8], "alpha_wilson_low": [0.75, 0.76, 0.65],
+                              "alpha_wilson_high": [0.85, 0.86, 0.75]}, index=["a", "b", "c"])
+    claims = source_claims(by_source)
+    assert claims["overlapping_pairs"] == 2 and claims["source_pairs"] == 3  # a-b and b-c overlap, a-c do not
+    assert claims["separated"] and not claims["same_order"]  # alpha ranks b first, the speedup a
+    assert claims["rank_correlation"] == pytest.approx(0.5)
+
+
+def test_correlation_word_follows_the_number():
+    assert correlation_word(0.96) == "strong" and correlation_word(0.5) == "moderate"
+    assert correlation_word(-0.25) == "weak negative" and correlation_word(0.1) == "no clear"
+    assert correlation_word(float("nan")) == "no clear"
+
+
+def _cost_frame(tt_a=0.010, tt_b=0.014):
+    rows = []
+    for pair, draft, tt, speedups in (("T / A", "A", tt_a, (1.3, 1.2)), ("T / B", "B", tt_b, (1.1, 1.0)),
+                                       ("U / C", "C", 0.02, (1.2, 1.2))):
+        for gamma, speedup in zip((1, 3), speedups):
+            rows.append({"pair": pair, "target": pair[0], "draft": draft, "gamma": gamma, "runtime": "minimal",
+                         "prompt_ids": ["p0", "p1"], "timestamp": f"t-{pair}", "T_T_s": tt, "T_D_s": 0.1 * tt,
+                         "T_V_s": 0.015, "c": 0.1, "verify_ratio": 0.015 / tt, "ar_tokens_per_s": 60.0,
+                         "speedup": speedup, "eq5": 1.15})
+    return pd.DataFrame(rows)
+
+
+def test_cost_check_finds_a_target_timed_differently_for_two_pairs():
+    table, claims = cost_check(_cost_frame())
+    assert list(table["pair"]) == ["T / A", "T / B", "U / C"]
+    assert list(table["above Eq. 5"]) == [2, 0, 2] and list(table["below Eq. 5"]) == [0, 2, 0]
+    assert claims["shared_targets"] == ["T"] and claims["same_conditions"]
+    assert claims["tt_spread"] == pytest.approx(0.4) and claims["tv_spread"] == pytest.approx(0.0)
+    assert claims["sides_by_pair"] and claims["low_tt_above"]
+    assert claims["tt_over_ar_step"] == ["U / C"]  # 20 ms isolated against 16.7 ms per AR token
+    assert (claims["above"], claims["below"], claims["rows"]) == (4, 2, 6)
+    _, swapped = cost_check(_cost_frame(tt_a=0.014, tt_b=0.010))
+    assert not swapped["low_tt_above"]
+    other_prompt = _cost_frame()
+    other_prompt.loc[other_prompt["pair"] == "T / B", "prompt_ids"] = pd.Series([["p1"], ["p1"]], index=[2, 3])
+    assert not cost_check(other_prompt)[1]["same_conditions"]

@@ -5,13 +5,15 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import pandas as pd
 import pytest
 import torch
 
 from helpers import bench
 from helpers.specdec import tree_generate
-from helpers.specdec.compare import (compare_methods, cost_model, depth_acceptance, expected_tau, method_label,
-                                     method_specs, predicted_speedup, round_cost, summarise_methods)
+from helpers.specdec.compare import (compare_methods, context_coverage, cost_model, cost_model_agreement,
+                                     depth_acceptance, expected_tau, method_label, method_specs, per_prompt_speedup,
+                                     predicted_speedup, round_cost, summarise_methods)
 from helpers.specdec.tree import TreeRound
 from helpers.specdec.tree_figures import draw_tree, sweep_figure, tree_provenance, workload_figure
 from tiny_models import PEAK, perturbed_copy, tiny_qwen3
@@ -82,8 +84,58 @@ def test_cost_model_table(rows):
     costs = {"T_T": 1.0, "T_V": {1: 1.0, 16: 2.0}, "T_D": {1: 0.1, 4: 0.2}}
     table = cost_model(rows, costs)
     assert set(table.method) == {"linear", "adaptive", "static", "dynamic", "lookup"}
-    assert (table.tau_model - table.tau).abs().max() < 1e-9  # no EOS: Eq. 4 with measured a_d is exact
-    assert (table.predicted > 0).all()
+    # Eq. 4 generalised with the measured a_d IS the measured tau (no EOS), so the table feeds the measured tau
+    # to Eq. 5 and has no "predicted tau" column that would merely repeat it
+    assert "tau_model" not in table
+    assert all(expected_tau(r.acceptance_by_depth) == pytest.approx(r.tau) for r in table.itertuples())
+    assert table.predicted.to_numpy() == pytest.approx((table.tau / (table.draft_cost + table.verify_cost)).to_numpy())
+
+
+def test_cost_model_agreement_per_family_and_rank():
+    table = pd.DataFrame([
+        {"label": "linear g3", "method": "linear", "predicted": 1.5, "measured": 1.5},
+        {"label": "linear g5", "method": "linear", "predicted": 1.4, "measured": 1.4},
+        {"label": "static 2-1", "method": "static", "predicted": 1.8, "measured": 1.2},  # 1.5x too optimistic
+        {"label": "lookup n3 fixed 8", "method": "lookup", "predicted": 1.0, "measured": 2.0},
+    ])
+    agreement = cost_model_agreement(table)
+    assert agreement["by_family"] == {"linear": pytest.approx(1.0), "static": pytest.approx(1.5),
+                                      "lookup": pytest.approx(0.5)}
+    assert agreement["family_spread"] == pytest.approx(3.0)
+    assert agreement["top_predicted"] == "static 2-1" and agreement["top_measured"] == "linear g3"
+    assert agreement["top_measured_rank"] == 3 and agreement["draft_model_methods"] == 3
+    assert agreement["rank_corr"] == pytest.approx(table.predicted.rank().corr(table.measured.rank()))
+    same = cost_model_agreement(table.assign(predicted=1.1 * table.measured))
+    assert same["family_spread"] == pytest.approx(1.0) and same["rank_corr"] == pytest.approx(1.0)
+    assert same["top_measured_rank"] == 1
+    with pytest.raises(ValueError, match="empty"):
+        cost_model_agreement(table.iloc[:0])
+
+
+def test_context_coverage_counts_continued_ngrams():
+    prompt = [1, 2, 3, 4, 5]
+    # the 3-token grams (ngram + 1) ending at each output token: (4,5,9) (5,9,1) (9,1,2) (1,2,3) (2,3,4);
+    # the last two are in the prompt
+    cover = context_coverage(prompt, [9, 1, 2, 3, 4], ngram=2)
+    assert cover == {"prompt": pytest.approx(2 / 5), "context": pytest.approx(2 / 5)}
+    # a continuation that repeats its own output scores in "context" but not in "prompt": the grams (8,1) (1,2)
+    # (2,1) are new, then (1,2) (2,1) (1,2) repeat the output
+    loop = context_coverage([7, 8], [1, 2, 1, 2, 1, 2], ngram=1)
+    assert loop["prompt"] == 0.0 and loop["context"] == pytest.approx(3 / 6)
+    assert context_coverage(prompt, [4, 5], ngram=3)["prompt"] == 0.0  # (3,4,5,4), (4,5,4,5): not in the prompt
+    with pytest.raises(ValueError, match="ngram"):
+        context_coverage(prompt, [1], ngram=0)
+    with pytest.raises(ValueError, match="no generated tokens"):
+        context_coverage(prompt, [])
+
+
+def test_per_prompt_speedup(rows):
+    speedups = per_prompt_speedup(rows, "linear g2")
+    assert list(speedups.index) == ["p1", "p2"] and (speedups > 0).all()
+    frame = pd.DataFrame(rows).set_index(["id", "label"]).seconds
+    assert speedups["p1"] == pytest.approx(frame["p1", "AR"] / frame["p1", "linear g2"])
+    with pytest.raises(ValueError, match="no rows"):
+        per_prompt_speedup(rows, "linear g9")
 
 
 def test_tree_pictures_and_provenance(pair):
@@ -98,9 +150,25 @@ def test_tree_pictures_and_provenance(pair):
     assert bonus.bonus and tree_provenance([bonus]) == [(1, "accepted"), (1, "bonus")]
 
 
+def test_first_choice_calibration_compares_draft_probability_with_acceptance():
+    from math import log
+
+    from helpers.specdec.compare import first_choice_calibration
+
+    # root -> children 1 (p 0.6) and 2 (p 0.3); node 1 -> child 3 (p 0.5 given 1). The target takes 1, then not 3.
+    tree = TreeRound(tokens=[0, 1, 2, 3], parents=[-1, 0, 0, 1], scores=[0, log(0.6), log(0.3), log(0.3)],
+                     path=[0, 1], next_token=9)
+    result = first_choice_calibration([tree])
+    assert result == {"mean_probability": pytest.approx((0.6 + 0.5) / 2), "accepted_rate": 0.5, "tested": 2}
+    with pytest.raises(ValueError, match="record rounds"):
+        first_choice_calibration([])
+
+
 def test_comparison_figures(rows):
     summary = summarise_methods(rows)
     assert sweep_figure(summary, "t").axes and workload_figure({"a": summary, "b": summary}).axes
+    legend = workload_figure({"a": summary, "b": summary}, labels={"a": "A (90%)"}).axes[0].get_legend()
+    assert [text.get_text() for text in legend.get_texts()] == ["A (90%)", "b"]
 
 
 def test_tree_benchmark_is_registered():
@@ -138,3 +206,25 @@ def test_trees_are_compared_with_linear_of_their_depth(rows):
     assert nominal_depth({"method": "lookup", "ngram": 3, "num_draft": 8}) is None
     table = tau_against_linear(summarise_methods(rows))
     assert list(table.tree) == ["static 2-1"] and list(table.linear) == ["linear g2"]  # d3 has no linear g3
+
+
+def test_in_context_prompts_hold_what_the_cpu_target_writes():
+    """The property notebook 10's in-context workload rests on: given a held-out function, its own greedy
+    continuation, a blank line and the function again, the CPU target writes most of that continuation again,
+    so most of its output continues an n-gram of the prompt (unlike the copy task, which it fails)."""
+    from helpers.models import load_cpu_pair
+    from helpers.prompts import encode_prompts, in_context_prompts
+    from helpers.specdec import autoregressive_generate
+    from helpers.specdec.compare import copied_prefix, greedy_continuation
+
+    target, _, tokenizer = load_cpu_pair()
+    new_tokens = 24
+    cases = encode_prompts(tokenizer, in_context_prompts(tokenizer, 3, greedy_continuation(target, tokenizer,
+                                                                                           new_tokens)), "cpu")
+    copied = covered = 0
+    for case in cases:
+        out = autoregressive_generate(target, case["input_ids"], new_tokens, eos_token_id=-1).tokens.reshape(-1)
+        copied += copied_prefix(tokenizer, case, out)[0]
+        covered += context_coverage(case["input_ids"][0], out, 3)["prompt"]
+    assert copied / (new_tokens * len(cases)) > 0.5
+    assert covered / len(cases) > 0.5

@@ -47,10 +47,21 @@ def test_design_table_one_row_per_draft_with_intervals(measured):
     assert (table.alpha_low <= table.alpha).all() and (table.alpha <= table.alpha_high).all()
     assert (table.alpha_wilson_low <= table.alpha).all() and table.identical.all()
     assert set(table.best_gamma) <= {1, 3} and table.eq5_gamma.between(1, 5).all()
+    assert (table.best_at_edge == (table.best_gamma == 3)).all()  # 3 is the largest gamma of the sweep
     # the noisier draft accepts less than the closer copy
     assert table.set_index("draft").alpha["draft-2x32"] > table.set_index("draft").alpha["draft-1x48"]
     frame = gamma_frame(measured)
     assert len(frame) == 6 and "per_prompt" not in frame
+
+
+def test_best_gamma_at_the_edge_of_the_sweep_is_flagged():
+    from helpers.specdec.draft_design import best_at_edge
+
+    assert best_at_edge(7, [1, 2, 3, 5, 7]) and not best_at_edge(5, [1, 2, 3, 5, 7])
+    assert not best_at_edge(1, [1, 2, 3])  # gamma = 1 is the smallest there is
+    assert best_at_edge(2, [2, 3, 4]) and best_at_edge(7, [7, 3, 5])  # order does not matter
+    with pytest.raises(ValueError, match="not in the sweep"):
+        best_at_edge(4, [1, 2, 3])
 
 
 def test_predictors_and_depth_latency_on_a_made_up_table():

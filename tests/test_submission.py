@@ -42,7 +42,11 @@ def rows():
 @pytest.mark.parametrize("name", ["specdec.py", "benchmark.py", "kv-cache-implementation.py",
                                   "kv_cache_implementation.py", "make_prompts.py"])
 def test_name_header(name):
-    assert (SUBMISSION / name).read_text(encoding="utf-8").startswith("# Name / Andrew ID:")
+    """The handout asks for name and Andrew ID at the top, in a comment: the first line holds them, the next says
+    to fill them in (the test passes before and after they are filled in)."""
+    lines = (SUBMISSION / name).read_text(encoding="utf-8").splitlines()
+    assert re.fullmatch(r"# Name / Andrew ID: .+ / .+", lines[0]), lines[0]
+    assert lines[1].startswith("# ^ FILL IN before handing in"), lines[1]
 
 
 # --------------------------------------------------------------------------- specdec.py: decode()
@@ -199,6 +203,10 @@ def test_prompts_match_a_fresh_build():
 
 # --------------------------------------------------------------------------- kv-cache-implementation.py
 
+KV_PROMPTS = 4  # prompts of prompts.jsonl checked token for token (each with and without the cache)
+KV_NEW_TOKENS = 12
+
+
 def _load_kv_file():
     spec = importlib.util.spec_from_file_location("kv_cache_file_under_test", SUBMISSION / "kv-cache-implementation.py")
     module = importlib.util.module_from_spec(spec)
@@ -206,21 +214,87 @@ def _load_kv_file():
     return module
 
 
-def test_kv_file_todo_lines_and_importable_twin():
+@pytest.fixture(scope="module")
+def kv_models():
+    """(the hand-in file as a module, its decoder, the workbook's decoder, tokenizer): both over the same weights."""
+    kv = _load_kv_file()
+    hf_model, tokenizer = kv.load_hf(device="cpu")
+    return kv, kv.MiniQwen3.from_hf(hf_model), helpers.kv_cache.from_hf(hf_model), tokenizer
+
+
+def test_kv_file_is_self_contained_with_todo_lines():
+    """The hand-in file holds the cache, the attention that uses it and generation itself: it defines them and
+    imports nothing from the workbook but the model loader (inside load_hf)."""
     source = (SUBMISSION / "kv-cache-implementation.py").read_text(encoding="utf-8")
     assert len(re.findall(r"# TODO: ", source)) >= 5
-    for name in re.findall(r"helpers\.kv_cache\.(\w+)", source):
-        assert hasattr(helpers.kv_cache, name), name
-    assert twin.generate.__doc__ == _load_kv_file().generate.__doc__
-
-
-def test_kv_file_cached_equals_uncached_and_workbook(rows):
+    for definition in ("class KVCache", "class Attention", "class MiniQwen3", "def generate"):
+        assert definition in source, definition
+    workbook_imports = re.findall(r"^\s*(?:from|import) (helpers\S*)", source, flags=re.M)
+    assert workbook_imports == ["helpers.models"], workbook_imports
     kv = _load_kv_file()
-    model, tokenizer = kv.load(device="cpu")
+    for name in ("KVCache", "Attention", "MiniQwen3", "generate"):
+        assert getattr(kv, name).__module__ == "kv_cache_file_under_test", name
+    assert twin.generate.__doc__ == kv.generate.__doc__ and twin.KVCache.__doc__ == kv.KVCache.__doc__
+
+
+def test_kv_file_matches_the_workbook_token_for_token(kv_models, rows):
+    """Same tokens as the workbook's decoder (helpers.kv_cache.generate), with and without the cache; prompts
+    of several kinds and lengths, and a batch of two."""
+    kv, mine, workbook, tokenizer = kv_models
+    for row in rows[:KV_PROMPTS]:
+        ids = tokenizer(row["prompt"], return_tensors="pt")["input_ids"]
+        reference = helpers.kv_cache.generate(workbook, ids, KV_NEW_TOKENS)
+        assert torch.equal(kv.generate(mine, ids, KV_NEW_TOKENS), reference), row["id"]
+        assert torch.equal(kv.generate(mine, ids, KV_NEW_TOKENS, use_cache=False), reference), row["id"]
     ids = tokenizer([rows[0]["prompt"]] * 2, return_tensors="pt")["input_ids"]
-    out = kv.compare(model, ids, 10)
-    assert out["identical"] and out["cached"].shape == (2, 10)
-    assert torch.equal(out["cached"], helpers.kv_cache.generate(model, ids, 10))
+    out = kv.compare(mine, ids, KV_NEW_TOKENS)
+    assert out["identical"] and out["cached"].shape == (2, KV_NEW_TOKENS)
+    assert torch.equal(out["cached"], helpers.kv_cache.generate(workbook, ids, KV_NEW_TOKENS))
+
+
+def test_kv_file_matches_transformers_generate(kv_models, rows):
+    """And the same tokens as transformers' own greedy generate on the model the weights come from."""
+    from helpers.generation.sweeps import generate_exact
+
+    kv, mine, _, tokenizer = kv_models
+    hf_model, _ = kv.load_hf(device="cpu")
+    ids = tokenizer(rows[1]["prompt"], return_tensors="pt")["input_ids"]
+    expected = generate_exact(hf_model, ids, KV_NEW_TOKENS)[:, ids.shape[1]:]
+    assert torch.equal(kv.generate(kv.MiniQwen3.from_hf(hf_model), ids, KV_NEW_TOKENS), expected)
+
+
+@torch.inference_mode()
+def test_kv_file_cache_holds_what_the_workbook_cache_holds(kv_models, rows):
+    """After prefill and two decode steps: the same logits, the same stored keys and values in every layer, and
+    the same length; nothing past the stored tokens is written."""
+    kv, mine, workbook, tokenizer = kv_models
+    ids = tokenizer(rows[2]["prompt"], return_tensors="pt")["input_ids"]
+    length = ids.shape[1]
+    ours, theirs = mine.new_cache(1, length + 4), workbook.new_cache(1, length + 4)
+    ours_logits, theirs_logits = mine(ids, ours), workbook(ids, theirs, last_only=True)[:, -1]
+    for _ in range(2):
+        token = ours_logits.argmax(-1, keepdim=True)
+        assert torch.equal(token, theirs_logits.argmax(-1, keepdim=True))
+        ours_logits, theirs_logits = mine(token, ours), workbook(token, theirs, last_only=True)[:, -1]
+    torch.testing.assert_close(ours_logits, theirs_logits, rtol=1e-4, atol=1e-4)
+    assert ours.length == theirs.length == length + 2
+    for layer in range(len(ours.keys)):
+        torch.testing.assert_close(ours.keys[layer], theirs.keys[layer], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(ours.values[layer], theirs.values[layer], rtol=1e-4, atol=1e-5)
+        assert not ours.keys[layer][:, :, length + 2:].any()
+
+
+def test_kv_file_cache_refuses_overflow_and_bad_input(kv_models):
+    kv, mine, _, _ = kv_models
+    cache = mine.new_cache(1, 3)
+    with torch.inference_mode():
+        mine(torch.tensor([[1, 2, 3]]), cache)
+        with pytest.raises(ValueError, match="capacity"):
+            mine(torch.tensor([[4]]), cache)
+    with pytest.raises(ValueError, match="shape"):
+        kv.generate(mine, torch.tensor([1, 2]), 4)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        kv.generate(mine, torch.tensor([[1, 2]]), 0)
 
 
 def test_kv_file_script_runs_offline():

@@ -15,8 +15,8 @@
 The names below are what notebook 05 and the tests use.
 """
 from helpers.batching.bench import reference_outputs
-from helpers.batching.engine import (RunResult, WorkerFailed, run_continuous, run_static_baseline, step_time_by_batch,
-                                     summarize)
+from helpers.batching.engine import (RunResult, WorkerFailed, full_batch_share, latency_by_length, run_continuous,
+                                     run_static_baseline, step_time_by_batch, summarize)
 from helpers.batching.model_ops import NamedModel, PretrainedDir, divergence_margin, generate_alone, model_max_len
 from helpers.batching.request import Request, State
 from helpers.batching.workers import EngineConfig
@@ -24,6 +24,7 @@ from helpers.batching.workload import HIGH_VARIANCE_SIGMA, WORKLOADS, make_workl
 
 __all__ = [
     "EngineConfig", "HIGH_VARIANCE_SIGMA", "NamedModel", "PretrainedDir", "Request", "RunResult", "State", "WORKLOADS",
-    "WorkerFailed", "divergence_margin", "generate_alone", "make_workload", "model_max_len", "prompt_token_stream",
+    "WorkerFailed", "divergence_margin", "full_batch_share", "generate_alone", "latency_by_length", "make_workload",
+    "model_max_len", "prompt_token_stream",
     "reference_outputs", "run_continuous", "run_static_baseline", "step_time_by_batch", "summarize",
 ]

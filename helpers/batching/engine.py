@@ -137,6 +137,35 @@ def summarize(result: RunResult) -> dict:
     return out
 
 
+def full_batch_share(timeline, batch_size: int) -> dict:
+    """How well a run kept its decode batch full, from a stored timeline (``[[t, rows, active], ...]`` per step):
+    between the first and the last step that ran ``batch_size`` rows, the share of steps running at least
+    ``batch_size - 1`` rows (``near_full``) and the mean rows there. Before that window the batch is filling up,
+    after it only requests that were already running remain. ``first``/``last``: the window's step indices
+    (``None`` and a share of 0 when the batch was never full)."""
+    rows = np.array([step[1] for step in timeline])
+    full = np.flatnonzero(rows >= batch_size)
+    if not len(full):
+        return {"first": None, "last": None, "near_full": 0.0, "mean_rows": float(rows.mean()) if len(rows) else 0.0}
+    window = rows[full[0] : full[-1] + 1]
+    return {"first": int(full[0]), "last": int(full[-1]), "near_full": float((window >= batch_size - 1).mean()),
+            "mean_rows": float(window.mean())}
+
+
+def latency_by_length(latencies) -> dict:
+    """From stored per-request ``[[ttft, tpot, e2e, output_tokens], ...]``: the median end-to-end latency of the
+    short requests (output length at most the median) and of the long ones, and the median TTFT over the shortest
+    (a request served at once waits for its prefill only, so the ratio shows how much of TTFT is queueing)."""
+    data = np.array(latencies, dtype=float)
+    if data.ndim != 2 or data.shape[1] != 4 or not len(data):
+        raise ValueError("latencies must be a non-empty list of [ttft, tpot, e2e, output_tokens] rows")
+    ttft, e2e, length = data[:, 0], data[:, 2], data[:, 3]
+    short = length <= np.median(length)
+    return {"short_e2e_p50_s": float(np.median(e2e[short])),
+            "long_e2e_p50_s": float(np.median(e2e[~short])) if (~short).any() else float("nan"),
+            "ttft_p50_over_min": float(np.median(ttft) / ttft.min())}
+
+
 def step_time_by_batch(model, batch_sizes: list[int], *, prompt_len: int = 64, steps: int = 16,
                        warmup: int = 3) -> list[dict]:
     """Seconds per decode step at each batch size (same context for every row): the cost of batching.

@@ -4,18 +4,25 @@ sweep rows of :mod:`helpers.generation.sweeps` into what the notebook prints and
 - :func:`sweep_table` / :func:`sweep_figure`: one sweep (input or output lengths) as a table with the memory
   prediction column, and as a figure (time with its least-squares line, throughput; OOM, not-run and
   predicted-OOM lengths marked).
-- :func:`input_findings` / :func:`output_findings`: the sentences and numbers computed from each sweep.
-- :func:`compare_row` / :func:`ordering_verdict`: the model comparison (§1.3.3).
+- :func:`input_findings` / :func:`output_findings`: the sentences and numbers computed from each sweep. Points
+  slower than a longer length beyond the measured spread (:func:`helpers.generation.sweeps.non_monotone_noise`)
+  are flagged as noise in the table and figure and left out of the growth figures, fits and throughput claims.
+- :func:`prediction_card_text`: which memory the prediction column is compared with (what the card exposes).
+- :func:`compare_row` / :func:`ordering_verdict` / :func:`feature_verdicts`: the model comparison (§1.3.3), where
+  only pairs of models whose times are separated beyond their min-max ranges count as evidence.
 - :func:`lengths_text`: "powers of 2 from a to b (... not run)" for the protocol table.
 """
 from __future__ import annotations
+
+import math
 
 import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import FuncFormatter
 
 from helpers import memory, models
-from helpers.generation.sweeps import STATUS_NOT_RUN, linear_fit, ordering_violation, status_table
+from helpers.generation.sweeps import (STATUS_NOT_RUN, linear_fit, non_monotone_noise, ordering_violation,
+                                       separated, status_table)
 
 SWEEP_COLUMNS = {"time_s_median": "Time, median (s)", "time_range": "Time, min-max (s)",
                  "throughput_tok_s_median": "Throughput (tokens/s)"}
@@ -27,8 +34,11 @@ def sweep_table(rows: list[dict], key: str, header: str, prediction: memory.Gene
     rows = [{**r, "time_range": f"{r['time_s_min']:.3g}-{r['time_s_max']:.3g}"} if r["status"] == "ok" else r
             for r in rows]
     table = status_table(rows, key, SWEEP_COLUMNS, status_column="Status").rename(columns={key: header})
+    noise = non_monotone_noise(rows, key)
+    table["Status"] = [f"{status}; noise (slower than {noise[r[key]]:,})" if r["status"] == "ok" and r[key] in noise
+                       else status for status, r in zip(table["Status"], rows)]
     table[predict_header] = [prediction.gb(r["input_len"], r["new_tokens"]) for r in rows]
-    table[exceed_header] = table[predict_header] > prediction.gpu_gb
+    table[exceed_header] = [prediction.over(r["input_len"], r["new_tokens"]) for r in rows]
     return table
 
 
@@ -50,7 +60,7 @@ def _format_log_axis(ax, x_label, y_label, oom, not_run, over):
     ax.set(yscale="log", xlabel=x_label, ylabel=y_label)
     ax.set_xscale("log", base=2)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}"[0] in "25" else ""))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
     for x in oom:
         ax.axvline(x, color="red", ls=":", lw=1)
     if not_run:
@@ -64,20 +74,32 @@ def sweep_figure(rows: list[dict], x_key: str, x_label: str, title: str, predict
     """Median time per batch (min-max bars) with its least-squares line, and throughput; OOM, not-run and
     predicted-OOM lengths marked (``over_label`` names the prediction in the legend). ``total``: also the
     throughput counting prompt tokens. Returns the figure."""
-    ok = pd.DataFrame([r for r in rows if r["status"] == "ok"])
+    ok = ok_frame(rows, x_key)
+    clean = ok[~ok["noise"]]
     oom = [r[x_key] for r in rows if r["status"] == "oom"]
     not_run = [r[x_key] for r in rows if r["status"] == STATUS_NOT_RUN]
     over = [r[x_key] for r in rows if prediction.over(r["input_len"], r["new_tokens"])]
-    fit = linear_fit(ok[x_key], ok["time_s_median"], relative=True)
+    fit = linear_fit(clean[x_key], clean["time_s_median"], relative=True)
     fig, axes = plt.subplots(1, 2, figsize=figsize)
     yerr = [ok["time_s_median"] - ok["time_s_min"], ok["time_s_max"] - ok["time_s_median"]]
     axes[0].errorbar(ok[x_key], ok["time_s_median"], yerr=yerr, marker="o", capsize=2, label="median (min-max)")
     axes[0].plot(ok[x_key], fit["intercept"] + fit["slope"] * ok[x_key], color="0.4", ls=":",
-                 label="least-squares line (relative errors)")
-    axes[1].plot(ok[x_key], ok["throughput_tok_s_median"], marker="o", label="generated tokens/s")
+                 label="least-squares line (relative errors" + (", noise left out)" if len(clean) < len(ok) else ")"))
+    tput = ok["throughput_tok_s_median"]  # bars: the same tokens over the slowest and the fastest batch
+    tput_err = [tput - tput * ok["time_s_median"] / ok["time_s_max"],
+                tput * ok["time_s_median"] / ok["time_s_min"] - tput]
+    axes[1].errorbar(ok[x_key], tput, yerr=tput_err, marker="o", capsize=2, label="generated tokens/s (min-max)")
     if total:
         axes[1].plot(ok[x_key], prediction.batch_size * (ok["input_len"] + ok["new_tokens"]) / ok["time_s_median"],
                      marker="s", ls="--", label="prompt + generated tokens/s")
+    noisy = ok[ok["noise"]]
+    if len(noisy):  # marked as notebook 03 marks its noisy points
+        axes[0].plot(noisy[x_key], noisy["time_s_median"], marker="x", ms=9, ls="", color="red",
+                     label="noise: slower than a longer length beyond both min-max ranges")
+        axes[1].plot(noisy[x_key], noisy["throughput_tok_s_median"], marker="x", ms=9, ls="", color="red")
+        if total:
+            axes[1].plot(noisy[x_key], prediction.batch_size * (noisy["input_len"] + noisy["new_tokens"])
+                         / noisy["time_s_median"], marker="x", ms=9, ls="", color="red")
     for ax, label in [(axes[0], "time per batch (s)"), (axes[1], "throughput (tokens/s)")]:
         _format_log_axis(ax, x_label, label, oom, not_run, over)
     handles = [h for ax in axes for h in ax.get_legend_handles_labels()[0]]
@@ -86,58 +108,132 @@ def sweep_figure(rows: list[dict], x_key: str, x_label: str, title: str, predict
     handles, labels = handles + extra_handles, labels + extra_labels
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize="x-small", frameon=False)
     fig.suptitle(title, fontsize="medium")
-    fig.tight_layout(rect=(0, 0.2 if len(labels) > 4 else 0.14, 1, 0.94))
+    fig.tight_layout(rect=(0, 0.06 + 0.045 * math.ceil(len(labels) / 2), 1, 0.94))
     return fig
 
 
-def ok_frame(rows: list[dict]) -> pd.DataFrame:
-    """The measured rows of a sweep as a DataFrame; fewer than three is an error (raise the time cap)."""
+def ok_frame(rows: list[dict], key: str) -> pd.DataFrame:
+    """The measured rows of a sweep as a DataFrame sorted by ``key``, with ``noise`` (bool) marking the points
+    :func:`~helpers.generation.sweeps.non_monotone_noise` flags and ``slower_than`` the longer length that shows it;
+    fewer than three unflagged rows is an error (raise the time cap or re-measure)."""
     ok = pd.DataFrame([r for r in rows if r["status"] == "ok"])
-    if len(ok) < 3:
-        raise ValueError("fewer than three lengths measured: raise the time cap (max seconds per batch)")
+    if len(ok):
+        ok = ok.sort_values(key).reset_index(drop=True)
+        noise = non_monotone_noise(rows, key)
+        ok["noise"] = ok[key].isin(list(noise))
+        ok["slower_than"] = ok[key].map(noise)
+    if len(ok) < 3 or (~ok["noise"]).sum() < 3:
+        raise ValueError("fewer than three lengths measured (without noise): raise the time cap (max seconds per "
+                         "batch) or re-measure")
     return ok
+
+
+def noise_text(ok: pd.DataFrame, key: str, unit: str) -> str:
+    """Which points :func:`ok_frame` flagged, and what shows each is noise (or that none was flagged)."""
+    noisy = ok[ok["noise"]]
+    if not len(noisy):
+        return (f"no point is flagged as noise (none is slower than a longer {unit} beyond both rows' min-max "
+                f"ranges)")
+    shown = "; ".join(f"{int(r[key]):,} ({r['time_s_min']:.3g}-{r['time_s_max']:.3g} s, slower than "
+                      f"{int(r['slower_than']):,}: "
+                      f"{float(ok.loc[ok[key] == r['slower_than'], 'time_s_min'].iloc[0]):.3g}-"
+                      f"{float(ok.loc[ok[key] == r['slower_than'], 'time_s_max'].iloc[0]):.3g} s)"
+                      for _, r in noisy.iterrows())
+    lengths = ", ".join(f"{int(n):,}" for n in noisy[key])
+    return (f"{len(noisy)} point{'s' if len(noisy) > 1 else ''} flagged as noise, {'each' if len(noisy) > 1 else 'it'} "
+            f"slower than a longer {unit} beyond both rows' min-max ranges: {shown}; the growth, fit and throughput "
+            f"figures use the other points, not {lengths}")
+
+
+def figure_note(rows: list[dict], key: str, prediction: memory.GenerationPrediction) -> str:
+    """What the marks of :func:`sweep_figure` show, for the figure's caption: only the marks that are there."""
+    ok = ok_frame(rows, key)
+    notes = []
+    if ok["noise"].any():
+        notes.append("red crosses: points flagged as noise (left out of the line)")
+    if any(r["status"] == STATUS_NOT_RUN for r in rows):
+        notes.append("grey: lengths not run on this profile (time cap)")
+    if any(r["status"] == "oom" for r in rows):
+        notes.append("red dotted: measured out-of-memory errors")
+    over = any(prediction.over(r["input_len"], r["new_tokens"]) for r in rows)
+    notes.append("dashed orange: from where the handout's model is predicted to exceed the memory the card exposes "
+                 "(a prediction, not a measured OOM)" if over else
+                 "no swept length is predicted to exceed the memory the card exposes, so no dashed line is drawn")
+    return "; ".join(notes).capitalize() + "."
+
+
+def _range_text(low: float, high: float, scale: float = 1.0, digits: str = ".3g") -> str:
+    return f"{low * scale:{digits}} to {high * scale:{digits}}"  # "to": the low end can be negative
 
 
 def input_findings(rows: list[dict], batch_size: int, cap: float | None,
                    prediction: memory.GenerationPrediction, prediction_name: str) -> dict:
     """What the input-length sweep (§1.3.1) shows: ``lines`` to print, ``numbers`` for the report, and the
-    values the notebook's checks need (``growth``, ``fit``)."""
-    ok = ok_frame(rows)
+    values the notebook's checks need (``growth``, ``fit``, ``noise``: the flagged input lengths). Growth, fit and
+    throughput claims use only the points not flagged as noise (:func:`ok_frame`)."""
+    ok = ok_frame(rows, "input_len")
     ok["total_tok_s_median"] = batch_size * (ok["input_len"] + ok["new_tokens"]) / ok["time_s_median"]
+    clean = ok[~ok["noise"]].reset_index(drop=True)
     oom_inputs = [r["input_len"] for r in rows if r["status"] == "oom"]
     not_run_inputs = [r["input_len"] for r in rows if r["status"] == STATUS_NOT_RUN]
-    short, long = ok.iloc[0], ok.iloc[-1]
+    short, long, last = clean.iloc[0], clean.iloc[-1], ok.iloc[-1]
     growth = long["time_s_median"] / short["time_s_median"]
-    lines = [f"From {short['input_len']} to {long['input_len']} input tokens the median time grows {growth:.1f}x and "
-             f"generated-token throughput falls from {short['throughput_tok_s_median']:.0f} to "
-             f"{long['throughput_tok_s_median']:.0f} tokens/s."]
+    noise = noise_text(ok, "input_len", "input")
+    lines = [f"Noise: {noise}."]
+    lines.append(f"From {short['input_len']} to {long['input_len']} input tokens (the shortest and longest points not "
+                 f"flagged) the median time grows {growth:.1f}x and generated-token throughput "
+                 f"{'falls' if growth > 1 else 'rises'} from {short['throughput_tok_s_median']:.0f} to "
+                 f"{long['throughput_tok_s_median']:.0f} tokens/s.")
     # time ~ (decode steps, independent of the prompt) + (prefill, growing with it): where do the two cost the same?
-    fit = linear_fit(ok["input_len"], ok["time_s_median"], relative=True)
+    fit = linear_fit(clean["input_len"], clean["time_s_median"], relative=True)
     crossover = fit["intercept"] / fit["slope"]
-    lines.append(f"Least-squares line (relative errors): {fit['intercept']:.2f} s + {fit['slope'] * 1000:.2f} ms per "
-                 f"input token (largest miss {fit['max_rel_residual']:.0%}); the prefill costs as much as the decode "
-                 f"steps at about {crossover:.0f} input tokens.")
-    below = ok[ok["input_len"] < crossover]
-    above = ok[ok["input_len"] >= crossover / 2]["time_s_median"].tolist()
-    grows = len(above) >= 2 and all(b > a for a, b in zip(above, above[1:]))
-    grows_from = int(ok[ok["input_len"] >= crossover / 2]["input_len"].min())
+    lines.append(f"Least-squares line (relative errors, points not flagged): {fit['intercept']:.2f} s + "
+                 f"{fit['slope'] * 1000:.2f} ms per input token (largest miss {fit['max_rel_residual']:.0%}); the "
+                 f"prefill costs as much as the decode steps at about {crossover:.0f} input tokens.")
+    # what one doubling of the input does to the time, below and above that length (per doubling, between
+    # consecutive points not flagged; a pair belongs to the side of the crossover its geometric mean lies on)
+    n, t = clean["input_len"].to_numpy(dtype=float), clean["time_s_median"].to_numpy()
+    per_doubling = [(n0, n1, (t1 / t0) ** (1 / math.log2(n1 / n0)))
+                    for n0, n1, t0, t1 in zip(n, n[1:], t, t[1:])]
+    below = [r for n0, n1, r in per_doubling if math.sqrt(n0 * n1) < crossover]
+    above = [r for n0, n1, r in per_doubling if math.sqrt(n0 * n1) >= crossover]
+    below_lengths = [n1 for n0, n1, r in per_doubling if math.sqrt(n0 * n1) < crossover]
     spread = ((ok["time_s_max"] - ok["time_s_min"]) / ok["time_s_median"]).max()
-    short_text = (f"below it the median time stays between {below['time_s_median'].min():.2f} and "
-                  f"{below['time_s_median'].max():.2f} s")
-    grows_text = (f"from {grows_from} tokens on it rises with every doubling" if grows
-                  else f"from {grows_from} tokens on it does not rise with every doubling")
-    lines.append(f"Short inputs: {short_text}; {grows_text}. Largest batch-to-batch spread of a row: {spread:.0%} of "
-                 f"its median.")
-    peak = ok.loc[ok["total_tok_s_median"].idxmax()]
-    total_text = (f"rises from {short['total_tok_s_median']:.0f} to a peak of {peak['total_tok_s_median']:.0f} tokens/s "
-                  f"at {peak['input_len']} input tokens")
+    if below:
+        short_text = (f"below it (inputs {int(short['input_len']):,} to {int(max(below_lengths)):,}) one doubling of "
+                      f"the input changes the median time by {min(below) - 1:+.0%} to {max(below) - 1:+.0%}")
+    else:
+        short_text = "no measured doubling lies below it"
+    if above:
+        grows_from = int(min(n0 for n0, n1, r in per_doubling if math.sqrt(n0 * n1) >= crossover))
+        grows_text = (f"from {grows_from:,} tokens on, one doubling changes it by {min(above) - 1:+.0%} to "
+                      f"{max(above) - 1:+.0%}" + (", so it rises with every doubling" if min(above) > 1 else ""))
+    else:
+        grows_text = "no measured doubling lies above it"
+    steeper = bool(below and above and max(below) < min(above))
+    contrast = ("every doubling below it costs less than every doubling above it" if steeper else
+                "the doublings below and above it do not separate (or one side has none)")
+    lines.append(f"Per doubling of the input: {short_text}; {grows_text}: {contrast}. Largest batch-to-batch spread "
+                 f"of a measured row: {spread:.0%} of its median.")
+    peak = clean.loc[clean["total_tok_s_median"].idxmax()]
+    total_range = {i: (batch_size * (r["input_len"] + r["new_tokens"]) / r["time_s_max"],
+                       batch_size * (r["input_len"] + r["new_tokens"]) / r["time_s_min"]) for i, r in clean.iterrows()}
+    if peak["input_len"] == short["input_len"]:
+        total_text = (f"is highest at the shortest input not flagged ({short['total_tok_s_median']:.0f} tokens/s at "
+                      f"{short['input_len']}), so it does not rise")
+    else:
+        total_text = (f"rises from {short['total_tok_s_median']:.0f} to a peak of {peak['total_tok_s_median']:.0f} "
+                      f"tokens/s at {peak['input_len']} input tokens")
+    total_falls = False
     if peak["input_len"] < long["input_len"]:
-        total_text += f", then falls to {long['total_tok_s_median']:.0f} tokens/s at {long['input_len']}"
+        total_falls = total_range[peak.name][0] > total_range[clean.index[-1]][1]
+        total_text += (f", then falls to {long['total_tok_s_median']:.0f} tokens/s at {long['input_len']} ("
+                       + ("beyond" if total_falls else "within") + " the two rows' min-max ranges)")
     else:
         total_text += ", the longest input measured (no fall within the measured range)"
     lines.append(f"Counting prompt tokens too, throughput {total_text}.")
     if not_run_inputs:
-        cutoff_text = (f"the median batch at {long['input_len']} input tokens took {long['time_s_median']:.1f} s, over "
+        cutoff_text = (f"the median batch at {last['input_len']} input tokens took {last['time_s_median']:.1f} s, over "
                        f"the cap of {cap:g} s, so the {len(not_run_inputs)} longer inputs ({min(not_run_inputs):,} to "
                        f"{max(not_run_inputs):,} tokens) are not run on this profile")
     else:
@@ -146,62 +242,131 @@ def input_findings(rows: list[dict], batch_size: int, cap: float | None,
     oom_text = (f"{len(oom_inputs)} input lengths ran out of memory (from {min(oom_inputs)} tokens)" if oom_inputs
                 else "no measured configuration ran out of memory")
     lines.append("OOM: " + oom_text)
-    over = [r["input_len"] for r in rows if prediction.over(r["input_len"], r["new_tokens"])]
     new_tokens = int(ok["new_tokens"].iloc[0])
-    predict_text = (f"from {min(over):,} input tokens on ({prediction.gb(min(over), new_tokens):.0f} GB predicted)"
-                    if over else "at none of the swept input lengths")
-    lines.append(f"Prediction: {prediction_name} at batch {batch_size} exceeds {prediction.gpu_gb:g} GB of GPU memory "
+    predict_text = prediction_text(prediction, [r["input_len"] for r in rows], new_tokens)
+    lines.append(f"Prediction: {prediction_name} at batch {batch_size} exceeds the memory the card exposes "
                  f"{predict_text}.")
     numbers = dict(genInShortLen=int(short["input_len"]), genInLongLen=int(long["input_len"]), genInGrowth=growth,
                    genInShortTput=short["throughput_tok_s_median"], genInLongTput=long["throughput_tok_s_median"],
-                   genInFixedS=fit["intercept"], genInPerTokenMs=fit["slope"] * 1000,
+                   genInNoiseText=noise, genInFixedS=fit["intercept"], genInPerTokenMs=fit["slope"] * 1000,
                    genInFitMiss=f"{fit['max_rel_residual']:.0%}", genInCrossover=int(round(crossover)),
-                   genInShortText=short_text, genInGrowsText=grows_text, genInSpread=f"{spread:.0%}",
+                   genInShortText=short_text, genInGrowsText=grows_text, genInContrastText=contrast,
+                   genInSpread=f"{spread:.0%}",
                    genInTotalText=total_text, genInCutoffText=cutoff_text, genInOomText=oom_text,
                    genInPredictText=predict_text, genInNewTokens=new_tokens,
-                   genInMeasuredCount=len(ok), genInSweptCount=len(rows))
-    return {"lines": lines, "numbers": numbers, "growth": growth, "fit": fit, "oom_inputs": oom_inputs}
+                   genInMeasuredCount=len(ok), genInSweptCount=len(rows),
+                   genInFigNote=figure_note(rows, "input_len", prediction))
+    return {"lines": lines, "numbers": numbers, "growth": growth, "fit": fit, "oom_inputs": oom_inputs,
+            "noise": [int(x) for x in ok.loc[ok["noise"], "input_len"]], "clean_lengths": [int(x) for x in n],
+            "steeper_above": steeper, "total_falls": total_falls}
 
 
-def output_findings(rows: list[dict]) -> dict:
+def prediction_card_text(prediction: memory.GenerationPrediction) -> str:
+    """Which memory the prediction column is compared with, in bytes and both units, and why that one."""
+    card, gpu_gb = prediction.card, prediction.gpu_gb
+    listed = memory.cards_sold_as(gpu_gb)
+    if not listed:
+        return (f"the datasheet's {gpu_gb:g} GB = {card.total_bytes / memory.GB:.2f} GB: no nvidia-smi total of a "
+                f"{gpu_gb:g} GB card is listed, so the datasheet figure stands in (a card exposes more)")
+    others = "; ".join(f"{c.label}" for c in listed[1:])
+    return (f"the {card.total_mib:,} MiB = {card.total_bytes / memory.GB:.2f} GB = {card.total_bytes / memory.GiB:.2f} "
+            f"GiB that nvidia-smi reports as the total of an {card.card}"
+            + (f", the smallest of the listed {gpu_gb:g} GB cards ({others})" if others else "")
+            + f", not the datasheet's {gpu_gb:g} GB = {gpu_gb * memory.GB / memory.GiB:.2f} GiB")
+
+
+def prediction_text(prediction: memory.GenerationPrediction, input_lens: list[int], new_tokens: int) -> str:
+    """At which of ``input_lens`` the prediction exceeds what the card exposes, or, if none, how close the
+    longest comes (against the datasheet figure too, to show what reading GB for GiB would have claimed)."""
+    card = prediction.card
+    over = [n for n in input_lens if prediction.over(n, new_tokens)]
+    if over:
+        first = min(over)
+        return (f"from {first:,} input tokens on ({prediction.gb(first, new_tokens):.1f} GB predicted, over the "
+                f"{card.total_bytes / memory.GB:.1f} GB the card exposes, {card.label})")
+    longest = max(input_lens)
+    headroom = prediction.headroom(longest, new_tokens)
+    datasheet = ("over the datasheet's" if prediction.over_datasheet(longest, new_tokens)
+                 else "under both the datasheet's")
+    return (f"at none of the swept input lengths: the longest, {longest:,} tokens, is predicted at "
+            f"{prediction.gb(longest, new_tokens):.1f} GB, {datasheet} {prediction.gpu_gb:g} GB"
+            f"{' but under' if datasheet.startswith('over') else ' and'} the {card.total_bytes / memory.GB:.1f} GB the "
+            f"card exposes ({card.label}), leaving {headroom / memory.GB:.1f} GB ({headroom / card.total_bytes:.0%} of "
+            f"it) for what the prediction leaves out (CUDA context, allocator slack)")
+
+
+def output_findings(rows: list[dict], prediction: memory.GenerationPrediction | None = None) -> dict:
     """What the output-length sweep (§1.3.2) shows: ``lines`` to print and ``numbers`` for the report (the
-    linear fit, the marginal cost of a decode step, where throughput peaks and why)."""
-    ok = ok_frame(rows)
-    n, t = ok["new_tokens"].to_numpy(), ok["time_s_median"].to_numpy()
+    linear fit, the marginal cost of a decode step, where throughput peaks and why; with ``prediction``, the
+    figure's caption note). Every comparison says whether it holds beyond the rows' min-max ranges; points flagged
+    as noise (:func:`ok_frame`) are left out."""
+    ok = ok_frame(rows, "new_tokens")
+    clean = ok[~ok["noise"]].reset_index(drop=True)
+    noise = noise_text(ok, "new_tokens", "output")
+    lines = [f"Noise: {noise}."]
+    n, t = clean["new_tokens"].to_numpy(), clean["time_s_median"].to_numpy()
+    t_min, t_max = clean["time_s_min"].to_numpy(), clean["time_s_max"].to_numpy()
     fit = linear_fit(n, t, relative=True)
     linear = fit["max_rel_residual"] <= 0.25
     linear_text = (("approximately" if linear else "not") + " a fixed cost plus a cost per new token: the "
                    f"least-squares line (relative errors) {fit['intercept'] * 1000:.0f} ms + "
                    f"{fit['slope'] * 1000:.1f} ms per new token misses the measured times by at most "
                    f"{fit['max_rel_residual']:.0%}")
-    lines = [f"Time is {linear_text}."]
-    # the marginal cost of a decode step over each doubling of the output length
+    lines.append(f"Time is {linear_text}.")
+    # the marginal cost of a decode step over each doubling of the output length, with the range the rows'
+    # fastest and slowest batches allow for it
     marginal = (t[1:] - t[:-1]) / (n[1:] - n[:-1])
+    low = (t_min[1:] - t_max[:-1]) / (n[1:] - n[:-1])
+    high = (t_max[1:] - t_min[:-1]) / (n[1:] - n[:-1])
     early = next(i for i in range(len(marginal)) if n[i] >= 8 or i == len(marginal) - 1)
-    dearer = marginal[-1] > marginal[early]
-    step_text = (f"a decode step costs {marginal[early] * 1000:.1f} ms between {n[early]} and {n[early + 1]} new tokens "
-                 f"and {marginal[-1] * 1000:.1f} ms between {n[-2]} and {n[-1]}")
-    lines.append(f"Marginal cost: {step_text} ({'later steps are dearer' if dearer else 'later steps are not dearer'}).")
-    tput = ok["throughput_tok_s_median"].to_numpy()
+    late = len(marginal) - 1
+    dearer, cheaper = low[late] > high[early], high[late] < low[early]
+    step_text = (f"a decode step costs {marginal[early] * 1000:.1f} ms between {n[early]} and {n[early + 1]} new "
+                 f"tokens "
+                 f"({_range_text(low[early], high[early], 1000, '.1f')} ms within the two rows' min-max times) and "
+                 f"{marginal[late] * 1000:.1f} ms between {n[late]} and {n[late + 1]} "
+                 f"({_range_text(low[late], high[late], 1000, '.1f')} ms)")
+    if dearer:
+        dearer_text = "are dearer, beyond the batch-to-batch ranges"
+    elif cheaper:
+        dearer_text = "are cheaper, beyond the batch-to-batch ranges"
+    else:
+        dearer_text = "are not measurably dearer: the two ranges overlap"
+    lines.append(f"Marginal cost: {step_text}; later steps {dearer_text}.")
+    tput = clean["throughput_tok_s_median"].to_numpy()
+    tput_low, tput_high = tput * t / t_max, tput * t / t_min  # the same tokens over the slowest/fastest batch
     top = int(tput.argmax())
+    falls, rises = False, bool(tput_low[top] > tput_high[0])
     if top == len(tput) - 1:
         tput_text = f"rises from {tput[0]:.0f} to {tput[-1]:.0f} tokens/s, highest at the longest output measured"
+    elif top == 0:
+        falls = bool(tput_low[0] > tput_high[-1])
+        tput_text = (f"is highest at the shortest output ({tput[0]:.0f} tokens/s at {n[0]}) and ends at "
+                     f"{tput[-1]:.0f} tokens/s at {n[-1]} (" + ("beyond" if falls else "within")
+                     + " the two rows' min-max ranges)")
     else:
+        falls = bool(tput_low[top] > tput_high[-1])
         tput_text = (f"rises from {tput[0]:.0f} to a peak of {tput[top]:.0f} tokens/s at {n[top]} new tokens, then "
-                     f"falls to {tput[-1]:.0f} tokens/s at {n[-1]}")
+                     f"falls to {tput[-1]:.0f} tokens/s at {n[-1]} ("
+                     + ("beyond" if falls else "within") + " the two rows' min-max ranges)")
     lines.append(f"Throughput {tput_text}.")
-    tput_why = "the fixed prefill is spread over more generated tokens"
-    if top < len(tput) - 1 and dearer:
+    tput_why = ("the fixed prefill is spread over more generated tokens" if top > 0 else
+                "the fixed prefill does not dominate even the shortest output")
+    if falls and dearer:
         tput_why += ", until the dearer later steps outweigh that"
+    elif falls:
+        tput_why += "; the fall after the peak is not explained by measurably dearer later steps"
     elif top < len(tput) - 1:
-        tput_why += "; the fall after the peak is not explained by dearer later steps"
+        tput_why += "; past the peak the fall is within the noise, so the measurement shows a plateau, not a fall"
     lines.append("Why: " + tput_why)
-    numbers = dict(genOutLinearText=linear_text, genOutPrefillMs=fit["intercept"] * 1000,
-                   genOutStepMs=fit["slope"] * 1000, genOutStepText=step_text,
-                   genOutDearer="are dearer" if dearer else "are not dearer", genOutTputText=tput_text,
-                   genOutTputWhy=tput_why, genOutPeakLen=int(n[top]), genOutFirstLen=int(n[0]),
-                   genOutLastLen=int(n[-1]), genOutInputLen=int(ok["input_len"].iloc[0]))
-    return {"lines": lines, "numbers": numbers, "fit": fit}
+    numbers = dict(genOutNoiseText=noise, genOutLinearText=linear_text, genOutPrefillMs=fit["intercept"] * 1000,
+                   genOutStepMs=fit["slope"] * 1000, genOutStepText=step_text, genOutDearer=dearer_text,
+                   genOutTputText=tput_text, genOutTputWhy=tput_why, genOutPeakLen=int(n[top]),
+                   genOutFirstLen=int(n[0]), genOutLastLen=int(n[-1]), genOutInputLen=int(ok["input_len"].iloc[0]))
+    if prediction is not None:
+        numbers["genOutFigNote"] = figure_note(rows, "new_tokens", prediction)
+    return {"lines": lines, "numbers": numbers, "fit": fit, "dearer": bool(dearer), "falls": falls, "rises": rises,
+            "noise": [int(x) for x in ok.loc[ok["noise"], "new_tokens"]]}
 
 
 def compare_row(name: str, note: str, model, row: dict, kv_bytes: int) -> dict:
@@ -220,15 +385,50 @@ def compare_row(name: str, note: str, model, row: dict, kv_bytes: int) -> dict:
             "t_min": row.get("time_s_min"), "t_max": row.get("time_s_max")}
 
 
+def _separated_pairs(measured: pd.DataFrame):
+    """``comparable(i, j)`` for :func:`~helpers.generation.sweeps.ordering_violation`: the two models' min-max
+    ranges (``t_min``-``t_max``) do not overlap, so their order is beyond the noise."""
+    rows = measured.to_dict("records")
+    return lambda i, j: separated(rows[i], rows[j], "t_min", "t_max")
+
+
 def ordering_verdict(measured: pd.DataFrame, feature: str) -> str:
-    """A sentence, from the data, on whether ``feature`` alone explains the ordering of ``measured["time"]``
-    (with a counterexample when it does not)."""
-    pair = ordering_violation(measured[feature], measured["time"])
-    if pair is None:
-        return "explains it"
-    a, b = measured.iloc[pair[0]], measured.iloc[pair[1]]
-    return (f"does not explain it: {a['model']} has {a[feature]:,} and {b['model']} {b[feature]:,}, yet their median "
-            f"times are {a['time']:.3g} s and {b['time']:.3g} s")
+    """A sentence, from the data, on whether ``feature`` alone explains the ordering of ``measured["time"]``.
+
+    Only pairs of models whose min-max ranges do not overlap count as evidence: a counterexample is always such a
+    pair, and a feature contradicted only by a pair within the noise is said to be so."""
+    beyond = ordering_violation(measured[feature], measured["time"], comparable=_separated_pairs(measured))
+    if beyond is not None:
+        a, b = measured.iloc[beyond[0]], measured.iloc[beyond[1]]
+        return (f"does not explain it: {a['model']} has {a[feature]:,} and {b['model']} {b[feature]:,}, yet their "
+                f"median times are {a['time']:.3g} s and {b['time']:.3g} s (min-max ranges apart)")
+    within = ordering_violation(measured[feature], measured["time"])
+    if within is None:
+        return "explains it: it orders every pair of models as their median times do"
+    a, b = measured.iloc[within[0]], measured.iloc[within[1]]
+    return (f"explains every pair whose times are separated beyond their min-max ranges; it misorders only "
+            f"{a['model']} and {b['model']}, whose ranges overlap")
+
+
+def feature_verdicts(measured: pd.DataFrame, features: list[str]) -> dict:
+    """For each feature: ``explains`` (it orders every pair of models whose times are separated beyond their
+    min-max ranges) and the ``text`` of :func:`ordering_verdict`; plus ``explained_by`` (the features that do, as
+    text, with what the evidence can and cannot tell apart) and the pair counts."""
+    comparable = _separated_pairs(measured)
+    pairs = [(i, j) for i in range(len(measured)) for j in range(i + 1, len(measured))]
+    n_separated = sum(comparable(i, j) for i, j in pairs)
+    verdicts = {f: {"explains": ordering_violation(measured[f], measured["time"], comparable=comparable) is None,
+                    "text": ordering_verdict(measured, f)} for f in features}
+    explaining = [f for f in features if verdicts[f]["explains"]]
+    if not explaining:
+        explained_by = "none of the single features"
+    elif len(explaining) == 1:
+        explained_by = f"only {explaining[0]}"
+    else:
+        explained_by = (f"{', '.join(explaining)}; with {n_separated} of the {len(pairs)} pairs of models separated "
+                        f"beyond the noise, this comparison cannot tell these features apart")
+    return {"verdicts": verdicts, "explaining": explaining, "explained_by": explained_by,
+            "n_separated": n_separated, "n_pairs": len(pairs)}
 
 
 def lengths_text(rows: list[dict], key: str, cap: float | None) -> str:
@@ -249,8 +449,8 @@ def measured_by_time(compare: pd.DataFrame) -> pd.DataFrame:
 
 def overlap_text(measured: pd.DataFrame) -> str:
     """Whether neighbours in the time ordering are separated beyond their batch-to-batch (min-max) spread."""
-    by_time = list(measured["model"])
-    overlaps = [f"{a} and {b}" for (a, b, amax, bmin) in zip(by_time, by_time[1:], measured["t_max"],
-                                                            measured["t_min"][1:]) if bmin <= amax]
+    rows = measured.to_dict("records")
+    overlaps = [f"{a['model']} and {b['model']}" for a, b in zip(rows, rows[1:])
+                if not separated(a, b, "t_min", "t_max")]
     return ("the min-max ranges of " + "; ".join(overlaps) + " overlap, so their order is within the noise"
             if overlaps else "every neighbour in the ordering is separated beyond its min-max range")

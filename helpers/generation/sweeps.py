@@ -279,20 +279,50 @@ def linear_fit(x, y, relative: bool = False) -> dict:
             "max_rel_residual": float((abs(y - fitted) / abs(y)).max())}
 
 
-def ordering_violation(feature, times) -> tuple[int, int] | None:
+def ordering_violation(feature, times, comparable=None) -> tuple[int, int] | None:
     """The first pair ``(i, j)`` of models that ``feature`` does not order as ``times`` does, or ``None``.
 
     A larger feature must go with a longer time; a tie in the feature between two models whose times differ
-    does not explain their difference, so it is a violation too.
+    does not explain their difference, so it is a violation too. ``comparable(i, j)``, if given, limits the
+    check to the pairs it accepts (e.g. those whose times are separated beyond the noise, :func:`separated`).
     """
     feature, times = list(feature), list(times)
     if len(feature) != len(times):
         raise ValueError("feature and times need one value per model")
     for i in range(len(times)):
         for j in range(i + 1, len(times)):
+            if comparable is not None and not comparable(i, j):
+                continue
             if times[i] != times[j] and (feature[i] - feature[j]) * (times[i] - times[j]) <= 0:
                 return i, j
     return None
+
+
+def separated(a: dict, b: dict, low: str = "time_s_min", high: str = "time_s_max") -> bool:
+    """Whether two measured rows' ranges (``low``-``high``: by default the fastest and slowest timed batch) do
+    not overlap, i.e. their difference is beyond the batch-to-batch noise of either."""
+    return a[low] > b[high] or b[low] > a[high]
+
+
+def non_monotone_noise(rows: list[dict], key: str) -> dict:
+    """The measured rows of a sweep that are slower than a LONGER configuration of the same sweep beyond the
+    measured spread: ``{length: longer length}`` for each row whose fastest batch (``time_s_min``) took longer
+    than the slowest batch (``time_s_max``) of some row with a larger ``key`` (the first such longer row is named).
+
+    More tokens cannot take less time, so such a point timed something besides the work (a machine still warming
+    up, another process): noise, to flag in tables and figures and to leave out of growth figures and fits. A
+    longer row timed faster only within the two rows' min-max ranges is not flagged (that is ordinary jitter).
+    This is the sweep counterpart of notebook 03's check (:func:`helpers.kv_cache.sweep.monotonicity_violations`,
+    which asserts on neighbouring medians with a fixed tolerance): here the tolerance is each pair's own measured
+    range, and every longer row counts, so a slow first point is caught even when its neighbour is slow too.
+    """
+    ok = sorted((r for r in rows if r.get("status") == "ok"), key=lambda r: r[key])
+    flagged = {}
+    for i, row in enumerate(ok):
+        faster = next((later for later in ok[i + 1:] if row["time_s_min"] > later["time_s_max"]), None)
+        if faster is not None:
+            flagged[row[key]] = faster[key]
+    return flagged
 
 
 def explains_ordering(feature, times) -> bool:

@@ -5,6 +5,11 @@
 - :func:`fill_curves`: per setting and mode, the fitted growth (linear with the cache, quadratic without) and the
   curve over every n, measured where there is a measurement and extrapolated from the fit beyond a cap.
 - :func:`speedup_table`: without / with cache per (setting, n), with which values are extrapolated and noisy.
+- :func:`largest_measured`: per setting, the largest n measured in both modes and the speedup there.
+- :func:`same_work_gap` / :func:`same_work_explanation`: n = 1 (the same forward pass in both modes), the ratio
+  of the two modes round by round, and what it supports.
+- :func:`per_token_difference`: whether two settings' cached per-token costs differ by more than the measurement
+  resolves (a bootstrap over the runs, against the spread between two sweeps of the same model).
 - :func:`plot_setting`: one setting's points, fits and extrapolations on an axis.
 - :func:`explain_table`: fitted costs and where the cache starts to matter, per setting.
 - :func:`weight_costs`: the weights a decode step multiplies by, per group, and the model's shape.
@@ -22,7 +27,11 @@ from helpers.kv_cache.sweep import extrapolate, fit_growth, matmul_weights
 
 def measured_points(runs: pd.DataFrame, expected: dict) -> pd.DataFrame:
     """One row per measured (setting, mode, n) of the sweeps in ``runs``; ``expected[setting]`` is the
-    ``(model, prompt_tokens, no_cache_cap)`` of this parameter setting (rows from other settings are skipped)."""
+    ``(model, prompt_tokens, no_cache_cap)`` of this parameter setting (rows from other settings are skipped).
+
+    ``samples`` are the point's timed runs in the order taken; the first ``paired_runs`` (the sweep's minimum
+    repeats) of every point of a sweep were taken in the same interleaved rounds, one per round, so sample i of
+    two points compares runs taken side by side (later samples are extra rounds of noisy points only)."""
     measured = []
     for _, run in runs.iterrows():
         if (run["model"], run["prompt_tokens"], run["no_cache_cap"]) != expected[run["setting"]]:
@@ -31,7 +40,8 @@ def measured_points(runs: pd.DataFrame, expected: dict) -> pd.DataFrame:
             q1, q3 = np.percentile(row["time_s_samples"], [25, 75])
             measured.append({"setting": run["setting"], "model": run["model"], "cache": row["mode"] == "with cache",
                              "new_tokens": row["new_tokens"], "time_s": row["time_s_median"], "q1_s": q1, "q3_s": q3,
-                             "spread": row["time_s_spread"], "runs": row["repeats"], "flagged": row["flagged"]})
+                             "spread": row["time_s_spread"], "runs": row["repeats"], "flagged": row["flagged"],
+                             "samples": list(row["time_s_samples"]), "paired_runs": int(run["repeats"])})
     return pd.DataFrame(measured)
 
 
@@ -96,30 +106,131 @@ def plot_setting(ax, setting: str, curves: pd.DataFrame, measured: pd.DataFrame,
     ax.legend(fontsize="x-small")
 
 
+def largest_measured(table: pd.DataFrame) -> pd.DataFrame:
+    """Per setting: the largest n at which both modes were measured (no extrapolated no-cache time) and the
+    speedup there."""
+    rows = []
+    for setting, part in table.groupby(level="setting", sort=False):
+        real = part.loc[setting][~part.loc[setting]["no-cache extrapolated"].astype(bool)]
+        n = int(real.index.max())
+        rows.append({"setting": setting, "n": n, "speedup": float(real.loc[n, "speedup"])})
+    return pd.DataFrame(rows).set_index("setting")
+
+
 def explain_table(order, fits: dict, table: pd.DataFrame, measured: pd.DataFrame, prompt_lens: dict,
                   n_max: int) -> pd.DataFrame:
     """Per setting: prompt length, prefill and per-token costs from the fits, the quadratic share of the uncached
-    time at ``n_max``, the speedup at n = 1 and n = ``n_max``, the first n with a speedup of at least 1.5, and how
-    far the no-cache mode was measured."""
+    time at ``n_max``, the speedup at n = 1 and at n = ``n_max`` (and whether the no-cache time there was measured
+    or extrapolated from the fit), how far the no-cache mode was measured and the speedup there, and the first
+    MEASURED n with a speedup of at least 1.5."""
     explain = []
     for setting in order:
         _, c1 = fits[setting, True]
         _, u1, u2 = fits[setting, False]
         t_no = float(extrapolate(fits[setting, False], [n_max])[0])
         part = table.loc[setting]
-        over = part.index[part["speedup"] >= 1.5]
+        real = part[~part["no-cache extrapolated"].astype(bool)]
+        over = real.index[real["speedup"] >= 1.5]
+        n_real = int(real.index.max())
         explain.append({
             "setting": setting, "prompt tokens": prompt_lens[setting],
             "prefill ms (n=1, cached)": float(part["with cache (s)"].iloc[0]) * 1e3,
             "cached ms/token": c1 * 1e3, "uncached ms/step (linear term)": u1 * 1e3,
             "uncached: quadratic share at n_max": u2 * n_max**2 / t_no,
-            f"speedup at n={n_max}": float(part["speedup"].iloc[-1]),
             "speedup at n=1": float(part["speedup"].iloc[0]),
-            "first n with speedup >= 1.5": str(int(over[0])) if len(over) else "not reached",
-            "no-cache measured up to": int(measured[(measured["setting"] == setting)
-                                                    & ~measured["cache"]]["new_tokens"].max()),
+            "no-cache measured up to": n_real,
+            "speedup there (measured)": float(real.loc[n_real, "speedup"]),
+            f"speedup at n={n_max}": float(part.loc[n_max, "speedup"]),
+            f"n={n_max} no-cache time": "fit" if bool(part.loc[n_max, "no-cache extrapolated"]) else "measured",
+            "first measured n with speedup >= 1.5": str(int(over[0])) if len(over) else "not reached",
         })
     return pd.DataFrame(explain).set_index("setting")
+
+
+def same_work_gap(measured: pd.DataFrame, n: int = 1) -> pd.DataFrame:
+    """At ``n`` new tokens (n = 1: the same single forward pass in both modes), per setting: the ratio of the
+    medians (without / with cache) and the same ratio run by run over the rounds in which both points were timed
+    side by side (the first ``paired_runs`` samples), with its range and a verdict: ``cached slower in every
+    round`` (every ratio below 1), ``cached faster in every round`` (every ratio above 1) or ``either way``."""
+    rows = []
+    for setting, part in measured[measured["new_tokens"] == n].groupby("setting", sort=False):
+        cached, uncached = part[part["cache"]].iloc[0], part[~part["cache"]].iloc[0]
+        paired = min(int(cached["paired_runs"]), len(cached["samples"]), len(uncached["samples"]))
+        per_round = [u / c for u, c in zip(uncached["samples"][:paired], cached["samples"][:paired])]
+        low, high = min(per_round), max(per_round)
+        verdict = ("cached slower in every round" if high < 1 else "cached faster in every round" if low > 1
+                   else "either way")
+        rows.append({"setting": setting, "ratio of medians": float(uncached["time_s"] / cached["time_s"]),
+                     "rounds": paired, "per-round low": low, "per-round high": high, "verdict": verdict})
+    return pd.DataFrame(rows).set_index("setting")
+
+
+def _settings(names) -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def same_work_explanation(gap: pd.DataFrame) -> str:
+    """What :func:`same_work_gap`'s verdicts support, in sentences (the notebook prints them, the report quotes them)."""
+    def ranges(part):
+        return "; ".join(f"{s}: {r['per-round low']:.2f} to {r['per-round high']:.2f}" for s, r in part.iterrows())
+
+    sentences = []
+    either = gap[gap["verdict"] == "either way"]
+    slower = gap[gap["verdict"] == "cached slower in every round"]
+    faster = gap[gap["verdict"] == "cached faster in every round"]
+    if len(either):
+        sentences.append(f"In the {_settings(either.index)} setting{'s' if len(either) > 1 else ''} the ratio of the "
+                         f"runs taken side by side goes both ways ({ranges(either)}): the gap does not keep its sign "
+                         "from one round to the next, so it is timing noise.")
+    if len(slower):
+        sentences.append(f"In the {_settings(slower.index)} setting{'s' if len(slower) > 1 else ''} the cached run "
+                         f"is the slower one in every round ({ranges(slower)}), consistent with the small fixed cost "
+                         "of the cache itself (creating it and storing the prompt's keys and values).")
+    if len(faster):
+        sentences.append(f"In the {_settings(faster.index)} setting{'s' if len(faster) > 1 else ''} the cached run "
+                         f"is the faster one in every round ({ranges(faster)}); the work is the same, so no cost of "
+                         "either mode explains it: it is a timing artefact of this run, within the bound checked "
+                         "below.")
+    return " ".join(sentences)
+
+
+def cached_slope_resamples(measured: pd.DataFrame, setting: str, *, resamples: int = 2000,
+                           seed: int = 0) -> np.ndarray:
+    """Bootstrap of a setting's cached per-token cost (seconds, the slope of the linear fit): each resample draws
+    every cached point's runs with replacement, takes their median and refits."""
+    part = measured[(measured["setting"] == setting) & measured["cache"]].sort_values("new_tokens")
+    rng = np.random.default_rng(seed)
+    lengths = part["new_tokens"].to_numpy()
+    slopes = np.empty(resamples)
+    for i in range(resamples):
+        medians = [float(np.median(rng.choice(samples, size=len(samples)))) for samples in part["samples"]]
+        slopes[i] = fit_growth(lengths, medians, degree=1)[1]
+    return slopes
+
+
+def per_token_difference(measured: pd.DataFrame, fits: dict, a: str, b: str, same_model: tuple[str, str], *,
+                         level: float = 0.9, resamples: int = 2000, seed: int = 0) -> dict:
+    """Do settings ``a`` and ``b`` differ in cached cost per token by more than the measurement resolves?
+
+    ``ratio``: a's per-token cost / b's (the fits' slopes), with a percentile bootstrap interval at ``level``
+    over the runs (:func:`cached_slope_resamples`). That interval only sees the scatter of runs within a sweep.
+    ``same_model`` names two settings of the SAME model (same weights per token, different prompts): how far
+    apart their per-token costs land, ``same_model_ratio`` (>= 1), is the spread between separate sweeps plus
+    whatever the longer context adds to a step (small for the CPU profile's few hundred tokens; with a 32k prompt
+    it is real, which only makes this test more conservative). ``resolved`` is True only when the interval
+    excludes 1 AND the ratio is further from 1 than ``same_model_ratio``."""
+    slope = {s: fits[s, True][1] for s in (a, b, *same_model)}
+    ratio = slope[a] / slope[b]
+    boot = (cached_slope_resamples(measured, a, resamples=resamples, seed=seed)
+            / cached_slope_resamples(measured, b, resamples=resamples, seed=seed + 1))
+    tail = (1 - level) / 2 * 100
+    low, high = (float(v) for v in np.percentile(boot, [tail, 100 - tail]))
+    c, d = same_model
+    same = max(slope[c], slope[d]) / min(slope[c], slope[d])
+    resolved = (low > 1 or high < 1) and max(ratio, 1 / ratio) > same
+    return {"ratio": ratio, "low": low, "high": high, "level": level, "same_model_ratio": same,
+            "resolved": bool(resolved)}
 
 
 def weight_costs(model) -> dict:

@@ -168,6 +168,7 @@ class GraphedSteps:
     def _capture(self, k: int):
         """Warm up on a side stream, then capture the width-``k`` step (its writes land on slots the real call
         overwrites, and the device lengths are restored after each run)."""
+        self._sync()  # the device lengths must be the cache's (a reset left the last generation's): slots in range
         tokens = torch.zeros(self.cache.batch_size, k, dtype=torch.long, device=self.cache.device)
         saved = self.lengths.clone()
         stream = torch.cuda.Stream()

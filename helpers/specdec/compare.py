@@ -230,16 +230,21 @@ def method_specs(gammas, adaptive, static_shapes, dynamic, *, ngram: int, num_dr
 
 
 def cost_model(rows, costs: dict) -> pd.DataFrame:
-    """Per method (pooled over prompts): τ predicted from the measured per-depth acceptance (Eq. 4 for trees),
-    the round's cost from the measured forwards (:func:`round_cost`), Eq. 5's predicted decode speedup, and the
-    measured decode speedup (prefill excluded on both sides, as Eq. 5 models)."""
+    """Per method (pooled over prompts): the measured τ, the round's cost from the measured forwards
+    (:func:`round_cost`), Eq. 5's predicted decode speedup from them, and the measured decode speedup (prefill
+    excluded on both sides, as Eq. 5 models).
+
+    τ is fed in as measured, not predicted: Eq. 4 generalised with the measured per-depth acceptance
+    (:func:`expected_tau` of :func:`depth_acceptance`, kept in ``acceptance_by_depth``) reproduces it exactly
+    (Σ_d P(accepted ≥ d) is the mean accepted count), so it would predict nothing. What this table tests is the
+    round-cost half of Eq. 5: whether τ tokens for the price of the measured draft and verify forwards give the
+    measured speed."""
     frame = pd.DataFrame(rows)
     ar = frame[frame.method == "ar"]
     ar_decode = (ar.seconds - ar.prefill_s).sum()
     out = []
     for label, group in frame[frame.method != "ar"].groupby("label", sort=False):
         accepted = [a for per in group.accepted_per_round for a in per]
-        rates = depth_acceptance(accepted)
         nodes = (group.nodes * group.rounds).sum() / group.rounds.sum()
         spec = group.spec.iloc[0]
         draft, verify = round_cost(spec, costs, nodes)
@@ -248,21 +253,116 @@ def cost_model(rows, costs: dict) -> pd.DataFrame:
             # positions, so average it over the rounds rather than take it at the mean count
             per_round = [n for per in group.depth_per_round for n in per]
             verify = float(np.mean([round_cost(spec, costs, n)[1] for n in per_round]))
-        tau_model = expected_tau(rates)
-        out.append({"label": label, "method": spec["method"], "nodes": nodes,
-                    "tau": group.new_tokens.sum() / group.rounds.sum(), "tau_model": tau_model,
+        tau = group.new_tokens.sum() / group.rounds.sum()
+        out.append({"label": label, "method": spec["method"], "nodes": nodes, "tau": tau,
                     "draft_cost": draft, "verify_cost": verify,
-                    "predicted": predicted_speedup(tau_model, [draft], verify),
+                    "predicted": predicted_speedup(tau, [draft], verify),
                     "measured": ar_decode / (group.seconds - group.prefill_s).sum(),
-                    "acceptance_by_depth": rates})
+                    "acceptance_by_depth": depth_acceptance(accepted)})
     table = pd.DataFrame(out)
     table["error_pct"] = 100 * (table.predicted / table.measured - 1)
     return table
 
 
+DRAFT_MODEL_METHODS = ("linear", "adaptive", "static", "dynamic")
+
+
+def cost_model_agreement(table: pd.DataFrame) -> dict:
+    """How far Eq. 5 (:func:`cost_model`) can be trusted to RANK the methods, from its own table.
+
+    ``by_family``: mean predicted/measured per method family; ``family_spread``: the largest of those over the
+    smallest (1: every family mispredicted by the same factor, so the errors cancel in a ranking);
+    ``rank_corr``: Spearman correlation of predicted and measured speedups over all methods; ``top_predicted``:
+    the draft-model method (linear, adaptive, static, dynamic) Eq. 5 puts first, with ``top_measured_rank``
+    its measured rank among the ``draft_model_methods`` of them (1 = fastest) and ``top_measured`` the one
+    measured fastest."""
+    if table.empty:
+        raise ValueError("an empty cost-model table")
+    ratio = table.predicted / table.measured
+    by_family = ratio.groupby(table.method, sort=False).mean()
+    ranks = table[["predicted", "measured"]].rank()
+    rank_corr = float(ranks.predicted.corr(ranks.measured)) if len(table) > 1 else float("nan")
+    models = table[table.method.isin(DRAFT_MODEL_METHODS)]
+    out = {"by_family": {family: float(value) for family, value in by_family.items()},
+           "family_spread": float(by_family.max() / by_family.min()), "rank_corr": rank_corr}
+    if len(models):
+        top = models.loc[models.predicted.idxmax()]
+        out.update({"top_predicted": top.label,
+                    "top_measured_rank": int(models.measured.rank(ascending=False, method="min")[top.name]),
+                    "draft_model_methods": len(models), "top_measured": models.loc[models.measured.idxmax()].label})
+    return out
+
+
+def context_coverage(prompt_ids, generated_ids, ngram: int = 3) -> dict:
+    """How much of an output its context contains: the share of generated tokens that continue an n-gram seen
+    before them. Token t_i counts when the ``ngram`` tokens before it followed by t_i (``ngram`` + 1 tokens)
+    occur in the prompt (``"prompt"``), or in the prompt or the output before t_i (``"context"``: the text prompt
+    lookup searches; a continuation that repeats its own earlier lines scores here, not in ``"prompt"``)."""
+    if isinstance(ngram, bool) or not isinstance(ngram, int) or ngram < 1:
+        raise ValueError(f"ngram (tokens before the continued token) must be an int >= 1, got {ngram!r}")
+    prompt = [int(t) for t in prompt_ids]
+    out = [int(t) for t in generated_ids]
+    if not out:
+        raise ValueError("no generated tokens to measure")
+    seq, k = prompt + out, ngram + 1
+    in_prompt = {tuple(prompt[j:j + k]) for j in range(len(prompt) - k + 1)}
+    seen = set(in_prompt)
+    from_prompt = from_context = 0
+    for i in range(len(prompt), len(seq)):
+        if i < ngram:
+            continue
+        gram = tuple(seq[i - ngram:i + 1])
+        from_prompt += gram in in_prompt
+        from_context += gram in seen
+        seen.add(gram)  # the context of every later token contains it
+    return {"prompt": from_prompt / len(out), "context": from_context / len(out)}
+
+
+def greedy_continuation(model, tokenizer, new_tokens: int):
+    """A callable text -> the text ``model`` writes after it (greedy, exactly ``new_tokens`` tokens, EOS ignored):
+    the ``continuation`` of :func:`helpers.prompts.in_context_prompts`."""
+    device = next(model.parameters()).device
+
+    def continue_text(text: str) -> str:
+        ids = tokenizer(text, return_tensors="pt")["input_ids"].to(device)
+        tokens = autoregressive_generate(model, ids, new_tokens, eos_token_id=-1).tokens
+        return tokenizer.decode([int(t) for t in tokens.reshape(-1)])
+
+    return continue_text
+
+
+def per_prompt_speedup(rows, label: str) -> pd.Series:
+    """Speedup over AR of the method ``label`` on each prompt (by ``id``) of :func:`compare_methods`'s rows."""
+    frame = pd.DataFrame(rows)
+    ar = frame[frame.method == "ar"].set_index("id").seconds
+    own = frame[frame.label == label].set_index("id").seconds
+    if own.empty:
+        raise ValueError(f"no rows for {label!r}")
+    return (ar.loc[own.index] / own).rename(label)
+
+
+def first_choice_calibration(rounds) -> dict:
+    """How the draft's probability compares with the target's agreement, from verified trees
+    (``tree_generate(..., record_rounds=True).rounds``): at every node of each round's accepted path, the draft's
+    first choice among that node's children, its draft probability (``scores`` are cumulative log-probabilities)
+    and whether the target took it. Returns ``mean_probability``, ``accepted_rate`` and ``tested`` (how many)."""
+    probs, hits = [], []
+    for tree in rounds:
+        for depth, node in enumerate(tree.path):
+            children = [child for child, parent in enumerate(tree.parents) if parent == node]
+            if not children:
+                continue
+            first = max(children, key=lambda child: tree.scores[child])
+            probs.append(float(np.exp(tree.scores[first] - tree.scores[node])))
+            hits.append(depth + 1 < len(tree.path) and tree.path[depth + 1] == first)
+    if not probs:
+        raise ValueError("no verified node with children: record rounds of a tree generation")
+    return {"mean_probability": float(np.mean(probs)), "accepted_rate": float(np.mean(hits)), "tested": len(probs)}
+
+
 def copied_prefix(tokenizer, case: dict, generated) -> tuple[int, int]:
     """(tokens of ``generated`` that equal the start of ``case["reference"]``, reference length in tokens): how
-    far the model re-emits the text a grounded prompt asks it to copy before it diverges. The reference is
+    far the model re-emits the text a grounded or in-context prompt holds for it before it diverges. The reference is
     tokenised in context (prompt + reference) so that a merge across the boundary does not misalign it."""
     prompt = tokenizer(case["prompt"])["input_ids"]
     full = tokenizer(case["prompt"] + case["reference"])["input_ids"]

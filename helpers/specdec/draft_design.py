@@ -61,10 +61,22 @@ def _alpha_with_interval(per_gamma: list[dict]) -> dict:
             "alpha_wilson_low": wilson_low, "alpha_wilson_high": wilson_high, "prompts": len(by_prompt)}
 
 
+def best_at_edge(best_gamma: int, gammas) -> bool:
+    """Whether the best gamma of a sweep lies at its edge, so that a larger (or, for a sweep that does not start at
+    gamma = 1, a smaller) gamma might be faster still: the largest gamma swept, or the smallest when it is above 1."""
+    gammas = sorted(int(g) for g in gammas)
+    if best_gamma not in gammas:
+        raise ValueError(f"gamma {best_gamma} is not in the sweep {gammas}")
+    return best_gamma == gammas[-1] or (best_gamma == gammas[0] and gammas[0] > 1)
+
+
 def design_table(rows, card_models: dict, *, eq5_gammas=range(1, 13)) -> pd.DataFrame:
     """One row per draft: shape and card figures (``card_models``: name -> the training card's entry), alpha with
     intervals, the costs in ms and as ratios, the measured best gamma and its speedup, and the Eq. 5 optimum
-    gamma from the measured alpha, c_round and a line through the measured T_V(gamma)/T_T."""
+    gamma from the measured alpha, c_round and a line through the measured T_V(gamma)/T_T.
+
+    ``best_at_edge`` flags a measured best gamma at the edge of the sweep (:func:`best_at_edge`): the true
+    optimum may lie outside it, so it is no point of comparison for Eq. 5's."""
     out = []
     for row in rows:
         name, costs, per_gamma = row["draft"], row["costs"], row["per_gamma"]
@@ -85,6 +97,7 @@ def design_table(rows, card_models: dict, *, eq5_gammas=range(1, 13)) -> pd.Data
             "T_T_ms": 1e3 * T_T, "T_D_ms": 1e3 * costs["T_D"], "T_D_round_ms": 1e3 * c_round * T_T,
             "c": costs["T_D"] / T_T, "c_round": c_round,
             "best_gamma": int(best["gamma"]), "speedup": float(best["speedup"]),
+            "best_at_edge": best_at_edge(int(best["gamma"]), [int(g["gamma"]) for g in per_gamma]),
             "eq5_at_best": float(best["eq5"]), "eq5_gamma": int(eq5_gamma), "eq5_speedup": float(eq5_speedup),
             "identical": all(g["identical_to_ar"] for g in per_gamma),
         })

@@ -17,7 +17,7 @@ rollback of the target cache by length, one host sync per round.
   ``adaptive=True`` the length adapts per round instead: it starts at ``num_draft``, grows by one after a round
   whose drafts were all accepted, and after a rejection halves, but not below ``accepted + 1``. Fixed is the
   default because it measured faster on the CPU pair (greedy, interleaved: 2.2-2.3x vs 2.0x over AR on
-  input-grounded prompts, 1.76x vs 1.60x on open-ended code): verifying more drafts costs little there
+  copy-task prompts, 1.76x vs 1.60x on open-ended code): verifying more drafts costs little there
   (T_V(8)/T_T = 1.6 against T_V(1)/T_T = 1.2), while a shortened draft forfeits the tokens a good match
   would have given after a rejection.
 * **No match, no draft.** A round without a match is a plain decode step: one single-token forward over the

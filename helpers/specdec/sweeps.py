@@ -403,23 +403,120 @@ def pair_optimum(frame) -> dict:
 EXPECTED_SOURCE_ORDER = ("data", "code", "docstring", "prose")  # most to least predictable, as notebook 07 argues
 
 
-def source_claims(by_source) -> dict:
+def correlation_word(rho: float) -> str:
+    """A (rank) correlation in words, for prose that must follow the number: "strong" (|rho| >= 0.7), "moderate"
+    (>= 0.4), "weak" (>= 0.2), else "no clear" (also for nan); "negative" is added below zero."""
+    if rho != rho or abs(rho) < 0.2:
+        return "no clear"
+    word = "strong" if abs(rho) >= 0.7 else "moderate" if abs(rho) >= 0.4 else "weak"
+    return word if rho > 0 else f"{word} negative"
+
+
+def _spearman(x, y) -> float:
+    x, y = pd.Series(np.asarray(x, dtype=float)), pd.Series(np.asarray(y, dtype=float))
+    return float(x.corr(y, method="spearman")) if len(x) > 2 else float("nan")
+
+
+def _overlap(low_a, high_a, low_b, high_b) -> bool:
+    return bool(low_a <= high_b and low_b <= high_a)
+
+
+def source_claims(by_source, per_prompt=None) -> dict:
     """The checks behind notebook 07's per-source prose, on a :func:`source_breakdown` frame (fastest first):
     the expected and the measured order of alpha, the fastest and slowest source, whether their speedup (and alpha)
-    intervals are separated, the correlation of alpha and speedup over sources (nan for two or fewer), and for how
-    many sources the Wilson interval is narrower than the bootstrap over prompts."""
+    intervals are separated, the correlation of alpha and speedup over sources (Pearson ``correlation`` and Spearman
+    ``rank_correlation``; nan for two or fewer), whether alpha and speedup rank the sources alike (``same_order``),
+    how many of the ``source_pairs`` pairs of sources have overlapping speedup intervals (``overlapping_pairs``), and
+    for how many sources the Wilson interval is narrower than the bootstrap over prompts.
+
+    With ``per_prompt`` (the row's list, see the module docstring) also the same question prompt by prompt, where
+    there are enough points to answer it: ``prompts`` (those with at least one acceptance test), the Spearman
+    correlation of a prompt's speedup with its alpha (``prompt_alpha_rho``) and with its length in tokens
+    (``prompt_length_rho``), and the partial rank correlation with length at a given alpha
+    (``prompt_length_partial_rho``)."""
     expected = [s for s in EXPECTED_SOURCE_ORDER if s in by_source.index]
     fast, slow = by_source.index[0], by_source.index[-1]
-    return {
+    sources = list(by_source.index)
+    pairs = [(a, b) for i, a in enumerate(sources) for b in sources[i + 1:]]
+    overlapping = sum(_overlap(by_source.loc[a, "speedup_low"], by_source.loc[a, "speedup_high"],
+                               by_source.loc[b, "speedup_low"], by_source.loc[b, "speedup_high"]) for a, b in pairs)
+    claims = {
         "expected": expected,
         "measured_order": [s for s in by_source.sort_values("alpha", ascending=False).index if s in expected],
         "fast": fast, "slow": slow,
         "separated": bool(by_source.loc[fast, "speedup_low"] > by_source.loc[slow, "speedup_high"]),
         "alpha_separated": bool(by_source.loc[fast, "alpha_low"] > by_source.loc[slow, "alpha_high"]),
         "correlation": by_source["alpha"].corr(by_source["speedup"]) if len(by_source) > 2 else float("nan"),
+        "rank_correlation": _spearman(by_source["alpha"], by_source["speedup"]),
+        "same_order": list(by_source.sort_values("alpha", ascending=False).index) == sources,
+        "overlapping_pairs": int(overlapping), "source_pairs": len(pairs),
         "wilson_narrower": int(((by_source["alpha_wilson_high"] - by_source["alpha_wilson_low"])
                                 < (by_source["alpha_high"] - by_source["alpha_low"])).sum()),
     }
+    if per_prompt is not None:
+        frame = pd.DataFrame(list(per_prompt))
+        frame = frame[(frame["accepted"] + frame["rejections"]) > 0]
+        alpha = frame["accepted"] / (frame["accepted"] + frame["rejections"])
+        speedup = frame["ar_time_s"] / frame["time_s"]
+        r_sa, r_sl = _spearman(speedup, alpha), _spearman(speedup, frame["prompt_tokens"])
+        r_al = _spearman(alpha, frame["prompt_tokens"])
+        partial = (r_sl - r_sa * r_al) / np.sqrt((1 - r_sa ** 2) * (1 - r_al ** 2)) if abs(r_sa) < 1 and abs(
+            r_al) < 1 else float("nan")
+        claims.update(prompts=len(frame), prompt_alpha_rho=r_sa, prompt_length_rho=r_sl,
+                      prompt_length_partial_rho=float(partial))
+    return claims
+
+
+def cost_check(frame) -> tuple[pd.DataFrame, dict]:
+    """What notebook 07's Eq. 5 terms were measured under, per pair of a :func:`select_sweep` frame, and the checks
+    behind its prose about them.
+
+    The table (one row per pair): the runtime, the prompt whose cached context the costs were timed on (the row's
+    ``cost_prompt``: the median-length prompt of the sweep; older rows: its first prompt), when the pair was measured, ``T_T``, ``T_D`` and ``T_V`` at the smallest gamma (ms), c and
+    T_V/T_T there, the AR generation's own time per token (its whole run, prefill included, ms), and how many of the
+    pair's rows lie above and below Eq. 5's prediction.
+
+    The claims: ``shared_targets`` (targets with two or more pairs, each pair with its own cost measurement);
+    ``same_conditions`` (their pairs' costs ran on the same runtime and the same context prompt); ``tt_spread`` and
+    ``tv_spread`` (largest relative spread, max/min - 1, of one target's T_T and of its T_V at the smallest gamma
+    across its pairs; nan without a shared target); ``above``, ``below`` and ``rows`` (Eq. 5 sides over all rows);
+    ``sides_by_pair`` (every pair's rows lie on one side of Eq. 5); ``low_tt_above`` (for every shared target, its
+    pair with the lowest T_T has the most rows above Eq. 5: a T_T timed low inflates c and T_V/T_T, so Eq. 5 comes
+    out too low); ``tt_over_ar_step`` (the pairs whose isolated T_T exceeds the AR generation's whole time per
+    token, which includes the prefill: a T_T timed in a slow phase)."""
+    out = []
+    for pair, group in frame.groupby("pair", observed=True, sort=False):
+        first = group.sort_values("gamma").iloc[0]
+        out.append({
+            "pair": str(pair), "target": first["target"], "draft": first["draft"], "runtime": first.get("runtime"),
+            "cost prompt": first["cost_prompt"] if isinstance(first.get("cost_prompt"), str)
+            else list(first["prompt_ids"])[0],  # rows before the cost_prompt column: the sweep's first prompt
+            "stored at": str(group["timestamp"].min()) if "timestamp" in group else None,
+            "T_T (ms)": 1e3 * first["T_T_s"], "T_D (ms)": 1e3 * first["T_D_s"], "gamma": int(first["gamma"]),
+            "T_V (ms)": 1e3 * first["T_V_s"], "c": first["c"], "T_V/T_T": first["verify_ratio"],
+            "AR ms/token": 1e3 / first["ar_tokens_per_s"],
+            "above Eq. 5": int((group["speedup"] > group["eq5"]).sum()),
+            "below Eq. 5": int((group["speedup"] < group["eq5"]).sum()),
+        })
+    table = pd.DataFrame(out)
+    claims = {"above": int(table["above Eq. 5"].sum()), "below": int(table["below Eq. 5"].sum()),
+              "rows": len(frame), "shared_targets": [], "same_conditions": True,
+              "tt_spread": float("nan"), "tv_spread": float("nan"), "low_tt_above": True,
+              "sides_by_pair": bool(((table["above Eq. 5"] == 0) | (table["below Eq. 5"] == 0)).all()),
+              "tt_over_ar_step": list(table.loc[table["T_T (ms)"] > table["AR ms/token"], "pair"])}
+    for target, group in table.groupby("target", sort=False):
+        if len(group) < 2:
+            continue
+        claims["shared_targets"].append(target)
+        claims["same_conditions"] &= bool(group["runtime"].nunique() == 1 and group["cost prompt"].nunique() == 1
+                                          and group["gamma"].nunique() == 1)
+        claims["tt_spread"] = np.nanmax([claims["tt_spread"], group["T_T (ms)"].max() / group["T_T (ms)"].min() - 1])
+        claims["tv_spread"] = np.nanmax([claims["tv_spread"], group["T_V (ms)"].max() / group["T_V (ms)"].min() - 1])
+        claims["low_tt_above"] &= bool(group.loc[group["T_T (ms)"].idxmin(), "above Eq. 5"]
+                                       == group["above Eq. 5"].max())
+    claims["tt_spread"], claims["tv_spread"] = float(claims["tt_spread"]), float(claims["tv_spread"])
+    claims["low_tt_above"] = bool(claims["low_tt_above"] and claims["shared_targets"])
+    return table, claims
 
 
 def source_table(by_source):

@@ -2,16 +2,18 @@
 
 One interleaved run per workload (greedy, EOS ignored so every method emits the same tokens): AR, linear γ,
 adaptive γ, static and dynamic trees, prompt lookup — on held-out open-ended prompts (continuation of code,
-docstrings, prose) and on input-grounded prompts (the continuation is in the prompt). Prints τ and the speedup of
-every method per workload, and returns the headline figures (best linear, best static and dynamic tree, PLD).
+docstrings, prose) and on in-context prompts (the target's own continuation is in the prompt verbatim,
+helpers.prompts.in_context_prompts). Prints τ and the speedup of every method per workload, and returns the
+headline figures (best linear, best static and dynamic tree, PLD).
 """
 from __future__ import annotations
 
 import torch
 
 from helpers.models import load_cpu_model, load_cpu_tokenizer
-from helpers.prompts import encode_prompts, grounded_prompts, load_prompts, select_prompts
-from helpers.specdec.compare import best_of, compare_methods, summarise_methods, tau_against_linear
+from helpers.prompts import encode_prompts, in_context_prompts, load_prompts, select_prompts
+from helpers.specdec.compare import (best_of, compare_methods, greedy_continuation, summarise_methods,
+                                     tau_against_linear)
 
 DEFAULT_SPECS = (
     [{"method": "ar"}]
@@ -26,7 +28,9 @@ DEFAULT_SPECS = (
 def add_arguments(parser) -> None:
     parser.add_argument("--draft", default="draft-2l", help="CPU pair draft: 'draft' (1 layer) or 'draft-2l'")
     parser.add_argument("--prompts", type=int, default=6, help="open-ended prompts (data/prompts.jsonl, every source)")
-    parser.add_argument("--grounded", type=int, default=6, help="input-grounded prompts (helpers.prompts.grounded_prompts)")
+    parser.add_argument("--grounded", type=int, default=6,
+                        help="in-context prompts: the target's own continuation is in the prompt "
+                             "(helpers.prompts.in_context_prompts)")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt")
     parser.add_argument("--repeats", type=int, default=2, help="interleaved runs per method and prompt; the fastest is kept")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (recorded in the output)")
@@ -63,7 +67,8 @@ def run(args) -> dict:
     tokenizer = load_cpu_tokenizer()
     workloads = {
         "open-ended": encode_prompts(tokenizer, select_prompts(load_prompts("cpu"), args.prompts), "cpu"),
-        "grounded": encode_prompts(tokenizer, grounded_prompts(tokenizer, args.grounded), "cpu"),
+        "in-context": encode_prompts(tokenizer, in_context_prompts(
+            tokenizer, args.grounded, greedy_continuation(target, tokenizer, args.max_new_tokens)), "cpu"),
     }
     figures = {"threads": torch.get_num_threads(), "draft": args.draft, "max_new_tokens": args.max_new_tokens}
     print(f"threads: {torch.get_num_threads()}")

@@ -140,8 +140,9 @@ def sweep_figure(summary, title: str = ""):
     return fig
 
 
-def workload_figure(summaries: dict):
-    """Best configuration of each family per workload (speedup over AR, τ printed on the bar)."""
+def workload_figure(summaries: dict, labels: dict | None = None):
+    """Best configuration of each family per workload (speedup over AR, τ printed on the bar); ``labels`` maps a
+    workload to its legend entry (default: its name)."""
     families = [f for f in FAMILY_COLOURS if f != "ar"]
     fig, ax = plt.subplots(figsize=(8, 3.4))
     width = 0.8 / len(summaries)
@@ -161,7 +162,7 @@ def workload_figure(summaries: dict):
     ax.set_ylabel("best speedup over AR")
     handles = [plt.Rectangle((0, 0), 1, 1, fc="grey", alpha=1.0 if i == 0 else 0.55, hatch=None if i == 0 else "//")
                for i in range(len(summaries))]
-    ax.legend(handles, list(summaries), fontsize=7, loc="upper left")
+    ax.legend(handles, [(labels or {}).get(name, name) for name in summaries], fontsize=7, loc="upper left")
     fig.tight_layout()
     return fig
 

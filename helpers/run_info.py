@@ -1,0 +1,140 @@
+"""Which machine and which run a profile's results come from, and one quantity every notebook measures: the CPU
+target's decode step, side by side with the conditions that make it differ.
+
+``python -m helpers.run_all`` writes ``report/generated/<profile>/00_run_info.numbers.tex`` (the report's first
+page names the machine and says whether every row came from one run) and the table ``00_step_times`` from here.
+A measuring run of :mod:`helpers.run_all` sets ``WORKBOOK_RUN_ID`` so that every row records its run
+(:func:`helpers.results.run_metadata`).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from helpers import paths
+
+TARGET = "cpu-pair/target"
+SAME_TOLERANCE = 1.35  # max/min of step times measured under the same conditions that still counts as agreeing
+
+
+def read_all(profile: str) -> dict[str, list[dict]]:
+    """Every ok row of the profile by result file (latest row per configuration)."""
+    rows = {}
+    for path in sorted(paths.results_dir(profile, create=False).glob("*.jsonl")):
+        latest = {}
+        for line in path.read_text().splitlines():
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                latest[row.get("config_key")] = row
+        rows[path.stem] = [r for r in latest.values() if r.get("status") == "ok"]
+    return rows
+
+
+def machine_summary(rows: dict[str, list[dict]]) -> dict:
+    """Devices, thread counts, runs and dates over every row: what the report's first page states."""
+    flat = [r for file_rows in rows.values() for r in file_rows]
+    stamps = sorted(r["timestamp"][:10] for r in flat if r.get("timestamp"))
+    runs = sorted({str(r.get("run_id")) for r in flat})
+    return {
+        "devices": sorted({str(r.get("device_name")) for r in flat}),
+        "threads": sorted({int(r["threads"]) for r in flat if r.get("threads") is not None}),
+        "runs": runs,
+        "one_run": len(runs) == 1 and runs[0] != "None",
+        "first_day": stamps[0] if stamps else "",
+        "last_day": stamps[-1] if stamps else "",
+        "rows": len(flat),
+        "files": len(rows),
+    }
+
+
+def _step(notebook, what, seconds, runtime, batch, context, row) -> dict:
+    return {"notebook": notebook, "what": what, "ms": 1e3 * float(seconds), "runtime": runtime, "batch": int(batch),
+            "context": int(context), "threads": row.get("threads"), "run": row.get("run_id")}
+
+
+def target_step_times(rows: dict[str, list[dict]]) -> pd.DataFrame:
+    """The CPU target's one-token decode step as each notebook measured it, with its conditions."""
+    found = []
+    for row in rows.get("04_kv_cache_implementation", []):
+        if row.get("experiment") == "step_cost_vs_position" and row.get("model") == TARGET:
+            for position, seconds in zip(row["cached_positions"], row["cached_s"]):
+                if position == 64:
+                    found.append(_step("04", "cached step at position 64", seconds, "minimal", 1, 64, row))
+    for row in rows.get("06_forward_pass_scaling", []):
+        if row.get("measure") == "verify" and row.get("model") == TARGET and row.get("new_tokens") == 1:
+            found.append(_step("06", "verify of 1 token", row["time_s_mean"], "transformers", 1, row["prefix_len"], row))
+    for row in rows.get("07_speculative_decoding", []):
+        if row.get("target") == TARGET and row.get("T_T_s") and row.get("gamma") == min(
+                r["gamma"] for r in rows["07_speculative_decoding"] if r.get("draft") == row.get("draft")):
+            found.append(_step("07", f"T_T (pair with {row['draft'].split('/')[-1]})", row["T_T_s"],
+                               row.get("runtime", "minimal"), 1, row.get("context_len", 64), row))
+    for row in rows.get("09_speedup_analysis", []):
+        if row.get("target") == TARGET and row.get("kind") == "costs":
+            found.append(_step("09", "T_T", row["T_T"], row.get("runtime", "minimal"), 1, row["context_len"], row))
+        if row.get("target") == TARGET and row.get("kind") == "batched":
+            found.append(_step("09", f"T_T at batch {row['batch_size']}", row["T_T"], "minimal, ragged batch",
+                               row["batch_size"], row["prompt_len"], row))
+    for row in rows.get("10_tree_and_lookup_decoding", []):
+        if row.get("kind") == "costs" and row.get("T_T"):
+            found.append(_step("10", "T_T", row["T_T"], row.get("runtime", "minimal"), 1, row["context_len"], row))
+    return pd.DataFrame(found)
+
+
+def explain(steps: pd.DataFrame) -> pd.DataFrame:
+    """Each step time against the batch-1 minimal-runtime median: the ratio, and which condition explains a
+    difference beyond :data:`SAME_TOLERANCE` (runtime, batch, threads, run); ``unexplained`` where none does."""
+    if steps.empty:
+        return steps
+    steps = steps.copy()
+    base = steps[(steps["runtime"] == "minimal") & (steps["batch"] == 1)]
+    reference = base["ms"].median() if len(base) else steps["ms"].median()
+    reference_threads = base["threads"].mode().iloc[0] if len(base) else None
+    runs = steps["run"].map(str)
+    reference_run = runs[base.index].mode().iloc[0] if len(base) else None
+    steps["vs reference"] = steps["ms"] / reference
+    reasons = []
+    for index, row in steps.iterrows():
+        ratio = row["vs reference"]
+        if 1 / SAME_TOLERANCE <= ratio <= SAME_TOLERANCE:
+            reasons.append("agrees")
+        elif row["runtime"] != "minimal" and ratio > 1:  # the generic runtimes carry more overhead, never less
+            reasons.append(f"{row['runtime']} runtime")
+        elif row["batch"] != 1 and ratio > 1:  # a step of B rows does B rows' work
+            reasons.append(f"batch {row['batch']}")
+        elif reference_threads is not None and row["threads"] != reference_threads:
+            reasons.append(f"{row['threads']} threads")
+        elif reference_run is not None and str(row["run"]) != reference_run:
+            reasons.append("another run")
+        else:
+            reasons.append("unexplained")
+    steps["why"] = reasons
+    return steps
+
+
+def write(profile: str) -> dict:
+    """Write ``00_run_info.numbers.tex`` and the table ``00_step_times``; return the summary (printed by run_all)."""
+    from helpers import tables
+
+    rows = read_all(profile)
+    summary = machine_summary(rows)
+    steps = explain(target_step_times(rows))
+    summary["unexplained"] = int((steps["why"] == "unexplained").sum()) if len(steps) else 0
+    numbers = {"machine": ", ".join(summary["devices"]), "threads": ", ".join(map(str, summary["threads"])),
+               "one_run": "in one run" if summary["one_run"] else (
+                   "in runs that recorded no run id" if summary["runs"] == ["None"] else
+                   f"in {len(summary['runs'])} runs"),
+               "first_day": summary["first_day"], "last_day": summary["last_day"], "rows": summary["rows"],
+               "files": summary["files"]}
+    tables.write_numbers("00_run_info", profile, numbers)
+    if len(steps):
+        tables.write_table(steps[["notebook", "what", "ms", "runtime", "batch", "context", "threads", "vs reference",
+                                  "why"]], "00_step_times", profile, float_format="{:.3g}",
+                           caption="The CPU target's decode step as each notebook measured it; vs reference: over "
+                                   "the median batch-1 step of the minimal runtime; why: the condition that explains "
+                                   f"a ratio outside 1/{SAME_TOLERANCE:g}-{SAME_TOLERANCE:g}")
+    return summary

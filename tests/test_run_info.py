@@ -1,0 +1,55 @@
+"""helpers.run_info: the machine and run behind a profile's rows, and the CPU target's step time across notebooks
+with the condition that explains each difference."""
+import json
+
+import pytest
+
+from helpers import paths, run_info
+
+
+def write_rows(root, name, rows):
+    folder = root / "results" / "p"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.jsonl").write_text("".join(json.dumps({"status": "ok", **r}) + "\n" for r in rows))
+
+
+@pytest.fixture
+def profile(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
+    common = {"threads": 1, "run_id": "r1", "device_name": "CPU X", "timestamp": "2026-11-26T07:00:00+00:00"}
+    write_rows(tmp_path, "09_speedup_analysis", [
+        {**common, "config_key": "a", "kind": "costs", "target": run_info.TARGET, "T_T": 0.010, "context_len": 64},
+        {**common, "config_key": "b", "kind": "batched", "target": run_info.TARGET, "T_T": 0.030, "batch_size": 8,
+         "prompt_len": 64}])
+    write_rows(tmp_path, "10_tree_and_lookup_decoding", [
+        {**common, "config_key": "c", "kind": "costs", "T_T": 0.011, "context_len": 7}])
+    write_rows(tmp_path, "06_forward_pass_scaling", [
+        {**common, "config_key": "d", "measure": "verify", "model": run_info.TARGET, "new_tokens": 1,
+         "prefix_len": 256, "time_s_mean": 0.004}])
+    return tmp_path
+
+
+def test_one_run_and_the_reason_for_each_difference(profile):
+    rows = run_info.read_all("p")
+    summary = run_info.machine_summary(rows)
+    assert summary["one_run"] and summary["threads"] == [1] and summary["devices"] == ["CPU X"]
+    steps = run_info.explain(run_info.target_step_times(rows)).set_index("what")
+    assert steps.loc["T_T", "why"].tolist() == ["agrees", "agrees"]
+    assert steps.loc["T_T at batch 8", "why"] == "minimal, ragged batch runtime"
+    # a generic runtime FASTER than the minimal one is not explained by the runtime: another machine or run is
+    assert steps.loc["verify of 1 token", "why"] == "unexplained"
+
+
+def test_write_states_the_machine_for_the_report(profile):
+    summary = run_info.write("p")
+    numbers = (paths.generated_dir("p") / "00_run_info.numbers.tex").read_text()
+    assert r"\wbset{one_run}{in one run}" in numbers and r"\wbset{machine}{CPU X}" in numbers
+    assert summary["unexplained"] == 1
+    assert (paths.generated_dir("p") / "00_step_times.tex").exists()
+
+
+def test_rows_record_the_run(monkeypatch):
+    from helpers.results import run_metadata
+
+    monkeypatch.setenv("WORKBOOK_RUN_ID", "cpu-test")
+    assert run_metadata(model_id="m", weights="none", dtype="float32", device="cpu", seed=0)["run_id"] == "cpu-test"
