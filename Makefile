@@ -33,7 +33,9 @@ test: $(STAMP)
 compat:
 	bash tools/compat.sh
 
+# trusted, the saved explorers render as they were left (untrusted, JupyterLab shows their text, "VBox(...)")
 lab: $(STAMP)
+	$(BIN)/jupyter trust notebooks/*.ipynb
 	$(BIN)/jupyter lab notebooks/
 
 clean-build:

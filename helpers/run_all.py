@@ -15,6 +15,8 @@ import argparse
 import os
 import shutil
 import subprocess
+import tempfile
+import uuid
 import sys
 import time
 from pathlib import Path
@@ -45,6 +47,26 @@ def notebooks(only: list[str] | None = None) -> list[Path]:
     return found
 
 
+def kernel_manager_class():
+    """jupyter_client's AsyncKernelManager over local IPC sockets instead of TCP: nothing leaves the machine, and
+    ipykernel no longer warns on every run that it is "running over TCP without encryption". TCP on Windows, which
+    has no IPC transport. (Imported lazily: helpers must import on a GPU machine without Jupyter.)"""
+    from jupyter_client import AsyncKernelManager
+
+    if os.name == "nt":
+        return AsyncKernelManager
+
+    class IPCKernelManager(AsyncKernelManager):
+        def __init__(self, **kwargs):
+            kwargs.setdefault("transport", "ipc")
+            # an absolute socket path: the kernel runs in the notebook's folder, the client in ours, and a relative
+            # one ("kernel-ipc", the default before a connection file exists) would name two different sockets
+            kwargs.setdefault("ip", os.path.join(tempfile.gettempdir(), f"wb-kernel-{uuid.uuid4().hex[:12]}-ipc"))
+            super().__init__(**kwargs)
+
+    return IPCKernelManager
+
+
 def execute(notebook: Path, params: dict, out_dir: Path, progress: bool = True) -> float:
     """Run one notebook with papermill; on failure, name the cell and the error and stop."""
     # Jupyter tooling is imported where it is used: helpers must import on a GPU machine without it
@@ -60,6 +82,7 @@ def execute(notebook: Path, params: dict, out_dir: Path, progress: bool = True) 
             str(out_dir / notebook.name),
             parameters={name: value for name, value in params.items() if name in declared},
             kernel_name="python3",
+            kernel_manager_class=kernel_manager_class(),
             cwd=str(paths.NOTEBOOKS_DIR),
             progress_bar=progress,
             report_mode=False,
@@ -84,7 +107,7 @@ def execute_in_place(notebook: Path) -> float:
     nb = nbformat.read(notebook, as_version=4)
     start = time.perf_counter()
     try:
-        NotebookClient(nb, kernel_name="python3", timeout=1800,
+        NotebookClient(nb, kernel_name="python3", timeout=1800, kernel_manager_class=kernel_manager_class(),
                        resources={"metadata": {"path": str(paths.NOTEBOOKS_DIR)}}).execute()
     except CellExecutionError as err:
         raise SystemExit(f"\nFAILED: {notebook.name}: {err}") from None

@@ -35,14 +35,19 @@ def read_all(profile: str) -> dict[str, list[dict]]:
     return rows
 
 
+BYTES_ONLY = {"01_gpu_memory_math"}  # result files that measure bytes, not time: their thread count is immaterial
+
+
 def machine_summary(rows: dict[str, list[dict]]) -> dict:
-    """Devices, thread counts, runs and dates over every row: what the report's first page states."""
+    """Devices, thread counts (of the files that time something), runs and dates over every row: what the report's
+    first page states."""
     flat = [r for file_rows in rows.values() for r in file_rows]
+    timed = [r for name, file_rows in rows.items() if name not in BYTES_ONLY for r in file_rows]
     stamps = sorted(r["timestamp"][:10] for r in flat if r.get("timestamp"))
     runs = sorted({str(r.get("run_id")) for r in flat})
     return {
         "devices": sorted({str(r.get("device_name")) for r in flat}),
-        "threads": sorted({int(r["threads"]) for r in flat if r.get("threads") is not None}),
+        "threads": sorted({int(r["threads"]) for r in timed if r.get("threads") is not None}),
         "runs": runs,
         "one_run": len(runs) == 1 and runs[0] != "None",
         "first_day": stamps[0] if stamps else "",

@@ -67,42 +67,52 @@ def _snapshot(pattern: str) -> dict:
 
 
 @pytest.fixture
-def lab(tmp_path):
-    """A running JupyterLab serving a copy of notebook 07: yields (base url, token); shut down afterwards."""
-    root, home = tmp_path / "lab", tmp_path / "jupyter"
-    root.mkdir()
-    shutil.copy(paths.NOTEBOOKS_DIR / NOTEBOOK, root / NOTEBOOK)
-    settings = home / "settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    # no "get Jupyter news?" toast and no update check: nothing to reach outside, nothing over the screenshot
-    (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
-                                                                          "checkForUpdates": False}))
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
-               JUPYTERLAB_SETTINGS_DIR=str(home / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"))
-    port, token = _free_port(), secrets.token_hex(16)
-    log = open(tmp_path / "jupyterlab.log", "w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-         "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-         "--ServerApp.terminals_enabled=False", "--LabApp.extension_manager=readonly"]  # nothing to reach outside
-        + (["--allow-root"] if os.geteuid() == 0 else []),  # containers and CI runners often run as root
-        env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
+def start_lab(tmp_path):
+    """A factory: start a JupyterLab serving copies of the given notebooks, trusted as ``make lab`` trusts them (the
+    saved explorers render only in a trusted notebook); returns (base url, token). Shut down afterwards."""
+    started = []
+
+    def start(*notebooks: str):
+        root, home = tmp_path / "lab", tmp_path / "jupyter"
+        root.mkdir()
+        for name in notebooks:
+            shutil.copy(paths.NOTEBOOKS_DIR / name, root / name)
+        settings = home / "settings" / "@jupyterlab" / "apputils-extension"
+        settings.mkdir(parents=True)
+        # no "get Jupyter news?" toast and no update check: nothing to reach outside, nothing over the screenshot
+        (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
+                                                                              "checkForUpdates": False}))
+        env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+                   JUPYTER_DATA_DIR=str(home / "data"), JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
+                   JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"))
+        subprocess.run([sys.executable, "-m", "jupyter", "trust", *[str(root / n) for n in notebooks]], env=env,
+                       check=True, capture_output=True)
+        port, token = _free_port(), secrets.token_hex(16)
+        log = open(tmp_path / "jupyterlab.log", "w")
+        server = subprocess.Popen(
+            [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+             f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+             f"--ServerApp.root_dir={root}", "--ServerApp.terminals_enabled=False",
+             "--LabApp.extension_manager=readonly"]  # nothing to reach outside
+            + (["--allow-root"] if os.geteuid() == 0 else []),  # containers and CI runners often run as root
+            env=env, stdout=log, stderr=subprocess.STDOUT)
+        started.append((server, log))
+        url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + SERVER_START_S
         while True:
             try:
                 with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2) as response:
                     if response.status == 200:
-                        break
+                        return url, token
             except OSError:
                 pass
             if server.poll() is not None or time.monotonic() > deadline:
                 log.flush()
                 pytest.fail(f"JupyterLab did not start:\n{(tmp_path / 'jupyterlab.log').read_text()[-3000:]}")
             time.sleep(0.5)
-        yield url, token
-    finally:
+
+    yield start
+    for server, log in started:
         server.terminate()  # the server shuts its kernels down
         try:
             server.wait(timeout=20)
@@ -110,6 +120,12 @@ def lab(tmp_path):
             server.kill()
             server.wait()
         log.close()
+
+
+@pytest.fixture
+def lab(start_lab):
+    """JupyterLab serving a copy of notebook 07: (base url, token)."""
+    return start_lab(NOTEBOOK)
 
 
 def _chrome():
@@ -206,3 +222,93 @@ def test_notebook_07_explorer_in_jupyterlab(browser_tools, lab, tmp_path):
     # the notebook wrote into the temporary output root, not into the repository
     assert written.exists() and written.stat().st_mtime_ns != written_before, f"notebook 07 did not write {written}"
     assert _snapshot("07_*") == before, "running notebook 07 in JupyterLab changed the repository's outputs"
+
+
+# notebooks with an explorer besides 07 (tested above with its own buttons): each is opened as a student opens it
+EXPLORER_NOTEBOOKS = ["04_kv_cache_implementation.ipynb", "05_continuous_batching.ipynb",
+                      "09_speedup_analysis.ipynb", "10_tree_and_lookup_decoding.ipynb"]
+
+
+def _explorers(driver):
+    """The explorers on the page: outermost widget boxes that hold a slider, dropdown or button."""
+    from selenium.webdriver.common.by import By
+
+    return [box for box in driver.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output .widget-vbox")
+            if box.find_elements(By.CSS_SELECTOR, ".widget-slider, .widget-dropdown, .widget-button")
+            and not box.find_elements(By.XPATH, "ancestor::div[contains(@class,'widget-vbox')]")]
+
+
+def _shown(explorer) -> str:
+    """What an explorer draws (its output areas and HTML panes), not its controls."""
+    from selenium.webdriver.common.by import By
+
+    return "".join(e.get_attribute("innerHTML") for e in explorer.find_elements(
+        By.CSS_SELECTOR, ".widget-output, .widget-html-content"))
+
+
+def _narrow_controls(explorer) -> list[str]:
+    """Controls a mouse cannot use: slider tracks or select boxes under 40 px wide (long labels squeeze them)."""
+    from selenium.webdriver.common.by import By
+
+    narrow = []
+    for selector in (".widget-slider .slider-container", ".widget-dropdown select", ".widget-inline-hbox select"):
+        for element in explorer.find_elements(By.CSS_SELECTOR, selector):
+            if element.size["width"] < 40:
+                label = element.find_element(By.XPATH, "ancestor::div[contains(@class,'widget-inline-hbox')][1]")
+                narrow.append(f"{label.text.strip()[:60]!r}: {element.size['width']} px")
+    return narrow
+
+
+@pytest.mark.parametrize("notebook", EXPLORER_NOTEBOOKS)
+def test_explorer_looks_finished_before_and_after_run_all(browser_tools, start_lab, tmp_path, notebook):
+    """Opened as ``make lab`` opens it: the saved explorer renders (not its ``VBox(...)`` text) and nothing is marked
+    unsaved; after Run > Run All Cells no cell shows an error, every control is wide enough to drag, and one change
+    redraws the explorer. Screenshots of both states go to the test's tmp_path."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    url, token = start_lab(notebook)
+    stem = notebook.split("_")[0]
+    driver = _chrome()
+    try:
+        driver.get(f"{url}/lab/tree/{notebook}?token={token}")
+        wait = WebDriverWait(driver, SERVER_START_S)
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, ".jp-NotebookPanel .jp-Cell")))
+        wait.until(ec.presence_of_element_located((By.XPATH, "//*[contains(@class,'jp-StatusBar')]"
+                                                             "//*[contains(normalize-space(), '| Idle')]")))
+        WebDriverWait(driver, 60).until(lambda d: _explorers(d))  # drawn from the saved widget state
+        fallbacks = [e.text[:80] for e in driver.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output")
+                     if e.text.lstrip().startswith(("VBox(", "HBox("))]
+        assert not fallbacks, f"saved explorers shown as text: {fallbacks}"
+        time.sleep(2)
+        assert not driver.find_elements(By.CSS_SELECTOR, ".lm-TabBar-tab.jp-mod-dirty"), "opening marked it unsaved"
+        driver.save_screenshot(str(tmp_path / f"explorer_{stem}_saved.png"))
+
+        _run_all_cells(driver)
+        WebDriverWait(driver, RUN_ALL_S).until(lambda d: not any(
+            p.text.strip() == "[*]:" for p in d.find_elements(By.CSS_SELECTOR, ".jp-InputPrompt")) and _explorers(d))
+        errors = driver.find_elements(By.CSS_SELECTOR, "[data-mime-type='application/vnd.jupyter.error']")
+        assert not errors, errors[0].text[:1000]
+        explorer = _explorers(driver)[-1]
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", explorer)
+        assert not _narrow_controls(explorer), _narrow_controls(explorer)
+
+        before = _shown(explorer)
+        handle = explorer.find_element(By.CSS_SELECTOR, ".widget-slider .noUi-handle")
+        handle.click()
+        handle.send_keys(Keys.ARROW_RIGHT)
+        for button in explorer.find_elements(By.CSS_SELECTOR, "button.widget-button"):
+            if button.text.strip() in ("Measure", "Generate"):
+                button.click()
+        WebDriverWait(driver, GENERATE_S).until(lambda d: _shown(explorer) != before)
+        time.sleep(1)
+        assert not driver.find_elements(By.CSS_SELECTOR, "[data-mime-type='application/vnd.jupyter.error']")
+        driver.save_screenshot(str(tmp_path / f"explorer_{stem}_changed.png"))
+        print(f"screenshots: {tmp_path}/explorer_{stem}_*.png")
+    except Exception:
+        driver.save_screenshot(str(tmp_path / "failure.png"))
+        raise
+    finally:
+        driver.quit()

@@ -159,7 +159,7 @@ def compare_policies(lengths, arrivals, *, batch_size: int, **kwargs) -> dict[st
 
 def occupancy_figure(runs: Mapping[str, dict], batch_size: int, arrivals: Sequence[float], unit: str = "s"):
     """Rows per decode step against time for each policy: computed rows (grey) and rows still producing tokens
-    (colour); ticks mark arrivals."""
+    (colour); ticks below the axis mark arrivals (in the legend, so their colour is never named in words)."""
     import matplotlib.pyplot as plt
 
     end = max(run["makespan"] for run in runs.values())
@@ -171,16 +171,20 @@ def occupancy_figure(runs: Mapping[str, dict], batch_size: int, arrivals: Sequen
         ax.stairs(frame["useful"], edges, fill=True, color="C0", alpha=0.85,
                   label="rows producing a token")
         ax.axhline(batch_size, color="k", lw=0.8, ls="--")
-        ax.plot(arrivals, np.full(len(arrivals), -0.06 * batch_size), "|", color="C3", ms=7, clip_on=False)
+        ax.plot(arrivals, np.full(len(arrivals), -0.06 * batch_size), "|", color="C3", ms=7, clip_on=False,
+                label="arrivals")
         ax.set(ylim=(-0.1 * batch_size, batch_size * 1.15), ylabel="rows", xlim=(0, end * 1.01),
                title=f"{policy}: {run['throughput']:.0f} tok/{unit}, done at {run['makespan']:.2f} {unit}, "
                      f"{run['wasted']:.0%} of computed rows wasted, mean latency {np.mean(run['latency']):.2f} {unit}")
         ax.title.set_fontsize(9)
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=8, loc="upper center", ncol=2)
-    axes[-1, 0].set_xlabel(f"time ({unit}); red ticks: arrivals; dashed: batch limit")
+    fig.legend(handles, labels, fontsize=8, loc="upper center", ncol=3)
+    axes[-1, 0].set_xlabel(f"time ({unit}); dashed: batch limit")
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig
+
+
+CONTROL_WIDTH = "460px"  # a slider with a long description: label, track and readout all fit
 
 
 def batching_explorer(step_seconds: Mapping[int, float] | None = None, *, requests: int = 24, mean_output: int = 32,
@@ -218,6 +222,9 @@ def batching_explorer(step_seconds: Mapping[int, float] | None = None, *, reques
         print(f"outputs {min(lengths)}-{max(lengths)} tokens (mean {np.mean(lengths):.1f}); continuous / static "
               f"throughput: {gain:.2f}x")
 
+    for slider in sliders.values():  # long labels: a fixed width leaves every track draggable
+        slider.layout = widgets.Layout(width=CONTROL_WIDTH, min_width=CONTROL_WIDTH)
     output = widgets.interactive_output(draw, sliders)
-    return widgets.VBox([widgets.HBox([sliders["sigma"], sliders["batch"]]),
-                         widgets.HBox([sliders["rate"], sliders["n"]]), output])
+    wrap = widgets.Layout(flex_flow="row wrap")
+    return widgets.VBox([widgets.HBox([sliders["sigma"], sliders["batch"]], layout=wrap),
+                         widgets.HBox([sliders["rate"], sliders["n"]], layout=wrap), output])

@@ -121,11 +121,12 @@ def kv_cache_explorer(model: str = "cpu-pair/target", seq_len: int = 256, batch_
 
     style = {"description_width": "initial"}
     model_box = widgets.Dropdown(options=[(label, name) for name, label in MODELS.items()], value=model,
-                                 description="model", style=style, layout=widgets.Layout(width="28em"))
+                                 description="model", style=style, layout=widgets.Layout(width="38em", min_width="38em"))
     seq_box = widgets.SelectionSlider(options=list(SEQ_LENS), value=seq_len, description="sequence length S",
-                                      style=style, continuous_update=False)
+                                      style=style, continuous_update=False,
+                                      layout=widgets.Layout(width="420px", min_width="420px"))
     batch_box = widgets.SelectionSlider(options=list(BATCHES), value=batch_size, description="batch B", style=style,
-                                        continuous_update=False)
+                                        continuous_update=False, layout=widgets.Layout(width="360px", min_width="360px"))
     button = widgets.Button(description="Measure", button_style="primary", icon="play")
     status = widgets.Label("")
     output = widgets.HTML("")

@@ -405,7 +405,10 @@ def speedup_explorer(measured: Mapping[str, pd.DataFrame] | None = None, *, alph
         speedup_figure(alpha, c, verify_ratio, verify_slope, gamma, measured, reference, max_gamma)
         plt.show()
 
+    for slider in sliders.values():  # long labels: a fixed width leaves every track draggable
+        slider.layout = widgets.Layout(width="400px", min_width="400px")
     output = widgets.interactive_output(draw, sliders)
     names = list(sliders)
-    return widgets.VBox([widgets.HBox([sliders[n] for n in names[:3]]), widgets.HBox([sliders[n] for n in names[3:]]),
-                         output])
+    wrap = widgets.Layout(flex_flow="row wrap")
+    return widgets.VBox([widgets.HBox([sliders[n] for n in names[:3]], layout=wrap),
+                         widgets.HBox([sliders[n] for n in names[3:]], layout=wrap), output])

@@ -19,6 +19,8 @@ random weights "random weights" wherever they appear.
 """
 from __future__ import annotations
 
+import contextlib
+
 import json
 from pathlib import Path
 
@@ -178,13 +180,28 @@ def load_cpu_tokenizer():
     return AutoTokenizer.from_pretrained(_pair_dir("tokenizer"))
 
 
+@contextlib.contextmanager
+def _quiet_loading():
+    """transformers' progress bars off for the duration (restored after, so Hub downloads still show theirs)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
 def load_cpu_model(name: str = "target", *, device="cpu", dtype=torch.float32):
     """One model of the CPU pair ('target', 'draft', 'draft-2l' or 'target-long', the target fine-tuned on
     4096-token windows); stored bf16, loaded as ``dtype``."""
     if name not in CPU_PAIR_MODELS:
         raise ValueError(f"unknown CPU pair model {name!r}; known: {', '.join(CPU_PAIR_MODELS)}")
     _require_pair_files(name)
-    model = AutoModelForCausalLM.from_pretrained(_pair_dir(name), dtype=dtype).to(resolve_device(device))
+    with _quiet_loading():  # a few MB from data/: a "Loading weights" bar would only clutter notebook outputs
+        model = AutoModelForCausalLM.from_pretrained(_pair_dir(name), dtype=dtype).to(resolve_device(device))
     model.eval()
     model.weights_label = "cpu-pair"
     return model
