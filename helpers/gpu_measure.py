@@ -481,9 +481,19 @@ def _cost_config(target: str, draft: str, weights: str, p: dict, eq5: dict, mode
             "gammas": eq5["gammas"], "repeats": eq5["repeats"], "decode": mode}
 
 
+def decode_weight_bytes(model) -> int:
+    """Weight bytes one decode step reads: every parameter once, except an input embedding that is not tied to the
+    LM head (a step reads one row of it per token, not the matrix)."""
+    embedding = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    total = sum(t.numel() * t.element_size() for t in model.parameters())
+    tied = head is not None and head.weight.data_ptr() == embedding.data_ptr()
+    return total if tied else total - embedding.numel() * embedding.element_size()
+
+
 def _eq5_row(costs: dict, target, draft, eq5: dict) -> dict:
     """The measured terms plus Eq. 5's predicted speedup over a grid of alpha (a prediction, labelled so) and the
-    weight bytes a decode step reads (the HBM roofline: weight bytes / bandwidth)."""
+    weight bytes a decode step reads (the HBM roofline: decode bytes / bandwidth)."""
     from helpers.specdec.analysis import predicted_speedup
 
     c = costs["T_D"] / costs["T_T"]
@@ -494,6 +504,7 @@ def _eq5_row(costs: dict, target, draft, eq5: dict) -> dict:
            "eq5_note": "prediction from the measured terms at an assumed alpha (random weights: no real alpha)",
            "target_weight_bytes": sum(t.numel() * t.element_size() for t in target.parameters()),
            "draft_weight_bytes": sum(t.numel() * t.element_size() for t in draft.parameters()),
+           "target_decode_bytes": decode_weight_bytes(target), "draft_decode_bytes": decode_weight_bytes(draft),
            "target_layers": target.config.num_hidden_layers, "draft_layers": draft.config.num_hidden_layers}
     return row
 

@@ -94,8 +94,14 @@ def collect_results(notebook: str, root=None) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def best_and_worst(rows: pd.DataFrame, metric: str = "speedup") -> pd.DataFrame:
+def best_and_worst(rows: pd.DataFrame, metric: str = "speedup", tolerance: float = 0.0) -> pd.DataFrame:
     """The rows with the highest and the lowest ``metric`` (status 'ok' rows only), with a ``which`` column.
+
+    ``tolerance`` (relative, e.g. the measured run-to-run spread of the timings): rows whose ``metric`` lies within it
+    of the best (``best / value - 1 <= tolerance``) or of the worst (``value / worst - 1 <= tolerance``) cannot be told
+    apart from it by one measurement each; the ``ties`` column holds, per picked row, the frame of all such rows
+    (the picked one included, sorted by the metric) and ``n_tied`` their number (1: no tie). :func:`describe_ties`
+    names them.
 
     Where the rows carry a ``handout_gamma`` flag (notebook 07 writes it: gamma is one of the handout's
     {2, 3, 5, 7}), only the flagged rows compete: §4.5 reruns the best and worst configurations of §4.4's
@@ -114,7 +120,39 @@ def best_and_worst(rows: pd.DataFrame, metric: str = "speedup") -> pd.DataFrame:
         raise ValueError(f"no successful rows with a {metric!r} value")
     picked = ok.loc[[ok[metric].idxmax(), ok[metric].idxmin()]].copy()
     picked.insert(0, "which", ["best", "worst"])
-    return picked.reset_index(drop=True)
+    top, bottom = float(ok[metric].max()), float(ok[metric].min())
+    eps = 1e-12
+    ties = [ok[top / ok[metric] - 1 <= tolerance + eps].sort_values(metric, ascending=False),
+            ok[ok[metric] / bottom - 1 <= tolerance + eps].sort_values(metric)]
+    picked = picked.reset_index(drop=True)
+    picked["ties"] = pd.Series(ties, dtype=object)
+    picked["n_tied"] = [len(t) for t in ties]
+    return picked
+
+
+def describe_ties(tied: pd.DataFrame, metric: str = "speedup", group: str = "draft", key: str = "gamma") -> str:
+    """The configurations of one ``ties`` frame of :func:`best_and_worst` in words, per ``group``:
+    "cpu-pair/draft at gamma in {2, 7}" (one: "cpu-pair/draft at gamma=7"), with the range of ``metric``."""
+    parts = []
+    for name, rows in tied.groupby(group, sort=False):
+        keys = sorted(int(k) for k in rows[key])
+        parts.append(f"{name} at {key}={keys[0]}" if len(keys) == 1 else
+                     f"{name} at {key} in {{{', '.join(str(k) for k in keys)}}}")
+    low, high = float(tied[metric].min()), float(tied[metric].max())
+    span = f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}x"
+    return "; ".join(parts) + f" ({span})"
+
+
+def run_to_run_spread(rows: pd.DataFrame, column: str = "T_T_s", by: str = "target", per: str = "draft") -> float:
+    """The largest relative spread (max/min - 1) of one quantity timed once per ``per`` for the same ``by``: e.g. a
+    target's T_T, timed once before each of its pairs' sweeps under the same conditions. Any difference between those
+    timings is run-to-run variation, the noise floor of a single measurement; nan where no ``by`` has two ``per``."""
+    spread = float("nan")
+    for _, group in rows.dropna(subset=[column]).groupby(by):
+        values = group.groupby(per)[column].first()
+        if len(values) >= 2:
+            spread = float(np.nanmax([spread, values.max() / values.min() - 1]))
+    return spread
 
 
 def fit_layer_cost(layers, seconds) -> tuple[float, float]:
@@ -126,6 +164,23 @@ def fit_layer_cost(layers, seconds) -> tuple[float, float]:
         raise ValueError(f"need times of models with at least two different layer counts, got layers={list(x)}")
     per_layer, fixed = np.polyfit(x, y, 1)
     return max(float(fixed), 0.0), max(float(per_layer), 0.0)
+
+
+def layer_cost_fit(layers, seconds, names=None) -> dict:
+    """:func:`fit_layer_cost` with what a reader needs to judge it: ``fixed_s``, ``per_layer_s`` (clipped at 0),
+    ``clipped`` (the least-squares intercept or slope was negative and set to 0, so the line no longer minimises the
+    squared error), ``points``, ``r2`` of the fitted line (nan below three points), and ``residuals``: a frame of
+    measured, fitted and relative residual (measured/fitted - 1) per point, indexed by ``names``."""
+    x, y = np.asarray(layers, dtype=float), np.asarray(seconds, dtype=float)
+    fixed, per_layer = fit_layer_cost(x, y)
+    raw_slope, raw_intercept = np.polyfit(x, y, 1)
+    fitted = fixed + per_layer * x
+    ss_res, ss_tot = float(((y - fitted) ** 2).sum()), float(((y - y.mean()) ** 2).sum())
+    residuals = pd.DataFrame({"layers": x.astype(int), "measured (ms)": y * 1e3, "fitted (ms)": fitted * 1e3,
+                              "residual": y / fitted - 1}, index=list(names) if names is not None else None)
+    return {"fixed_s": fixed, "per_layer_s": per_layer, "clipped": bool(raw_intercept < 0 or raw_slope < 0),
+            "points": len(x), "r2": 1 - ss_res / ss_tot if len(x) >= 3 and ss_tot > 0 else float("nan"),
+            "residuals": residuals, "max_abs_residual": float(residuals["residual"].abs().max())}
 
 
 def map_by_size(source: dict, dest: dict) -> dict:

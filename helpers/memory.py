@@ -73,6 +73,20 @@ def weight_bytes(config, bytes_per_param: int = 2) -> int:
     return param_count(config) * bytes_per_param
 
 
+def decode_param_count(config) -> int:
+    """Parameters one decode step reads in full: all of :func:`param_count` except an input embedding that is
+    *untied* from the LM head (a step reads one row of it per token, not the matrix). A tied matrix is read once,
+    as the LM head, and counted once (as :func:`param_count` already does)."""
+    embedding = 0 if config.tie_word_embeddings else config.vocab_size * config.hidden_size
+    return param_count(config) - embedding
+
+
+def decode_weight_bytes(config, bytes_per_param: int = 2) -> int:
+    """Weight bytes one decode step reads (:func:`decode_param_count`): what a memory-bound (roofline) step costs
+    in weight traffic, and the numerator/denominator of a memory-bound draft ratio c."""
+    return decode_param_count(config) * bytes_per_param
+
+
 def kv_cache_bytes_per_token(config, bytes_per_elem: int = 2) -> int:
     """K and V, for every layer and KV head: 2 * L * n_kv * d_head * bytes."""
     return 2 * config.num_hidden_layers * _kv_heads(config) * _head_dim(config) * bytes_per_elem

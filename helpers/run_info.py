@@ -59,7 +59,7 @@ def machine_summary(rows: dict[str, list[dict]]) -> dict:
 
 def _step(notebook, what, seconds, runtime, batch, context, row) -> dict:
     return {"notebook": notebook, "what": what, "ms": 1e3 * float(seconds), "runtime": runtime, "batch": int(batch),
-            "context": int(context), "threads": row.get("threads"), "run": row.get("run_id")}
+            "context": None if context is None else int(context), "threads": row.get("threads"), "run": row.get("run_id")}
 
 
 def target_step_times(rows: dict[str, list[dict]]) -> pd.DataFrame:
@@ -77,13 +77,18 @@ def target_step_times(rows: dict[str, list[dict]]) -> pd.DataFrame:
         if row.get("target") == TARGET and row.get("T_T_s") and row.get("gamma") == min(
                 r["gamma"] for r in rows["07_speculative_decoding"] if r.get("draft") == row.get("draft")):
             found.append(_step("07", f"T_T (pair with {row['draft'].split('/')[-1]})", row["T_T_s"],
-                               row.get("runtime", "minimal"), 1, row.get("context_len", 64), row))
+                               row.get("runtime", "minimal"), 1, row.get("context_len"), row))
     for row in rows.get("09_speedup_analysis", []):
         if row.get("target") == TARGET and row.get("kind") == "costs":
             found.append(_step("09", "T_T", row["T_T"], row.get("runtime", "minimal"), 1, row["context_len"], row))
         if row.get("target") == TARGET and row.get("kind") == "batched":
             found.append(_step("09", f"T_T at batch {row['batch_size']}", row["T_T"], "minimal, ragged batch",
                                row["batch_size"], row["prompt_len"], row))
+    for row in rows.get("12_draft_design", []):
+        costs = row.get("costs")
+        if row.get("target") == TARGET and isinstance(costs, dict) and costs.get("T_T"):
+            found.append(_step("12", f"T_T (with {str(row.get('draft', '')).split('/')[-1]})", costs["T_T"],
+                               costs.get("runtime", "minimal"), 1, row.get("context_len"), row))
     for row in rows.get("10_tree_and_lookup_decoding", []):
         if row.get("kind") == "costs" and row.get("T_T"):
             found.append(_step("10", "T_T", row["T_T"], row.get("runtime", "minimal"), 1, row["context_len"], row))

@@ -17,7 +17,8 @@ Everything the KV cache needs is written out in this file:
   ``Qwen3ForCausalLM`` (the same tensors, not a copy);
 * TODO 1, :class:`KVCache`: for every layer, ONE preallocated keys tensor and ONE values tensor of shape
   ``(batch, kv_heads, capacity, head_dim)``, and one ``length`` pointer shared by all layers. Nothing grows
-  with ``torch.cat``, so a decode step costs the same at any length;
+  with ``torch.cat``, so appending a token never copies the cache (a decode step still reads every stored key
+  and value, so it grows slowly with length: notebook 04 measures how much);
 * TODO 2, :meth:`Attention.forward`: with a cache, the new tokens' keys and values are written into it and the
   queries attend over everything stored; without one, keys and values are computed for the whole sequence;
 * TODO 3, :func:`generate`: prefill once and feed one token per step with the cache; rerun the whole sequence at

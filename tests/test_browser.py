@@ -264,8 +264,9 @@ def test_explorer_looks_finished_before_and_after_run_all(browser_tools, start_l
     """Opened as ``make lab`` opens it: the saved explorer renders (not its ``VBox(...)`` text) and nothing is marked
     unsaved; after Run > Run All Cells no cell shows an error, every control is wide enough to drag, and one change
     redraws the explorer. Screenshots of both states go to the test's tmp_path."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -287,24 +288,37 @@ def test_explorer_looks_finished_before_and_after_run_all(browser_tools, start_l
         driver.save_screenshot(str(tmp_path / f"explorer_{stem}_saved.png"))
 
         _run_all_cells(driver)
-        WebDriverWait(driver, RUN_ALL_S).until(lambda d: not any(
-            p.text.strip() == "[*]:" for p in d.find_elements(By.CSS_SELECTOR, ".jp-InputPrompt")) and _explorers(d))
+
+        def running(d):
+            return any(p.text.strip() == "[*]:" for p in d.find_elements(By.CSS_SELECTOR, ".jp-InputPrompt"))
+
+        # the saved prompts already show numbers: wait for the run to start, then to end, so that the explorer
+        # found below is the new one, backed by the kernel (the saved one redraws nothing)
+        WebDriverWait(driver, 30).until(running)
+        WebDriverWait(driver, RUN_ALL_S).until(lambda d: not running(d) and _explorers(d))
         errors = driver.find_elements(By.CSS_SELECTOR, "[data-mime-type='application/vnd.jupyter.error']")
         assert not errors, errors[0].text[:1000]
         explorer = _explorers(driver)[-1]
         driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", explorer)
         assert not _narrow_controls(explorer), _narrow_controls(explorer)
 
+        WebDriverWait(driver, GENERATE_S).until(lambda d: _shown(explorer))  # its first drawing is there
         before = _shown(explorer)
-        handle = explorer.find_element(By.CSS_SELECTOR, ".widget-slider .noUi-handle")
-        handle.click()
-        handle.send_keys(Keys.ARROW_RIGHT)
-        for button in explorer.find_elements(By.CSS_SELECTOR, "button.widget-button"):
-            if button.text.strip() in ("Measure", "Generate"):
-                button.click()
-        WebDriverWait(driver, GENERATE_S).until(lambda d: _shown(explorer) != before)
-        time.sleep(1)
+        for offset in (40, -80):  # a mouse drag; once more the other way if the first redraw never shows
+            handle = explorer.find_element(By.CSS_SELECTOR, ".widget-slider .noUi-handle")
+            ActionChains(driver).click_and_hold(handle).move_by_offset(offset, 0).release().perform()
+            for button in explorer.find_elements(By.CSS_SELECTOR, "button.widget-button"):
+                if button.text.strip() in ("Measure", "Generate"):
+                    button.click()
+            try:  # redrawn: something shown again, and not what was there before
+                WebDriverWait(driver, GENERATE_S // 2).until(lambda d: _shown(explorer) not in ("", before))
+                break
+            except TimeoutException:
+                if offset < 0:
+                    raise AssertionError(f"{notebook}: the explorer did not redraw after a change") from None
+        time.sleep(3)  # the redrawn figure decodes before the screenshot
         assert not driver.find_elements(By.CSS_SELECTOR, "[data-mime-type='application/vnd.jupyter.error']")
+        assert "<img" in _shown(explorer) or "<table" in _shown(explorer) or not "<img" in before, "figure lost"
         driver.save_screenshot(str(tmp_path / f"explorer_{stem}_changed.png"))
         print(f"screenshots: {tmp_path}/explorer_{stem}_*.png")
     except Exception:

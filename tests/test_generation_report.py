@@ -75,7 +75,12 @@ def test_noise_is_flagged_in_the_table_and_left_out_of_the_findings():
 def test_input_findings_recover_the_fixed_cost_and_the_crossover():
     found = gr.input_findings(input_rows(), 8, 4.0, PREDICTION, "Qwen/Qwen3-8B in bfloat16")
     assert found["fit"]["intercept"] == pytest.approx(2.0) and found["fit"]["slope"] == pytest.approx(0.001)
-    assert found["numbers"]["genInCrossover"] == 2000 and found["growth"] > 1
+    # 2 s + 1 ms/token: the prefill (time minus the 2.001 s at 1 token) reaches 2.001 s at 2,002 tokens, between
+    # the measured 1,024 and 4,096; the line's own crossover (intercept / slope) is 2,000
+    assert found["crossover"]["found"] and (found["crossover"]["low"], found["crossover"]["high"]) == (1024, 4096)
+    assert found["crossover"]["crossover"] == pytest.approx(2002)
+    assert found["numbers"]["genInCrossover"] == 2002 and found["numbers"]["genInFitCrossover"] == 2000
+    assert found["numbers"]["genInCrossFound"] == 1 and found["growth"] > 1
     assert found["numbers"]["genInSweptCount"] == 9 and found["numbers"]["genInMeasuredCount"] == 7
     assert "2 longer inputs (16,384 to 32,768 tokens) are not run" in found["numbers"]["genInCutoffText"]
     assert found["noise"] == [] and found["numbers"]["genInNoiseText"].startswith("no point is flagged")
@@ -152,3 +157,20 @@ def test_model_comparison_helpers():
 def test_lengths_text_names_the_skipped_lengths():
     assert gr.lengths_text(input_rows(), "input_len", 4.0) == ("powers of 2 from 1 to 4,096 (16,384 to 32,768 not run: "
                                                                "over the 4 s time cap)")
+
+
+def test_measured_crossover_interpolates_between_the_bracketing_lengths():
+    # a convex curve: decode 0.4 s, prefill 0.3 s at 128 and 0.7 s at 256 tokens -> 128 + 128 * 0.1 / 0.4 = 160
+    cross = gr.measured_crossover([1, 64, 128, 256, 512], [0.4, 0.5, 0.7, 1.1, 2.2])
+    assert cross["found"] and (cross["low"], cross["high"]) == (128, 256)
+    assert cross["crossover"] == pytest.approx(160) and cross["decode_s"] == 0.4
+    assert cross["prefill_low"] == pytest.approx(0.3) and cross["prefill_high"] == pytest.approx(0.7)
+    # a straight line through the same points puts the crossover lower (it misses the convex curve)
+    rows = [ok_row(n, 64, t) for n, t in zip([1, 64, 128, 256, 512], [0.4, 0.5, 0.7, 1.1, 2.2])]
+    found = gr.input_findings(rows, 8, None, PREDICTION, "m")
+    assert found["fit_crossover"] < 160 and found["steepens"]
+    assert "lies below the measured one" in found["numbers"]["genInFitText"]
+    not_reached = gr.measured_crossover([1, 2, 4], [1.0, 1.1, 1.3])
+    assert not not_reached["found"] and not_reached["high"] == 4
+    with pytest.raises(ValueError):
+        gr.measured_crossover([4, 2], [1.0, 1.1])

@@ -282,3 +282,13 @@ def test_goals_read_from_rows(tmp_path):
     lines[1]["graph_replays"] = 0  # a row whose graphs never replayed proves nothing
     (tmp_path / "09_handout_costs.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
     assert "met" not in "\n".join(gpu_window.goals(tmp_path))
+
+
+def test_decode_bytes_leave_out_an_untied_input_embedding():
+    from tiny_models import tiny_qwen3
+
+    untied, tied = tiny_qwen3(0), tiny_qwen3(0, tie=True)
+    embedding = untied.get_input_embeddings().weight
+    total = sum(t.numel() * t.element_size() for t in untied.parameters())
+    assert gpu_measure.decode_weight_bytes(untied) == total - embedding.numel() * embedding.element_size()
+    assert gpu_measure.decode_weight_bytes(tied) == sum(t.numel() * t.element_size() for t in tied.parameters())

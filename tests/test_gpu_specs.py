@@ -4,8 +4,9 @@ import json
 import pandas as pd
 import pytest
 
-from helpers.gpu_specs import (arithmetic_intensity, best_and_worst, collect_results, eq5_prediction, fit_layer_cost,
-                               forward_flops_bytes, gpu_spec, load_gpu_specs, map_by_size, roofline_seconds)
+from helpers.gpu_specs import (arithmetic_intensity, best_and_worst, collect_results, describe_ties, eq5_prediction,
+                               fit_layer_cost, forward_flops_bytes, gpu_spec, layer_cost_fit, load_gpu_specs,
+                               map_by_size, roofline_seconds, run_to_run_spread)
 from helpers.memory import load_config, param_count
 
 
@@ -79,6 +80,39 @@ def test_fit_layer_cost_recovers_a_line_and_needs_two_depths():
     assert fit_layer_cost([1, 16], [0.3, 0.2])[1] == 0.0  # clipped: a cost cannot be negative
     with pytest.raises(ValueError, match="two different layer counts"):
         fit_layer_cost([16, 16], [1.0, 1.1])
+
+
+def test_best_and_worst_name_near_ties_within_the_tolerance():
+    # regression: §4.5's worst (1.223x) was 0.2% from the next row (1.226x), single repeats with 5% run-to-run spread
+    rows = pd.DataFrame({"draft": ["d"] * 4 + ["d2"] * 4, "gamma": [2, 3, 5, 7] * 2,
+                         "speedup": [1.226, 1.296, 1.262, 1.223, 1.325, 1.448, 1.484, 1.495], "status": "ok"})
+    alone = best_and_worst(rows)
+    assert list(alone["n_tied"]) == [1, 1]  # no tolerance: only the extremes themselves
+    picked = best_and_worst(rows, tolerance=0.01)
+    assert list(picked["n_tied"]) == [2, 2]
+    assert describe_ties(picked.loc[1, "ties"]) == "d at gamma in {2, 7} (1.22-1.23x)"
+    assert describe_ties(picked.loc[0, "ties"]) == "d2 at gamma in {5, 7} (1.48-1.50x)"
+    wide = best_and_worst(rows, tolerance=0.05)
+    assert sorted(wide.loc[1, "ties"]["gamma"]) == [2, 5, 7] and sorted(wide.loc[0, "ties"]["gamma"]) == [3, 5, 7]
+    assert describe_ties(rows.iloc[[3]]) == "d at gamma=7 (1.22x)"
+
+
+def test_run_to_run_spread_compares_one_target_timed_for_two_drafts():
+    rows = pd.DataFrame({"target": ["t"] * 4 + ["u"] * 2, "draft": ["a", "a", "b", "b", "c", "c"],
+                         "T_T_s": [5.0, 5.0, 4.0, 4.0, 9.0, 9.0]})
+    assert run_to_run_spread(rows) == pytest.approx(0.25)
+    assert run_to_run_spread(rows[rows["target"] == "u"]) != run_to_run_spread(rows[rows["target"] == "u"])  # nan
+
+
+def test_layer_cost_fit_reports_clipping_and_residuals():
+    # the shape of §4.5's fit: three points, a negative least-squares intercept clipped to 0, a 2-layer draft far off
+    fit = layer_cost_fit([1, 2, 16], [0.277e-3, 0.445e-3, 4.876e-3], names=["d1", "d2", "t"])
+    assert fit["clipped"] and fit["fixed_s"] == 0.0 and fit["points"] == 3
+    assert fit["residuals"].loc["d2", "residual"] == pytest.approx(0.445 / (2 * fit["per_layer_s"] * 1e3) - 1)
+    assert fit["max_abs_residual"] > 0.25
+    exact = layer_cost_fit([1, 2, 4, 8], [0.189e-3 + 0.114e-3 * n for n in (1, 2, 4, 8)])
+    assert not exact["clipped"] and exact["r2"] == pytest.approx(1.0) and exact["max_abs_residual"] < 1e-9
+    assert exact["fixed_s"] == pytest.approx(0.189e-3) and exact["per_layer_s"] == pytest.approx(0.114e-3)
 
 
 def test_map_by_size_matches_ranks():

@@ -150,3 +150,28 @@ def test_cards_expose_more_than_their_datasheet_gigabytes():
     assert "no nvidia-smi total listed" in unlisted.card and unlisted.total_bytes <= 141 * GB
     smi = dict((label, b) for label, b, _ in memory.L40S_MEMORY_READINGS)["nvidia-smi total: 46,068 MiB"]
     assert smi == memory.exposed_memory(48).total_bytes  # one figure for the L40S, not two
+
+
+def test_decode_bytes_leave_out_an_untied_input_embedding():
+    # Qwen3-8B unties its input embedding (0.62B parameters): a decode step reads one row of it, not the matrix
+    target = memory.load_config("Qwen/Qwen3-8B")
+    embedding = target.vocab_size * target.hidden_size
+    assert memory.decode_param_count(target) == memory.param_count(target) - embedding
+    assert round(memory.decode_param_count(target) / 1e9, 2) == 7.57
+    assert memory.decode_weight_bytes(target) == 2 * memory.decode_param_count(target)
+    # tied drafts read the shared matrix once, as the LM head: every parameter counts once
+    for draft_id, ratio in (("Qwen/Qwen3-0.6B", 0.079), ("Qwen/Qwen3-1.7B", 0.227)):
+        draft = memory.load_config(draft_id)
+        assert draft.tie_word_embeddings
+        assert memory.decode_weight_bytes(draft, 4) == memory.weight_bytes(draft, 4)
+        assert round(memory.decode_weight_bytes(draft) / memory.decode_weight_bytes(target), 3) == ratio
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_decode_bytes_match_the_bytes_of_a_built_model(tie):
+    from tests.tiny_models import tiny_qwen3
+    from helpers.gpu_measure import decode_weight_bytes as model_decode_bytes
+
+    model = tiny_qwen3(0, tie=tie)
+    element = next(model.parameters()).element_size()
+    assert memory.decode_weight_bytes(model.config, element) == model_decode_bytes(model)

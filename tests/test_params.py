@@ -49,3 +49,15 @@ def test_every_profile_key_is_used_somewhere():
 def test_gpu_profile_is_a_gpu_profile():
     gpu = profile("gpu")
     assert gpu["profile"] == "gpu" and gpu["device"] == "cuda"
+
+
+def test_notebooks_name_the_kernel_as_jupyter_installs_it():
+    """Regression: every notebook opened marked unsaved in JupyterLab because its kernelspec said "Python 3" and Lab
+    rewrote it to the installed kernel's "Python 3 (ipykernel)"."""
+    import json
+
+    from helpers import paths
+
+    for notebook in sorted(paths.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")):
+        spec = json.loads(notebook.read_text())["metadata"]["kernelspec"]
+        assert spec == {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}, notebook.name

@@ -248,3 +248,32 @@ def test_cost_check_finds_a_target_timed_differently_for_two_pairs():
     other_prompt = _cost_frame()
     other_prompt.loc[other_prompt["pair"] == "T / B", "prompt_ids"] = pd.Series([["p1"], ["p1"]], index=[2, 3])
     assert not cost_check(other_prompt)[1]["same_conditions"]
+
+
+def test_cost_check_makes_no_low_tt_claim_when_no_row_lies_above_eq5():
+    # regression: every row below Eq. 5 gave "above" counts 0 and 0, and 0 == max(0, 0) passed the check vacuously
+    frame = _cost_frame()
+    frame["eq5"] = 2.0  # every row of every pair below Eq. 5
+    table, claims = cost_check(frame)
+    assert claims["above"] == 0 and claims["below"] == 6 and claims["sides_by_pair"]
+    assert not claims["low_tt_above"]
+    # ratios 0.65-0.6 (T / A) and 0.55-0.5 (T / B): separated; move T / B's into T / A's range and they overlap
+    assert not claims["ratios_overlap"]
+    frame.loc[frame["pair"] == "T / B", "speedup"] = [1.25, 1.2]
+    assert cost_check(frame)[1]["ratios_overlap"]
+    assert list(table["ratio high"].round(3)) == [0.65, 0.55, 0.6]
+
+
+def test_source_claims_name_each_departure_from_the_expected_order():
+    # data > code > docstring > prose expected; prose and docstring swap, inside overlapping alpha intervals
+    by_source = pd.DataFrame({"alpha": [0.86, 0.80, 0.72, 0.76], "speedup": [1.5, 1.54, 1.31, 1.4],
+                              "speedup_low": [1.2] * 4, "speedup_high": [1.8] * 4,
+                              "alpha_low": [0.8, 0.75, 0.68, 0.71], "alpha_high": [0.9, 0.85, 0.76, 0.82],
+                              "alpha_wilson_low": [0.8] * 4, "alpha_wilson_high": [0.9] * 4},
+                             index=["data", "code", "docstring", "prose"])
+    claims = source_claims(by_source)
+    assert claims["order_swaps"] == [("docstring", "prose", True)] and claims["swaps_within_noise"]
+    apart = by_source.assign(alpha_high=[0.9, 0.85, 0.70, 0.82], alpha_low=[0.8, 0.75, 0.68, 0.74])
+    assert not source_claims(apart)["swaps_within_noise"]
+    in_order = by_source.assign(alpha=[0.86, 0.80, 0.76, 0.72])
+    assert source_claims(in_order)["order_swaps"] == [] and source_claims(in_order)["swaps_within_noise"]

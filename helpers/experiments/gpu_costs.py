@@ -37,12 +37,14 @@ def _bandwidth(device_name: str) -> float | None:
 
 def cost_table(rows: list[dict]) -> pd.DataFrame:
     """One line per (pair, decode mode): T_T, T_D in ms, c, T_V(gamma)/T_T at the smallest and largest gamma, the
-    graph replays that prove graphs ran, and the target's weight-read floor (weight bytes / bandwidth; the KV of
-    the short context is left out) as a share of the measured decode step."""
+    graph replays that prove graphs ran, and the target's weight-read floor (the weight bytes a decode step reads,
+    an untied input embedding excluded, over bandwidth; the KV of the short context is left out) as a share of the
+    measured decode step."""
     lines = []
     for row in rows:
         bandwidth = _bandwidth(row.get("device_name", ""))
-        floor = row["target_weight_bytes"] / bandwidth if bandwidth else None
+        read = row.get("target_decode_bytes", row["target_weight_bytes"])  # an untied input embedding is not read
+        floor = read / bandwidth if bandwidth else None
         gammas = sorted(row.get("verify_ratio", {}), key=int)
         lines.append({
             "target": row["target"], "draft": row["draft"], "decode": row.get("decode", "eager"),

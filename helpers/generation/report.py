@@ -185,11 +185,37 @@ def input_findings(rows: list[dict], batch_size: int, cap: float | None,
                  f"{'falls' if growth > 1 else 'rises'} from {short['throughput_tok_s_median']:.0f} to "
                  f"{long['throughput_tok_s_median']:.0f} tokens/s.")
     # time ~ (decode steps, independent of the prompt) + (prefill, growing with it): where do the two cost the same?
+    # Taken from the measured points (the line below is only a description: it misses a convex curve).
     fit = linear_fit(clean["input_len"], clean["time_s_median"], relative=True)
-    crossover = fit["intercept"] / fit["slope"]
-    lines.append(f"Least-squares line (relative errors, points not flagged): {fit['intercept']:.2f} s + "
-                 f"{fit['slope'] * 1000:.2f} ms per input token (largest miss {fit['max_rel_residual']:.0%}); the "
-                 f"prefill costs as much as the decode steps at about {crossover:.0f} input tokens.")
+    fit_crossover = fit["intercept"] / fit["slope"]
+    cross = measured_crossover(clean["input_len"], clean["time_s_median"])
+    crossover = cross["crossover"] if cross["found"] else fit_crossover  # where the doublings below split
+    decode_s = cross["decode_s"]
+    if cross["found"]:
+        cross_text = (f"the prefill (median time minus the {decode_s:.3f} s at {int(short['input_len']):,} input "
+                      f"token{'s' if short['input_len'] > 1 else ''}: a prefill of that few tokens plus the decode steps) is "
+                      f"{cross['prefill_low']:.3f} s at {cross['low']:,} input tokens, less than the decode steps, and "
+                      f"{cross['prefill_high']:.3f} s at {cross['high']:,}, more: interpolating linearly between those two "
+                      f"measured lengths, it costs as much as the decode steps at about {cross['crossover']:.0f} input "
+                      f"tokens")
+    else:
+        cross_text = (f"the prefill (median time minus the {decode_s:.3f} s at {int(short['input_len']):,} input "
+                      f"token{'s' if short['input_len'] > 1 else ''}) stays below the decode steps at every measured "
+                      f"length (at most {cross['prefill_high']:.3f} s at {cross['high']:,} input tokens), so the "
+                      f"crossover is not within the measured range")
+    n_all, t_all = clean["input_len"].to_numpy(dtype=float), clean["time_s_median"].to_numpy()
+    early_ms = 1000 * cross["prefill_low"] / (cross["low"] - n_all[0]) if cross["low"] > n_all[0] else float("nan")
+    late_ms = 1000 * (t_all[-1] - t_all[-2]) / (n_all[-1] - n_all[-2])
+    steepens = bool(late_ms > early_ms)
+    fit_side = (("below" if fit_crossover < cross["crossover"] else "above") + " the measured one") if cross["found"] \
+        else "outside the measured range" if fit_crossover > n_all[-1] else "inside the measured range"
+    fit_text = (f"a least-squares line (relative errors, points not flagged) describes the points as "
+                f"{fit['intercept']:.2f} s + {fit['slope'] * 1000:.2f} ms per input token, missing them by up to "
+                f"{fit['max_rel_residual']:.0%}; an added input token costs {early_ms:.2f} ms on average up to "
+                f"{cross['low']:,} tokens and {late_ms:.2f} ms between the two longest lengths (the curve "
+                f"{'steepens' if steepens else 'does not steepen'}), so the line's own crossover, {fit_crossover:.0f} "
+                f"tokens, lies {fit_side}: a description, not the answer")
+    lines.append(f"Crossover, from the measured points: {cross_text}. Fit: {fit_text}.")
     # what one doubling of the input does to the time, below and above that length (per doubling, between
     # consecutive points not flagged; a pair belongs to the side of the crossover its geometric mean lies on)
     n, t = clean["input_len"].to_numpy(dtype=float), clean["time_s_median"].to_numpy()
@@ -249,7 +275,9 @@ def input_findings(rows: list[dict], batch_size: int, cap: float | None,
     numbers = dict(genInShortLen=int(short["input_len"]), genInLongLen=int(long["input_len"]), genInGrowth=growth,
                    genInShortTput=short["throughput_tok_s_median"], genInLongTput=long["throughput_tok_s_median"],
                    genInNoiseText=noise, genInFixedS=fit["intercept"], genInPerTokenMs=fit["slope"] * 1000,
-                   genInFitMiss=f"{fit['max_rel_residual']:.0%}", genInCrossover=int(round(crossover)),
+                   genInFitMiss=f"{fit['max_rel_residual']:.0%}", genInCrossText=cross_text, genInFitText=fit_text,
+                   genInCrossFound=int(cross["found"]), genInFitCrossover=int(round(fit_crossover)),
+                   genInCrossover=int(round(cross["crossover"])) if cross["found"] else "--",
                    genInShortText=short_text, genInGrowsText=grows_text, genInContrastText=contrast,
                    genInSpread=f"{spread:.0%}",
                    genInTotalText=total_text, genInCutoffText=cutoff_text, genInOomText=oom_text,
@@ -258,7 +286,31 @@ def input_findings(rows: list[dict], batch_size: int, cap: float | None,
                    genInFigNote=figure_note(rows, "input_len", prediction))
     return {"lines": lines, "numbers": numbers, "growth": growth, "fit": fit, "oom_inputs": oom_inputs,
             "noise": [int(x) for x in ok.loc[ok["noise"], "input_len"]], "clean_lengths": [int(x) for x in n],
-            "steeper_above": steeper, "total_falls": total_falls}
+            "steeper_above": steeper, "total_falls": total_falls, "crossover": cross, "fit_crossover": fit_crossover,
+            "steepens": steepens}
+
+
+def measured_crossover(lengths, times) -> dict:
+    """Where the prefill of an input-length sweep costs as much as its decode steps, from the measured points.
+
+    ``lengths`` ascending, ``times`` their median times (points not flagged as noise). The decode steps cost about
+    the time at the shortest input (``decode_s``: a prefill of that few tokens is almost nothing); the prefill at
+    length n is the time there minus ``decode_s``. The crossover is found between the two consecutive measured
+    lengths that bracket it (``low``: prefill below ``decode_s``, ``high``: at or above) by linear interpolation
+    of the times; ``found`` is False when no measured length reaches it (``high`` is then the longest length)."""
+    n = [int(x) for x in lengths]
+    t = [float(x) for x in times]
+    if len(n) < 2 or any(b <= a for a, b in zip(n, n[1:])):
+        raise ValueError("need at least two input lengths in ascending order")
+    decode_s = t[0]
+    for i in range(1, len(n)):
+        if t[i] - decode_s >= decode_s:
+            lo, hi = i - 1, i
+            crossover = n[lo] + (n[hi] - n[lo]) * (2 * decode_s - t[lo]) / (t[hi] - t[lo])
+            return {"found": True, "decode_s": decode_s, "low": n[lo], "high": n[hi], "crossover": crossover,
+                    "prefill_low": t[lo] - decode_s, "prefill_high": t[hi] - decode_s}
+    return {"found": False, "decode_s": decode_s, "low": n[-1], "high": n[-1], "crossover": float("nan"),
+            "prefill_low": t[-1] - decode_s, "prefill_high": t[-1] - decode_s}
 
 
 def prediction_card_text(prediction: memory.GenerationPrediction) -> str:

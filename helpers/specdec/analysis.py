@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from helpers.gpu_specs import roofline_seconds
-from helpers.memory import kv_cache_bytes, weight_bytes
+from helpers.gpu_specs import forward_flops_bytes
+from helpers.memory import decode_param_count, kv_cache_bytes, param_count, weight_bytes
 
 
 def _check_alpha(alpha) -> np.ndarray:
@@ -205,12 +205,24 @@ def batched_speedup_accounting(gamma: int, alpha: float, T_T: float, T_D: float,
     return out
 
 
+def decode_roofline_seconds(config, gpu, batch_size: int, new_tokens: int, context_len: int,
+                            bytes_per_param: int = 2) -> float:
+    """Roofline lower bound of one forward as a decode step pays it: :func:`helpers.gpu_specs.forward_flops_bytes`
+    without an input embedding that is untied from the LM head (:func:`helpers.memory.decode_param_count`: a step
+    reads and multiplies one row of it per token, not the matrix), max(FLOPs / peak, bytes / bandwidth)."""
+    flops, moved = forward_flops_bytes(config, batch_size, new_tokens, context_len, bytes_per_param)
+    skipped = param_count(config) - decode_param_count(config)
+    flops -= 2 * skipped * batch_size * new_tokens
+    moved -= skipped * bytes_per_param
+    return max(flops / (gpu["bf16_tensor_tflops"] * 1e12), moved / (gpu["bandwidth_gbs"] * 1e9))
+
+
 def magicdec_grid(target_config, draft_config, gpu, *, alpha: float, gamma: int, context_lens: Iterable[int],
                   batch_sizes: Iterable[int], draft_window: int) -> list[dict]:
     """Roofline (ideal-kernel, bf16) Eq. 5 speedups over batch size and context length, MagicDec's argument.
 
-    For every context length S and batch size B: T_T and T_V from :func:`helpers.gpu_specs.roofline_seconds` of
-    the target, T_D for two drafts, one reading a full KV cache of S tokens and one a bounded window of
+    For every context length S and batch size B: T_T and T_V from :func:`decode_roofline_seconds` of the target
+    (weights a decode step reads: an untied input embedding left out), T_D for two drafts, one reading a full KV cache of S tokens and one a bounded window of
     ``draft_window`` tokens (StreamingLLM-style). A configuration whose weights and KV caches (both models) do not
     fit in ``gpu["vram_gb"]`` is left out. Rows: S, B, draft (``"full KV draft"`` or ``"<window>-token KV draft"``),
     c, T_V/T_T and the speedup.
@@ -220,8 +232,8 @@ def magicdec_grid(target_config, draft_config, gpu, *, alpha: float, gamma: int,
     rows = []
     for context_len in context_lens:
         for batch_size in batch_sizes:
-            t_t = roofline_seconds(target_config, gpu, batch_size, 1, context_len)
-            t_v = roofline_seconds(target_config, gpu, batch_size, gamma + 1, context_len)
+            t_t = decode_roofline_seconds(target_config, gpu, batch_size, 1, context_len)
+            t_v = decode_roofline_seconds(target_config, gpu, batch_size, gamma + 1, context_len)
             for kind, draft_context in (("full KV draft", context_len),
                                         (f"{draft_window}-token KV draft", min(context_len, draft_window))):
                 needed = (weight_bytes(target_config) + weight_bytes(draft_config)
@@ -229,7 +241,7 @@ def magicdec_grid(target_config, draft_config, gpu, *, alpha: float, gamma: int,
                           + kv_cache_bytes(draft_config, draft_context, batch_size))
                 if needed > gpu["vram_gb"] * 1e9:
                     continue  # weights and KV caches do not fit on this GPU
-                t_d = roofline_seconds(draft_config, gpu, batch_size, 1, draft_context)
+                t_d = decode_roofline_seconds(draft_config, gpu, batch_size, 1, draft_context)
                 rows.append({"S": int(context_len), "B": int(batch_size), "draft": kind, "c": t_d / t_t,
                              "T_V/T_T": t_v / t_t,
                              "speedup": float(predicted_speedup(gamma, alpha, t_d / t_t, t_v / t_t))})
@@ -294,3 +306,18 @@ def batch_accounting(by_batch, gamma: int):
     accounting["below_eq5"] = accounting["measured"] <= accounting["eq5"]
     accounting["above_eq5_over_straggler"] = accounting["measured"] >= accounting["eq5_over_straggler"]
     return accounting
+
+
+def bound_verdicts(accounting, tolerance: float) -> dict:
+    """Which batch sizes of :func:`batch_accounting` lie outside the bracket Eq. 5 / straggler <= measured <= Eq. 5,
+    split by a relative noise ``tolerance`` (differences smaller than it are not called): ``below`` (measured below
+    Eq. 5 / straggler by more than it), ``below_within`` (below, but within it), ``above`` and ``above_within`` (the
+    same against Eq. 5), and ``gap`` (B -> measured / (Eq. 5 / straggler) - 1)."""
+    if tolerance < 0:
+        raise ValueError(f"tolerance must be >= 0, got {tolerance}")
+    gap_low = accounting["measured"] / accounting["eq5_over_straggler"] - 1
+    gap_high = accounting["measured"] / accounting["eq5"] - 1
+    b = accounting["B"].astype(int)
+    return {"below": b[gap_low < -tolerance].tolist(), "below_within": b[(gap_low < 0) & (gap_low >= -tolerance)].tolist(),
+            "above": b[gap_high > tolerance].tolist(), "above_within": b[(gap_high > 0) & (gap_high <= tolerance)].tolist(),
+            "gap": dict(zip(b.tolist(), gap_low.tolist()))}

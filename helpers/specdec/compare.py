@@ -400,3 +400,49 @@ def tau_against_linear(summary: pd.DataFrame) -> pd.DataFrame:
             out.append({"tree": row.label, "linear": match.label, "depth": depth, "nodes": row.nodes,
                         "tau_ratio": row.tau / match.tau, "speedup_ratio": row.speedup / match.speedup})
     return pd.DataFrame(out, columns=["tree", "linear", "depth", "nodes", "tau_ratio", "speedup_ratio"])
+
+
+def tied_with_fastest(rows, methods=DRAFT_MODEL_METHODS, *, decode: bool = False, level: float = 0.95,
+                      resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Which methods the measurement cannot tell from the fastest, per method of ``methods`` (families) in
+    :func:`compare_methods` rows: ``speedup`` over AR (pooled; prefill excluded when ``decode``, as Eq. 5 models),
+    ``slower`` = its pooled seconds over the fastest's on the same prompts, and a paired percentile bootstrap
+    interval of that ratio over prompts (``low``, ``high``; :func:`helpers.specdec.sweeps.bootstrap_ratio_interval`:
+    prompts are the unit that varies, and resampling them carries both the timing noise and the prompt-to-prompt
+    spread). ``tied`` when ``low <= 1``: a resampling of the prompts can make it as fast as the fastest. Sorted
+    fastest first; the fastest is tied with itself."""
+    from helpers.specdec.sweeps import bootstrap_ratio_interval
+
+    frame = pd.DataFrame(rows)
+    frame = frame.assign(time=frame.seconds - frame.prefill_s if decode else frame.seconds)
+    times = frame.pivot_table(index="id", columns="label", values="time", aggfunc="sum")
+    ar = times[frame[frame.method == "ar"].label.iloc[0]]
+    labels = frame[frame.method.isin(methods)].label.unique()
+    if not len(labels):
+        raise ValueError(f"no rows for {methods}")
+    speedup = pd.Series({label: ar.sum() / times[label].sum() for label in labels}).sort_values(ascending=False)
+    fastest = speedup.index[0]
+    out = []
+    for label in speedup.index:
+        low, high = ((1.0, 1.0) if label == fastest else
+                     bootstrap_ratio_interval(times[label], times[fastest], level=level, resamples=resamples,
+                                              seed=seed))
+        out.append({"label": label, "speedup": float(speedup[label]),
+                    "slower": float(times[label].sum() / times[fastest].sum()), "low": low, "high": high,
+                    "tied": bool(low <= 1)})
+    return pd.DataFrame(out)
+
+
+def ranking_beyond_noise(table: pd.DataFrame, ties: pd.DataFrame) -> dict:
+    """Whether Eq. 5 (:func:`cost_model`'s ``predicted``) ranks the methods as far as the measurement can:
+    ``ties`` (:func:`tied_with_fastest` over the same methods, decode times) splits them into those tied with the
+    fastest and those clearly slower. ``top_tied``: Eq. 5's first choice is one of the tied; ``misplaced``: the
+    clearly slower methods Eq. 5 predicts above at least one tied method (the rankings the data can check and
+    Eq. 5 gets wrong); ``separates``: none misplaced."""
+    pred = table.set_index("label").predicted.reindex(ties.label)
+    tied = ties.set_index("label").tied
+    top = pred.idxmax()
+    floor = pred[tied].min()
+    misplaced = [label for label in pred.index if not tied[label] and pred[label] > floor]
+    return {"tied": [label for label in pred.index if tied[label]], "top_predicted": top,
+            "top_tied": bool(tied[top]), "misplaced": misplaced, "separates": not misplaced}

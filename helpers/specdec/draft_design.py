@@ -129,11 +129,18 @@ def depth_latency(frame: pd.DataFrame, column: str = "T_D_ms") -> dict:
     over the rows (those sharing an embedding left out): ms per layer, fixed ms, r^2, and ``per_layer_share``, the
     part of the deepest model's time the per-layer term accounts for (above one half: depth sets the latency, as
     kernel launches or per-operator overhead do; near zero or below: the bytes and compute, whatever the depth),
-    with the deepest/shallowest latency ratio next to their depth ratio."""
+    with the deepest/shallowest latency ratio next to their depth ratio. ``residuals_ms`` (shallowest first),
+    ``max_residual_ms`` / ``max_residual_pct`` and ``monotone`` (time never falls as depth grows) say whether the
+    line describes the points at all: a share read off a line through scattered points means little."""
     own = frame[~frame.shared_embedding] if "shared_embedding" in frame else frame
     slope, intercept = np.polyfit(own.layers, own[column], 1)
     deep, shallow = own.loc[own.layers.idxmax()], own.loc[own.layers.idxmin()]
+    by_depth = own.sort_values("layers")
+    residuals = by_depth[column] - (intercept + slope * by_depth.layers)
     return {"r2_layers": _r_squared(own.layers, own[column]), "ms_per_layer": float(slope),
+            "residuals_ms": [float(r) for r in residuals], "max_residual_ms": float(residuals.abs().max()),
+            "max_residual_pct": float(100 * (residuals.abs() / by_depth[column]).max()),
+            "monotone": bool(by_depth[column].is_monotonic_increasing),
             "fixed_ms": float(intercept), "per_layer_share": float(slope * deep.layers / deep[column]),
             "deep": deep.get("draft", f"{int(deep.layers)} layers"),
             "shallow": shallow.get("draft", f"{int(shallow.layers)} layers"),
@@ -218,3 +225,43 @@ def measure_scale(p: dict, *, progress: bool = False) -> dict:
     return {"rows": scale_latency(model_config(p["scale_model"]), p["scale_depths"], device=p["device"],
                                   dtype=getattr(torch, p["scale_dtype"]), context=p["scale_context"],
                                   repeats=p["scale_repeats"], progress=progress)}
+
+
+# ------------------------------------------------------------------------------------- noise and near-ties
+
+def timing_noise(rows) -> dict:
+    """How much the same measurement moved over the run, from stored :func:`measure_draft` rows (one per draft, each
+    timing the SAME target on the same prompts): ``T_T`` (ms) of each draft's cost run, with its min, max and
+    (max - min) / median; and the AR time of the same prompts in each draft's sweep, with its relative standard
+    deviation ``ar_rel_std`` — the tolerance below which two speedups (each a ratio against such a time) do not
+    rank. ``c = T_D/T_T`` of one draft inherits its own run's T_T, so c values closer than ``tt_rel_range`` apart do
+    not rank either."""
+    tt = np.array([1e3 * row["costs"]["T_T"] for row in rows], dtype=float)
+    ar = np.array([row["per_gamma"][0]["ar_time_s"] for row in rows], dtype=float)
+    if len(rows) < 2:
+        raise ValueError("need at least two drafts' rows to see the run's noise")
+    return {"tt_ms": tt.tolist(), "tt_min_ms": float(tt.min()), "tt_max_ms": float(tt.max()),
+            "tt_rel_range": float((tt.max() - tt.min()) / np.median(tt)), "tt_rel_std": float(tt.std() / tt.mean()),
+            "ar_s": ar.tolist(), "ar_rel_std": float(ar.std() / ar.mean()),
+            "ar_rel_range": float((ar.max() - ar.min()) / np.median(ar))}
+
+
+def tied_with_best(values, tolerance: float) -> list[bool]:
+    """For each value (a speedup), whether it lies within ``tolerance`` (relative) of the largest: a tie."""
+    values = np.asarray(values, dtype=float)
+    if values.size == 0 or tolerance < 0:
+        raise ValueError("need values and a non-negative tolerance")
+    return [bool(v >= values.max() * (1 - tolerance)) for v in values]
+
+
+def gamma_ties(rows, tolerance: float) -> dict:
+    """Per draft (stored :func:`measure_draft` rows), the gammas whose measured speedup is within ``tolerance`` of
+    that draft's best: the measured optimum as far as the noise lets it be named."""
+    return {row["draft"]: [int(g["gamma"]) for g, tied in
+                           zip(row["per_gamma"], tied_with_best([g["speedup"] for g in row["per_gamma"]], tolerance))
+                           if tied] for row in rows}
+
+
+def eq5_agrees(eq5_gamma: int, tied_gammas) -> bool:
+    """Whether Eq. 5's optimum lies within one of a measured optimum, any gamma tied with the best counting."""
+    return any(abs(int(eq5_gamma) - int(g)) <= 1 for g in tied_gammas)

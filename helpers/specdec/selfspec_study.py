@@ -109,3 +109,26 @@ def short_context_batched(frame):
     rows = frame[frame["kind"] == "batched"]
     return (rows.drop(columns=[c for c in ("speedup",) if c in rows])
             .rename(columns={"batch_size": "batch", "decode_speedup": "speedup"}).sort_values("batch"))
+
+
+def against_one(speedup: float, spread: float) -> str:
+    """Where a measured speedup lies against 1, given its repeats' ``spread`` ((max - min) / median of the
+    per-repeat ratios, as :func:`compare_at` stores it): ``"above"`` or ``"below"`` when it is farther from 1 than
+    the spread (relative to the speedup), ``"within"`` when 1 lies inside the repeats' range of noise."""
+    if spread != spread or spread < 0:  # NaN or negative: no repeats to judge by
+        raise ValueError(f"need a non-negative spread, got {spread}")
+    if abs(speedup - 1) <= spread * speedup:
+        return "within"
+    return "above" if speedup > 1 else "below"
+
+
+def tied_with_best(speedups, spreads) -> list[bool]:
+    """For each point, whether it is within the measured noise of the fastest: its gap to the best speedup is no
+    larger than the wider of the two points' repeat spreads (each relative, times its speedup). The best itself is
+    tied with itself."""
+    speedups, spreads = [float(s) for s in speedups], [float(s) for s in spreads]
+    if not speedups or len(speedups) != len(spreads):
+        raise ValueError("need one spread per speedup, and at least one")
+    best = max(range(len(speedups)), key=speedups.__getitem__)
+    top, top_tol = speedups[best], spreads[best] * speedups[best]
+    return [top - s <= max(top_tol, spread * s) for s, spread in zip(speedups, spreads)]

@@ -427,7 +427,10 @@ def source_claims(by_source, per_prompt=None) -> dict:
     intervals are separated, the correlation of alpha and speedup over sources (Pearson ``correlation`` and Spearman
     ``rank_correlation``; nan for two or fewer), whether alpha and speedup rank the sources alike (``same_order``),
     how many of the ``source_pairs`` pairs of sources have overlapping speedup intervals (``overlapping_pairs``), and
-    for how many sources the Wilson interval is narrower than the bootstrap over prompts.
+    for how many sources the Wilson interval is narrower than the bootstrap over prompts. Where the measured order of
+    alpha departs from the expected one: ``order_swaps``, every pair of sources the two orders rank oppositely, as
+    ``(expected first, expected second, alpha intervals overlap)``, and ``swaps_within_noise`` (every such pair's
+    alpha intervals overlap: the departure does not exceed the prompt-to-prompt noise; True without a swap).
 
     With ``per_prompt`` (the row's list, see the module docstring) also the same question prompt by prompt, where
     there are enough points to answer it: ``prompts`` (those with at least one acceptance test), the Spearman
@@ -440,7 +443,12 @@ def source_claims(by_source, per_prompt=None) -> dict:
     pairs = [(a, b) for i, a in enumerate(sources) for b in sources[i + 1:]]
     overlapping = sum(_overlap(by_source.loc[a, "speedup_low"], by_source.loc[a, "speedup_high"],
                                by_source.loc[b, "speedup_low"], by_source.loc[b, "speedup_high"]) for a, b in pairs)
+    measured = [src for src in by_source.sort_values("alpha", ascending=False).index if src in expected]
+    swaps = [(a, b, _overlap(by_source.loc[a, "alpha_low"], by_source.loc[a, "alpha_high"],
+                             by_source.loc[b, "alpha_low"], by_source.loc[b, "alpha_high"]))
+             for i, a in enumerate(expected) for b in expected[i + 1:] if measured.index(a) > measured.index(b)]
     claims = {
+        "order_swaps": swaps, "swaps_within_noise": all(overlap for _, _, overlap in swaps),
         "expected": expected,
         "measured_order": [s for s in by_source.sort_values("alpha", ascending=False).index if s in expected],
         "fast": fast, "slow": slow,
@@ -480,10 +488,13 @@ def cost_check(frame) -> tuple[pd.DataFrame, dict]:
     ``same_conditions`` (their pairs' costs ran on the same runtime and the same context prompt); ``tt_spread`` and
     ``tv_spread`` (largest relative spread, max/min - 1, of one target's T_T and of its T_V at the smallest gamma
     across its pairs; nan without a shared target); ``above``, ``below`` and ``rows`` (Eq. 5 sides over all rows);
-    ``sides_by_pair`` (every pair's rows lie on one side of Eq. 5); ``low_tt_above`` (for every shared target, its
-    pair with the lowest T_T has the most rows above Eq. 5: a T_T timed low inflates c and T_V/T_T, so Eq. 5 comes
-    out too low); ``tt_over_ar_step`` (the pairs whose isolated T_T exceeds the AR generation's whole time per
-    token, which includes the prefill: a T_T timed in a slow phase)."""
+    ``sides_by_pair`` (every pair's rows lie on one side of Eq. 5); ``low_tt_above`` (for every shared target, some
+    row of its pairs lies above Eq. 5 and its pair with the lowest T_T has the most rows above it: a T_T timed low
+    inflates c and T_V/T_T, so Eq. 5 comes out too low; False, never vacuously True, where no row lies above);
+    ``ratios_overlap`` (for every shared target, the ranges of measured/Eq. 5 of its pairs overlap, so the spread of
+    its T_T does not show in those ratios; False without a shared target); ``tt_over_ar_step`` (the pairs whose
+    isolated T_T exceeds the AR generation's whole time per token, which includes the prefill: a T_T timed in a slow
+    phase). The table also carries each pair's lowest and highest measured/Eq. 5 ratio."""
     out = []
     for pair, group in frame.groupby("pair", observed=True, sort=False):
         first = group.sort_values("gamma").iloc[0]
@@ -497,11 +508,13 @@ def cost_check(frame) -> tuple[pd.DataFrame, dict]:
             "AR ms/token": 1e3 / first["ar_tokens_per_s"],
             "above Eq. 5": int((group["speedup"] > group["eq5"]).sum()),
             "below Eq. 5": int((group["speedup"] < group["eq5"]).sum()),
+            "ratio low": float((group["speedup"] / group["eq5"]).min()),
+            "ratio high": float((group["speedup"] / group["eq5"]).max()),
         })
     table = pd.DataFrame(out)
     claims = {"above": int(table["above Eq. 5"].sum()), "below": int(table["below Eq. 5"].sum()),
               "rows": len(frame), "shared_targets": [], "same_conditions": True,
-              "tt_spread": float("nan"), "tv_spread": float("nan"), "low_tt_above": True,
+              "tt_spread": float("nan"), "tv_spread": float("nan"), "low_tt_above": True, "ratios_overlap": True,
               "sides_by_pair": bool(((table["above Eq. 5"] == 0) | (table["below Eq. 5"] == 0)).all()),
               "tt_over_ar_step": list(table.loc[table["T_T (ms)"] > table["AR ms/token"], "pair"])}
     for target, group in table.groupby("target", sort=False):
@@ -512,10 +525,14 @@ def cost_check(frame) -> tuple[pd.DataFrame, dict]:
                                           and group["gamma"].nunique() == 1)
         claims["tt_spread"] = np.nanmax([claims["tt_spread"], group["T_T (ms)"].max() / group["T_T (ms)"].min() - 1])
         claims["tv_spread"] = np.nanmax([claims["tv_spread"], group["T_V (ms)"].max() / group["T_V (ms)"].min() - 1])
-        claims["low_tt_above"] &= bool(group.loc[group["T_T (ms)"].idxmin(), "above Eq. 5"]
+        # no claim without a row above Eq. 5: 0 == max(0, 0) would make "the low-T_T pair lies above" vacuously true
+        claims["low_tt_above"] &= bool(group["above Eq. 5"].max() > 0 and group.loc[group["T_T (ms)"].idxmin(),
+                                                                                     "above Eq. 5"]
                                        == group["above Eq. 5"].max())
+        claims["ratios_overlap"] &= bool(group["ratio low"].max() <= group["ratio high"].min())
     claims["tt_spread"], claims["tv_spread"] = float(claims["tt_spread"]), float(claims["tv_spread"])
     claims["low_tt_above"] = bool(claims["low_tt_above"] and claims["shared_targets"])
+    claims["ratios_overlap"] = bool(claims["ratios_overlap"] and claims["shared_targets"])
     return table, claims
 
 
