@@ -85,6 +85,9 @@ def start_lab(tmp_path):
         env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
                    JUPYTER_DATA_DIR=str(home / "data"), JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
                    JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"))
+        # a student's kernel draws with the inline backend; conftest's MPLBACKEND=Agg (for headless tests) would
+        # make every explorer's figure vanish after its first change (regression: the 05 and 09 figures did)
+        env.pop("MPLBACKEND", None)
         subprocess.run([sys.executable, "-m", "jupyter", "trust", *[str(root / n) for n in notebooks]], env=env,
                        check=True, capture_output=True)
         port, token = _free_port(), secrets.token_hex(16)
