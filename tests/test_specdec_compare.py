@@ -255,3 +255,21 @@ def test_ties_with_the_fastest_come_from_a_paired_bootstrap_over_prompts():
     assert wrong["misplaced"] == ["static 2-1"] and not wrong["separates"]
     with pytest.raises(ValueError, match="no rows"):
         tied_with_fastest(rows, ("dynamic",))
+
+
+def test_point_labels_do_not_overlap_in_a_dense_cluster():
+    """Regression: notebook 10's method figure piled labels on each other ("d6 k3 n10" over "d5 k2 n8")."""
+    import matplotlib.pyplot as plt
+
+    from helpers.specdec.tree_figures import place_labels
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    points = [(5 + 0.3 * i, 1.6 + 0.01 * (i % 2)) for i in range(4)]  # four markers nearly on top of each other
+    ax.scatter(*zip(*points))
+    ax.set(xlim=(0, 40), ylim=(1.0, 2.0))
+    fig.canvas.draw()
+    labels = place_labels(ax, points, [f"g8 p<0.0{i}" for i in range(4)], ["C0"] * 4)
+    renderer = fig.canvas.get_renderer()
+    boxes = [label.get_window_extent(renderer) for label in labels]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    plt.close(fig)

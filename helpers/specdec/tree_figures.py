@@ -115,19 +115,54 @@ FAMILY_COLOURS = {"ar": "#000000", "linear": "#1f77b4", "adaptive": "#17becf", "
                   "dynamic": "#d62728", "lookup": "#2ca02c"}
 
 
+LABEL_KEY = ("labels: g5 = γ drafts per round;  g8 p<0.05 = at most 8, stop when the draft's probability < 0.05;  "
+             "2-1-1-1-1 = children per depth of a static tree;\nd6 k3 n12 = dynamic tree of depth 6, top-3 "
+             "expansion, 12 nodes;  n3 fixed 8 = prompt lookup with 3-grams, 8 drafts")
+LABEL_OFFSETS = [(5, 0, "left"), (-5, 0, "right"), (4, 7, "left"), (4, -7, "left"), (-4, 7, "right"),
+                 (-4, -7, "right"), (0, 11, "center"), (0, -11, "center"), (8, 14, "left"), (8, -14, "left"),
+                 (-8, 14, "right"), (-8, -14, "right")]  # points: beside, diagonal, above/below, farther out
+
+
+def place_labels(ax, points, texts, colours, fontsize: float = 6) -> list:
+    """Annotate each point with its text at the first of :data:`LABEL_OFFSETS` whose box overlaps no marker, no
+    label placed before it and stays inside the axes (in drawn pixels); beside the point if none is free."""
+    from matplotlib.transforms import Bbox
+
+    renderer = ax.figure.canvas.get_renderer()
+    inside = ax.get_window_extent(renderer)
+    half = 2.8 * ax.figure.dpi / 72  # a marker of s=28 is about 5.3 points across
+    boxes = [Bbox.from_extents(px - half, py - half, px + half, py + half)
+             for px, py in ax.transData.transform(list(points))]
+    placed = []
+    for (x, y), text, colour in zip(points, texts, colours):
+        for dx, dy, align in LABEL_OFFSETS:
+            label = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=fontsize,
+                                color=colour, ha=align, va="center")
+            box = label.get_window_extent(renderer).expanded(1.02, 1.05)
+            within = inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1
+            if within and not any(box.overlaps(other) for other in boxes):
+                break
+            label.remove()
+        else:  # no free place: beside the point, where it reads as its label
+            dx, dy, align = LABEL_OFFSETS[0]
+            label = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=fontsize,
+                                color=colour, ha=align, va="center")
+            box = label.get_window_extent(renderer)
+        placed.append(label)
+        boxes.append(box)
+    return placed
+
+
 def sweep_figure(summary, title: str = ""):
     """τ (left) and measured speedup over AR (right) against the nodes verified per round, one point per method
-    configuration, coloured by family: what more nodes buy in accepted tokens and what they cost in time."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for family, group in summary.groupby("method", sort=False):
-        if family == "ar":
-            continue
-        colour = FAMILY_COLOURS.get(family, "grey")
+    configuration, coloured by family: what more nodes buy in accepted tokens and what they cost in time. Point
+    labels avoid each other (:func:`place_labels`), and a key under the plots spells the abbreviations out."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    methods = summary[summary["method"] != "ar"]
+    for family, group in methods.groupby("method", sort=False):
         for ax, column in zip(axes, ("tau", "speedup")):
-            ax.scatter(group.nodes, group[column], color=colour, label=family, s=28, zorder=3)
-            for row in group.itertuples():
-                ax.annotate(row.label.split(" ", 1)[-1], (row.nodes, getattr(row, column)), fontsize=6,
-                            xytext=(3, 2), textcoords="offset points", color=colour)
+            ax.scatter(group.nodes, group[column], color=FAMILY_COLOURS.get(family, "grey"), label=family, s=28,
+                       zorder=3)
     axes[0].set_ylabel("τ: new tokens per target forward")
     axes[1].set_ylabel("speedup over AR (wall clock)")
     axes[1].axhline(1.0, color="black", lw=0.8, ls=":")
@@ -136,7 +171,13 @@ def sweep_figure(summary, title: str = ""):
     axes[0].legend(fontsize=7, loc="lower right")
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.text(0.5, 0.01, LABEL_KEY, ha="center", va="bottom", fontsize=6.5)
+    fig.canvas.draw()  # label boxes are measured in drawn pixels
+    for ax, column in zip(axes, ("tau", "speedup")):
+        place_labels(ax, list(zip(methods.nodes, methods[column])),
+                     [label.split(" ", 1)[-1] for label in methods.label],
+                     [FAMILY_COLOURS.get(m, "grey") for m in methods.method])
     return fig
 
 
