@@ -273,3 +273,19 @@ def test_point_labels_do_not_overlap_in_a_dense_cluster():
     boxes = [label.get_window_extent(renderer) for label in labels]
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
     plt.close(fig)
+
+
+def test_every_round_is_drawn_at_one_size(pair):
+    """Regression: the tree explorer's figure changed width from round to round."""
+    import matplotlib.pyplot as plt
+
+    from helpers.specdec.tree_figures import tree_extent
+
+    result = tree_generate(*pair, torch.tensor([[3, 1, 4, 1, 5]]), 24, tree="dynamic", depth=4, topk=2, budget=6,
+                           eos_token_id=-1, record_rounds=True)
+    extent = tree_extent(result.rounds)
+    axes = [draw_tree(r, None, extent=extent) for r in result.rounds]
+    assert len({tuple(ax.figure.get_size_inches()) for ax in axes}) == 1
+    assert len({ax.get_xlim() for ax in axes}) == 1 and len({ax.get_ylim()[0] for ax in axes}) == 1
+    for ax in axes:
+        plt.close(ax.figure)

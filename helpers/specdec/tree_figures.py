@@ -48,13 +48,22 @@ def _label(tokenizer, token: int) -> str:
     return text if len(text) <= 10 else text[:9] + "…"
 
 
-def draw_tree(tree: TreeRound, tokenizer=None, ax=None, title: str | None = None):
-    """(``title`` is put before the round's summary.) One verified round: every draft node (its token; ``·`` is a space, ``↵`` a newline), the accepted path in
-    green, and the target's token after it — orange when it corrects the draft, blue when it is a bonus."""
+def tree_extent(trees) -> tuple[int, float]:
+    """(deepest depth, lowest layout row) over ``trees``: drawn with one extent, every round's figure has the same
+    size and axes (the explorer's figure no longer changes width from round to round)."""
+    return (max(max(tree.depths) for tree in trees),
+            min(min(y for _, y in _layout(tree).values()) for tree in trees))
+
+
+def draw_tree(tree: TreeRound, tokenizer=None, ax=None, title: str | None = None, *, extent=None):
+    """(``title`` is put before the round's summary.) One verified round: every draft node (its token; ``·`` is a
+    space, ``↵`` a newline), the accepted path in green, and the target's token after it — orange when it corrects
+    the draft, blue when it is a bonus. ``extent`` (:func:`tree_extent` of several rounds) fixes size and axes."""
     place = _layout(tree)
+    depth, lowest = extent or tree_extent([tree])
     if ax is None:
-        height = max(2.5, 0.32 * (1 - min(y for _, y in place.values())))
-        _, ax = plt.subplots(figsize=(1.6 * (max(tree.depths) + 2), min(height, 9)))
+        height = max(2.5, 0.32 * (1 - lowest))
+        _, ax = plt.subplots(figsize=(1.6 * (depth + 2), min(height, 9)))
     on_path = set(tree.path)
     for node, parent in enumerate(tree.parents):
         if parent >= 0:
@@ -71,11 +80,11 @@ def draw_tree(tree: TreeRound, tokenizer=None, ax=None, title: str | None = None
     ax.plot([last[0], last[0] + 1], [last[1], last[1]], color=colour, lw=1.5, ls="--", zorder=1)
     ax.text(last[0] + 1, last[1], _label(tokenizer, tree.next_token), ha="center", va="center", fontsize=7,
             family="monospace", color="white", zorder=2, bbox=dict(boxstyle="round,pad=0.25", fc=colour, ec=colour))
-    ax.set_xlim(-0.6, max(tree.depths) + 1.6)
+    ax.set_xlim(-0.6, depth + 1.6)
     ys = [y for _, y in place.values()]
-    ax.set_ylim(min(ys) - 0.8, max(ys) + 0.8)
-    ax.set_xticks(range(max(tree.depths) + 2))
-    ax.set_xticklabels(["root"] + [str(d) for d in range(1, max(tree.depths) + 2)])
+    ax.set_ylim(lowest - 0.8, max(ys) + 0.8)
+    ax.set_xticks(range(depth + 2))
+    ax.set_xticklabels(["root"] + [str(d) for d in range(1, depth + 2)])
     ax.set_xlabel("depth (root = the last committed token)")
     ax.set_yticks([])
     for side in ("left", "right", "top"):
@@ -94,6 +103,7 @@ def tree_explorer(rounds: list[TreeRound], tokenizer=None, *, start: int = 0):
 
     if not rounds:
         raise ValueError("no rounds to show: run tree_generate(..., record_rounds=True)")
+    extent = tree_extent(rounds)  # one size for every round's figure
     slider = widgets.IntSlider(value=start + 1, min=1, max=len(rounds), description="round",
                                continuous_update=False, layout=widgets.Layout(width="60%"))
     out = widgets.Output()
@@ -101,7 +111,7 @@ def tree_explorer(rounds: list[TreeRound], tokenizer=None, *, start: int = 0):
     def show(change=None):
         with out:
             out.clear_output(wait=True)
-            ax = draw_tree(rounds[slider.value - 1], tokenizer)
+            ax = draw_tree(rounds[slider.value - 1], tokenizer, extent=extent)
             plt.tight_layout()
             display(ax.figure)
             plt.close(ax.figure)
