@@ -22,3 +22,12 @@ if "WORKBOOK_OUTPUT_ROOT" not in os.environ:
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+try:  # nbval's kernels over local IPC sockets, as helpers.run_all's (no "running over TCP without encryption")
+    import nbval.kernel
+
+    from helpers.run_all import kernel_manager_class
+
+    nbval.kernel.KernelManager = kernel_manager_class(blocking=True)
+except ImportError:  # nbval is pinned; without it there are no notebook items to start kernels for
+    pass

@@ -47,16 +47,18 @@ def notebooks(only: list[str] | None = None) -> list[Path]:
     return found
 
 
-def kernel_manager_class():
-    """jupyter_client's AsyncKernelManager over local IPC sockets instead of TCP: nothing leaves the machine, and
-    ipykernel no longer warns on every run that it is "running over TCP without encryption". TCP on Windows, which
-    has no IPC transport. (Imported lazily: helpers must import on a GPU machine without Jupyter.)"""
-    from jupyter_client import AsyncKernelManager
+def kernel_manager_class(blocking: bool = False):
+    """jupyter_client's kernel manager (AsyncKernelManager, or KernelManager with ``blocking``, as nbval uses) over
+    local IPC sockets instead of TCP: nothing leaves the machine, and ipykernel no longer warns on every run that it
+    is "running over TCP without encryption". TCP on Windows, which has no IPC transport. (Imported lazily: helpers
+    must import on a GPU machine without Jupyter.)"""
+    from jupyter_client import AsyncKernelManager, KernelManager
 
+    base = KernelManager if blocking else AsyncKernelManager
     if os.name == "nt":
-        return AsyncKernelManager
+        return base
 
-    class IPCKernelManager(AsyncKernelManager):
+    class IPCKernelManager(base):
         def __init__(self, **kwargs):
             kwargs.setdefault("transport", "ipc")
             # an absolute socket path: the kernel runs in the notebook's folder, the client in ours, and a relative
