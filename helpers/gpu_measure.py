@@ -482,13 +482,11 @@ def _cost_config(target: str, draft: str, weights: str, p: dict, eq5: dict, mode
 
 
 def decode_weight_bytes(model) -> int:
-    """Weight bytes one decode step reads: every parameter once, except an input embedding that is not tied to the
-    LM head (a step reads one row of it per token, not the matrix)."""
-    embedding = model.get_input_embeddings().weight
-    head = model.get_output_embeddings()
-    total = sum(t.numel() * t.element_size() for t in model.parameters())
-    tied = head is not None and head.weight.data_ptr() == embedding.data_ptr()
-    return total if tied else total - embedding.numel() * embedding.element_size()
+    """Weight bytes one decode step of ``model`` reads, at its stored precision: the rule of
+    :func:`helpers.memory.decode_weight_bytes` (an input embedding untied from the LM head is not read)."""
+    from helpers.memory import decode_weight_bytes as config_bytes
+
+    return config_bytes(model.config, next(model.parameters()).element_size())
 
 
 def _eq5_row(costs: dict, target, draft, eq5: dict) -> dict:

@@ -103,6 +103,30 @@ def _clean(value):
     return value
 
 
+def read_rows(path: Path) -> list[dict]:
+    """Every row of a result file in order (none if it does not exist); a line cut short by a crash mid-write is
+    skipped, so that configuration is simply measured again."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            line = line.strip()
+            if line:
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+    return rows
+
+
+def latest_ok_rows(path: Path) -> list[dict]:
+    """The last row of each configuration in a result file, kept where it finished ``ok`` (not OOM)."""
+    latest = {row.get("config_key"): row for row in read_rows(path)}
+    return [row for row in latest.values() if row.get("status") == STATUS_OK]
+
+
 class ResultStore:
     """``results/<profile>/<notebook>.jsonl``: append rows, resume, and read back as a DataFrame."""
 
@@ -113,18 +137,7 @@ class ResultStore:
         self.path: Path = paths.results_dir(profile) / f"{notebook}.jsonl"
 
     def rows(self) -> list[dict]:
-        if not self.path.exists():
-            return []
-        rows = []
-        with self.path.open(encoding="utf-8") as handle:
-            for line in handle:
-                line = line.strip()
-                if line:
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError:
-                        continue  # a row cut short by a crash mid-write: that config is simply re-measured
-        return rows
+        return read_rows(self.path)
 
     def done(self) -> dict[str, dict]:
         """Finished configurations (ok or OOM) by ``config_key``; the last row for a config wins."""

@@ -8,12 +8,10 @@ A measuring run of :mod:`helpers.run_all` sets ``WORKBOOK_RUN_ID`` so that every
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pandas as pd
 
 from helpers import paths
+from helpers.results import latest_ok_rows
 
 TARGET = "cpu-pair/target"
 SAME_TOLERANCE = 1.35  # max/min of step times measured under the same conditions that still counts as agreeing
@@ -21,18 +19,8 @@ SAME_TOLERANCE = 1.35  # max/min of step times measured under the same condition
 
 def read_all(profile: str) -> dict[str, list[dict]]:
     """Every ok row of the profile by result file (latest row per configuration)."""
-    rows = {}
-    for path in sorted(paths.results_dir(profile, create=False).glob("*.jsonl")):
-        latest = {}
-        for line in path.read_text().splitlines():
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                latest[row.get("config_key")] = row
-        rows[path.stem] = [r for r in latest.values() if r.get("status") == "ok"]
-    return rows
+    return {path.stem: latest_ok_rows(path)
+            for path in sorted(paths.results_dir(profile, create=False).glob("*.jsonl"))}
 
 
 BYTES_ONLY = {"01_gpu_memory_math"}  # result files that measure bytes, not time: their thread count is immaterial

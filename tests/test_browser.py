@@ -145,6 +145,20 @@ def _chrome():
     return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
 
 
+def _open(driver, url: str, token: str, notebook: str) -> None:
+    """Open ``notebook`` in JupyterLab and wait until its kernel is up (status bar "... | Idle"): until then the
+    Run menu's items are disabled."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(f"{url}/lab/tree/{notebook}?token={token}")
+    wait = WebDriverWait(driver, SERVER_START_S)
+    wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, ".jp-NotebookPanel .jp-Cell")))
+    wait.until(ec.presence_of_element_located((By.XPATH, "//*[contains(@class,'jp-StatusBar')]"
+                                                         "//*[contains(normalize-space(), '| Idle')]")))
+
+
 def _run_all_cells(driver, attempts: int = 3) -> None:
     """Run > Run All Cells through the menu bar, as a student would; retried if no cell starts running (a click
     that lands while the notebook is still connecting does nothing)."""
@@ -183,12 +197,7 @@ def test_notebook_07_explorer_in_jupyterlab(browser_tools, lab, tmp_path):
     started = time.monotonic()
     driver = _chrome()
     try:
-        driver.get(f"{url}/lab/tree/{NOTEBOOK}?token={token}")
-        wait = WebDriverWait(driver, SERVER_START_S)
-        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, ".jp-NotebookPanel .jp-Cell")))
-        # the kernel is up (status bar "... | Idle"); until then the Run menu's items are disabled
-        wait.until(ec.presence_of_element_located((By.XPATH, "//*[contains(@class,'jp-StatusBar')]"
-                                                             "//*[contains(normalize-space(), '| Idle')]")))
+        _open(driver, url, token, NOTEBOOK)
         _run_all_cells(driver)
 
         first = WebDriverWait(driver, RUN_ALL_S).until(
@@ -270,18 +279,13 @@ def test_explorer_looks_finished_before_and_after_run_all(browser_tools, start_l
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
     url, token = start_lab(notebook)
     stem = notebook.split("_")[0]
     driver = _chrome()
     try:
-        driver.get(f"{url}/lab/tree/{notebook}?token={token}")
-        wait = WebDriverWait(driver, SERVER_START_S)
-        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, ".jp-NotebookPanel .jp-Cell")))
-        wait.until(ec.presence_of_element_located((By.XPATH, "//*[contains(@class,'jp-StatusBar')]"
-                                                             "//*[contains(normalize-space(), '| Idle')]")))
+        _open(driver, url, token, notebook)
         WebDriverWait(driver, 60).until(lambda d: _explorers(d))  # drawn from the saved widget state
         fallbacks = [e.text[:80] for e in driver.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output")
                      if e.text.lstrip().startswith(("VBox(", "HBox("))]

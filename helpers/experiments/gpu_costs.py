@@ -3,10 +3,11 @@ step against the HBM roofline, and the CPU pair end to end with graphs. Read by 
 needed to render them) and by the window's own summary of goals (:func:`helpers.gpu_window.goals`)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
+
+from helpers.results import latest_ok_rows
 
 COSTS = "09_handout_costs"  # eq5 part: the handout pairs, random weights, bf16
 GRAPHS = "09_compiled_decode"  # graphs part: the CPU pair's terms and end-to-end runs
@@ -14,15 +15,7 @@ GRAPHS = "09_compiled_decode"  # graphs part: the CPU pair's terms and end-to-en
 
 def read_rows(folder: Path, name: str) -> list[dict]:
     """The latest ok row per configuration of ``folder/name.jsonl`` (empty when the file does not exist)."""
-    path = Path(folder) / f"{name}.jsonl"
-    if not path.exists():
-        return []
-    latest = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            latest[row.get("config_key")] = row
-    return [row for row in latest.values() if row.get("status") == "ok"]
+    return latest_ok_rows(Path(folder) / f"{name}.jsonl")
 
 
 def _bandwidth(device_name: str) -> float | None:
