@@ -194,22 +194,3 @@ def map_by_size(source: dict, dest: dict) -> dict:
     if len(src) == 1:
         return {src[0]: dst[-1]}
     return {name: dst[round(i * (len(dst) - 1) / (len(src) - 1))] for i, name in enumerate(src)}
-
-
-def eq5_prediction(target_config, draft_config, gpu: pd.Series, gamma: int, alpha: float, context_len: int,
-                   host_fixed_s: float = 0.0, host_per_layer_s: float = 0.0) -> dict:
-    """Eq. 5's speedup for one (target, draft, gamma) at batch 1 on a GPU, from the roofline (a model prediction).
-
-    Each forward takes max(roofline time, host time): kernel launches are asynchronous, so the host issuing a
-    forward's kernels (``host_fixed_s + host_per_layer_s * layers``) and the GPU running them overlap, and the
-    slower of the two sets the pace. With zero host time (a captured CUDA graph) only the roofline remains."""
-    from helpers.specdec.analysis import predicted_speedup  # here, not at the top: specdec.analysis imports this module
-
-    def step(config, tokens):
-        host = host_fixed_s + host_per_layer_s * config.num_hidden_layers
-        return max(roofline_seconds(config, gpu, 1, tokens, context_len), host)
-
-    t_t, t_d, t_v = step(target_config, 1), step(draft_config, 1), step(target_config, gamma + 1)
-    c, v = t_d / t_t, t_v / t_t
-    return {"T_T_s": float(t_t), "T_D_s": float(t_d), "T_V_s": float(t_v), "c": float(c), "v": float(v),
-            "speedup": float(predicted_speedup(gamma, alpha, c, v))}

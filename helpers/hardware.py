@@ -6,6 +6,8 @@ import platform
 
 import torch
 
+from helpers.profile_env import results_only
+
 
 def resolve_device(name: str | torch.device | None = None) -> torch.device:
     """Turn a profile's device setting into a ``torch.device``, failing clearly where it cannot run.
@@ -18,11 +20,11 @@ def resolve_device(name: str | torch.device | None = None) -> torch.device:
         device = torch.device(name)
     except RuntimeError:
         raise ValueError(f"device {str(name)!r} is not supported here: use 'cpu', 'cuda' or 'auto'") from None
-    if device.type == "cuda" and not torch.cuda.is_available() and _results_only():
+    if device.type == "cuda" and not torch.cuda.is_available() and results_only():
         # rendering committed GPU rows without the GPU: models are built on the meta device (no memory, no
         # compute), the result store answers every measurement, and a missing row is an error (helpers.results)
         return torch.device("meta")
-    if device.type == "meta" and _results_only():
+    if device.type == "meta" and results_only():
         return device
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(
@@ -33,10 +35,6 @@ def resolve_device(name: str | torch.device | None = None) -> torch.device:
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"device {str(name)!r} is not supported here: use 'cpu', 'cuda' or 'auto'")
     return device
-
-
-def _results_only() -> bool:
-    return os.environ.get("WORKBOOK_RESULTS_ONLY", "").strip() not in ("", "0")  # helpers.results.RESULTS_ONLY_ENV
 
 
 def cpu_name() -> str:

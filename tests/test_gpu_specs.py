@@ -4,10 +4,10 @@ import json
 import pandas as pd
 import pytest
 
-from helpers.gpu_specs import (arithmetic_intensity, best_and_worst, collect_results, describe_ties, eq5_prediction,
-                               fit_layer_cost, forward_flops_bytes, gpu_spec, layer_cost_fit, load_gpu_specs,
+from helpers.gpu_specs import (arithmetic_intensity, best_and_worst, collect_results, describe_ties, fit_layer_cost, forward_flops_bytes, gpu_spec, layer_cost_fit, load_gpu_specs,
                                map_by_size, roofline_seconds, run_to_run_spread)
 from helpers.memory import load_config, param_count
+from helpers.specdec.analysis import eq5_prediction
 
 
 def test_table_is_complete_and_sourced():

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from helpers.gpu_specs import forward_flops_bytes
+from helpers.gpu_specs import forward_flops_bytes, roofline_seconds
 from helpers.memory import decode_param_count, kv_cache_bytes, param_count, weight_bytes
 
 
@@ -203,6 +203,23 @@ def batched_speedup_accounting(gamma: int, alpha: float, T_T: float, T_D: float,
         out["overhead"] = forward_share
         out["forwards"] = out["rounds_cost"] / forward_share
     return out
+
+
+def eq5_prediction(target_config, draft_config, gpu: pd.Series, gamma: int, alpha: float, context_len: int,
+                   host_fixed_s: float = 0.0, host_per_layer_s: float = 0.0) -> dict:
+    """Eq. 5's speedup for one (target, draft, gamma) at batch 1 on a GPU, from the roofline (a model prediction).
+
+    Each forward takes max(roofline time, host time): kernel launches are asynchronous, so the host issuing a
+    forward's kernels (``host_fixed_s + host_per_layer_s * layers``) and the GPU running them overlap, and the
+    slower of the two sets the pace. With zero host time (a captured CUDA graph) only the roofline remains."""
+    def step(config, tokens):
+        host = host_fixed_s + host_per_layer_s * config.num_hidden_layers
+        return max(roofline_seconds(config, gpu, 1, tokens, context_len), host)
+
+    t_t, t_d, t_v = step(target_config, 1), step(draft_config, 1), step(target_config, gamma + 1)
+    c, v = t_d / t_t, t_v / t_t
+    return {"T_T_s": float(t_t), "T_D_s": float(t_d), "T_V_s": float(t_v), "c": float(c), "v": float(v),
+            "speedup": float(predicted_speedup(gamma, alpha, c, v))}
 
 
 def decode_roofline_seconds(config, gpu, batch_size: int, new_tokens: int, context_len: int,
