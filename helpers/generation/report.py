@@ -166,30 +166,15 @@ def _range_text(low: float, high: float, scale: float = 1.0, digits: str = ".3g"
     return f"{low * scale:{digits}} to {high * scale:{digits}}"  # "to": the low end can be negative
 
 
-def input_findings(rows: list[dict], batch_size: int, cap: float | None,
-                   prediction: memory.GenerationPrediction, prediction_name: str) -> dict:
-    """What the input-length sweep (§1.3.1) shows: ``lines`` to print, ``numbers`` for the report, and the
-    values the notebook's checks need (``growth``, ``fit``, ``noise``: the flagged input lengths). Growth, fit and
-    throughput claims use only the points not flagged as noise (:func:`ok_frame`)."""
-    ok = ok_frame(rows, "input_len")
-    ok["total_tok_s_median"] = batch_size * (ok["input_len"] + ok["new_tokens"]) / ok["time_s_median"]
-    clean = ok[~ok["noise"]].reset_index(drop=True)
-    oom_inputs = [r["input_len"] for r in rows if r["status"] == "oom"]
-    not_run_inputs = [r["input_len"] for r in rows if r["status"] == STATUS_NOT_RUN]
-    short, long, last = clean.iloc[0], clean.iloc[-1], ok.iloc[-1]
-    growth = long["time_s_median"] / short["time_s_median"]
-    noise = noise_text(ok, "input_len", "input")
-    lines = [f"Noise: {noise}."]
-    lines.append(f"From {short['input_len']} to {long['input_len']} input tokens (the shortest and longest points not "
-                 f"flagged) the median time grows {growth:.1f}x and generated-token throughput "
-                 f"{'falls' if growth > 1 else 'rises'} from {short['throughput_tok_s_median']:.0f} to "
-                 f"{long['throughput_tok_s_median']:.0f} tokens/s.")
+def _crossover_findings(clean: pd.DataFrame) -> dict:
+    """Where the prefill costs as much as the decode steps, from the measured points (``cross``, ``cross_text``),
+    and the least-squares line that only describes them (``fit``, ``fit_crossover``, ``fit_text``, ``steepens``)."""
+    short = clean.iloc[0]
     # time ~ (decode steps, independent of the prompt) + (prefill, growing with it): where do the two cost the same?
     # Taken from the measured points (the line below is only a description: it misses a convex curve).
     fit = linear_fit(clean["input_len"], clean["time_s_median"], relative=True)
     fit_crossover = fit["intercept"] / fit["slope"]
     cross = measured_crossover(clean["input_len"], clean["time_s_median"])
-    crossover = cross["crossover"] if cross["found"] else fit_crossover  # where the doublings below split
     decode_s = cross["decode_s"]
     if cross["found"]:
         cross_text = (f"the prefill (median time minus the {decode_s:.3f} s at {int(short['input_len']):,} input "
@@ -215,16 +200,20 @@ def input_findings(rows: list[dict], batch_size: int, cap: float | None,
                 f"{cross['low']:,} tokens and {late_ms:.2f} ms between the two longest lengths (the curve "
                 f"{'steepens' if steepens else 'does not steepen'}), so the line's own crossover, {fit_crossover:.0f} "
                 f"tokens, lies {fit_side}: a description, not the answer")
-    lines.append(f"Crossover, from the measured points: {cross_text}. Fit: {fit_text}.")
-    # what one doubling of the input does to the time, below and above that length (per doubling, between
-    # consecutive points not flagged; a pair belongs to the side of the crossover its geometric mean lies on)
+    return {"fit": fit, "fit_crossover": fit_crossover, "cross": cross, "cross_text": cross_text,
+            "fit_text": fit_text, "steepens": steepens}
+
+
+def _doubling_findings(clean: pd.DataFrame, crossover: float) -> dict:
+    """What one doubling of the input does to the time, below and above ``crossover`` (per doubling, between
+    consecutive points not flagged; a pair belongs to the side of the crossover its geometric mean lies on)."""
+    short = clean.iloc[0]
     n, t = clean["input_len"].to_numpy(dtype=float), clean["time_s_median"].to_numpy()
     per_doubling = [(n0, n1, (t1 / t0) ** (1 / math.log2(n1 / n0)))
                     for n0, n1, t0, t1 in zip(n, n[1:], t, t[1:])]
     below = [r for n0, n1, r in per_doubling if math.sqrt(n0 * n1) < crossover]
     above = [r for n0, n1, r in per_doubling if math.sqrt(n0 * n1) >= crossover]
     below_lengths = [n1 for n0, n1, r in per_doubling if math.sqrt(n0 * n1) < crossover]
-    spread = ((ok["time_s_max"] - ok["time_s_min"]) / ok["time_s_median"]).max()
     if below:
         short_text = (f"below it (inputs {int(short['input_len']):,} to {int(max(below_lengths)):,}) one doubling of "
                       f"the input changes the median time by {min(below) - 1:+.0%} to {max(below) - 1:+.0%}")
@@ -239,8 +228,14 @@ def input_findings(rows: list[dict], batch_size: int, cap: float | None,
     steeper = bool(below and above and max(below) < min(above))
     contrast = ("every doubling below it costs less than every doubling above it" if steeper else
                 "the doublings below and above it do not separate (or one side has none)")
-    lines.append(f"Per doubling of the input: {short_text}; {grows_text}: {contrast}. Largest batch-to-batch spread "
-                 f"of a measured row: {spread:.0%} of its median.")
+    return {"short_text": short_text, "grows_text": grows_text, "contrast": contrast, "steeper": steeper,
+            "clean_lengths": [int(x) for x in n]}
+
+
+def _total_throughput_text(clean: pd.DataFrame, batch_size: int) -> tuple[str, bool]:
+    """Throughput counting prompt tokens too: where it peaks, and whether it then falls beyond the min-max ranges
+    of the peak's and the longest input's rows (``(text, falls)``)."""
+    short, long = clean.iloc[0], clean.iloc[-1]
     peak = clean.loc[clean["total_tok_s_median"].idxmax()]
     total_range = {i: (batch_size * (r["input_len"] + r["new_tokens"]) / r["time_s_max"],
                        batch_size * (r["input_len"] + r["new_tokens"]) / r["time_s_min"]) for i, r in clean.iterrows()}
@@ -257,17 +252,52 @@ def input_findings(rows: list[dict], batch_size: int, cap: float | None,
                        + ("beyond" if total_falls else "within") + " the two rows' min-max ranges)")
     else:
         total_text += ", the longest input measured (no fall within the measured range)"
-    lines.append(f"Counting prompt tokens too, throughput {total_text}.")
+    return total_text, total_falls
+
+
+def _cutoff_and_oom_texts(rows: list[dict], last, cap: float | None) -> tuple[str, str, list]:
+    """``(cutoff text, OOM text, the input lengths that ran out of memory)``."""
+    oom_inputs = [r["input_len"] for r in rows if r["status"] == "oom"]
+    not_run_inputs = [r["input_len"] for r in rows if r["status"] == STATUS_NOT_RUN]
     if not_run_inputs:
         cutoff_text = (f"the median batch at {last['input_len']} input tokens took {last['time_s_median']:.1f} s, over "
                        f"the cap of {cap:g} s, so the {len(not_run_inputs)} longer inputs ({min(not_run_inputs):,} to "
                        f"{max(not_run_inputs):,} tokens) are not run on this profile")
     else:
         cutoff_text = "every input length was measured"
-    lines.append("Cutoff: " + cutoff_text)
     oom_text = (f"{len(oom_inputs)} input lengths ran out of memory (from {min(oom_inputs)} tokens)" if oom_inputs
                 else "no measured configuration ran out of memory")
-    lines.append("OOM: " + oom_text)
+    return cutoff_text, oom_text, oom_inputs
+
+
+def input_findings(rows: list[dict], batch_size: int, cap: float | None,
+                   prediction: memory.GenerationPrediction, prediction_name: str) -> dict:
+    """What the input-length sweep (§1.3.1) shows: ``lines`` to print, ``numbers`` for the report, and the
+    values the notebook's checks need (``growth``, ``fit``, ``noise``: the flagged input lengths). Growth, fit and
+    throughput claims use only the points not flagged as noise (:func:`ok_frame`)."""
+    ok = ok_frame(rows, "input_len")
+    ok["total_tok_s_median"] = batch_size * (ok["input_len"] + ok["new_tokens"]) / ok["time_s_median"]
+    clean = ok[~ok["noise"]].reset_index(drop=True)
+    short, long = clean.iloc[0], clean.iloc[-1]
+    growth = long["time_s_median"] / short["time_s_median"]
+    noise = noise_text(ok, "input_len", "input")
+    lines = [f"Noise: {noise}.",
+             f"From {short['input_len']} to {long['input_len']} input tokens (the shortest and longest points not "
+             f"flagged) the median time grows {growth:.1f}x and generated-token throughput "
+             f"{'falls' if growth > 1 else 'rises'} from {short['throughput_tok_s_median']:.0f} to "
+             f"{long['throughput_tok_s_median']:.0f} tokens/s."]
+    c = _crossover_findings(clean)
+    fit, cross = c["fit"], c["cross"]
+    lines.append(f"Crossover, from the measured points: {c['cross_text']}. Fit: {c['fit_text']}.")
+    # the doublings split where the measured crossover is, or the line's when no measured length reaches it
+    d = _doubling_findings(clean, cross["crossover"] if cross["found"] else c["fit_crossover"])
+    spread = ((ok["time_s_max"] - ok["time_s_min"]) / ok["time_s_median"]).max()
+    lines.append(f"Per doubling of the input: {d['short_text']}; {d['grows_text']}: {d['contrast']}. Largest "
+                 f"batch-to-batch spread of a measured row: {spread:.0%} of its median.")
+    total_text, total_falls = _total_throughput_text(clean, batch_size)
+    lines.append(f"Counting prompt tokens too, throughput {total_text}.")
+    cutoff_text, oom_text, oom_inputs = _cutoff_and_oom_texts(rows, ok.iloc[-1], cap)
+    lines += ["Cutoff: " + cutoff_text, "OOM: " + oom_text]
     new_tokens = int(ok["new_tokens"].iloc[0])
     predict_text = prediction_text(prediction, [r["input_len"] for r in rows], new_tokens)
     lines.append(f"Prediction: {prediction_name} at batch {batch_size} exceeds the memory the card exposes "
@@ -275,19 +305,20 @@ def input_findings(rows: list[dict], batch_size: int, cap: float | None,
     numbers = dict(genInShortLen=int(short["input_len"]), genInLongLen=int(long["input_len"]), genInGrowth=growth,
                    genInShortTput=short["throughput_tok_s_median"], genInLongTput=long["throughput_tok_s_median"],
                    genInNoiseText=noise, genInFixedS=fit["intercept"], genInPerTokenMs=fit["slope"] * 1000,
-                   genInFitMiss=f"{fit['max_rel_residual']:.0%}", genInCrossText=cross_text, genInFitText=fit_text,
-                   genInCrossFound=int(cross["found"]), genInFitCrossover=int(round(fit_crossover)),
+                   genInFitMiss=f"{fit['max_rel_residual']:.0%}", genInCrossText=c["cross_text"],
+                   genInFitText=c["fit_text"], genInCrossFound=int(cross["found"]),
+                   genInFitCrossover=int(round(c["fit_crossover"])),
                    genInCrossover=int(round(cross["crossover"])) if cross["found"] else "--",
-                   genInShortText=short_text, genInGrowsText=grows_text, genInContrastText=contrast,
+                   genInShortText=d["short_text"], genInGrowsText=d["grows_text"], genInContrastText=d["contrast"],
                    genInSpread=f"{spread:.0%}",
                    genInTotalText=total_text, genInCutoffText=cutoff_text, genInOomText=oom_text,
                    genInPredictText=predict_text, genInNewTokens=new_tokens,
                    genInMeasuredCount=len(ok), genInSweptCount=len(rows),
                    genInFigNote=figure_note(rows, "input_len", prediction))
     return {"lines": lines, "numbers": numbers, "growth": growth, "fit": fit, "oom_inputs": oom_inputs,
-            "noise": [int(x) for x in ok.loc[ok["noise"], "input_len"]], "clean_lengths": [int(x) for x in n],
-            "steeper_above": steeper, "total_falls": total_falls, "crossover": cross, "fit_crossover": fit_crossover,
-            "steepens": steepens}
+            "noise": [int(x) for x in ok.loc[ok["noise"], "input_len"]], "clean_lengths": d["clean_lengths"],
+            "steeper_above": d["steeper"], "total_falls": total_falls, "crossover": cross,
+            "fit_crossover": c["fit_crossover"], "steepens": c["steepens"]}
 
 
 def measured_crossover(lengths, times) -> dict:
