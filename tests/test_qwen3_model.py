@@ -130,6 +130,37 @@ def test_retain_rows_moves_only_rows_past_the_new_batch(model):
         assert cache.retain_rows([0, 1, 2]) == [0, 1, 2]  # nothing leaves: nothing moves
 
 
+def test_copy_holds_the_rows_in_new_storage_with_their_padding_and_lengths(model):
+    rows = [ids(5, 30), ids(3, 31), ids(7, 32)]
+    batch, mask = left_padded(rows)
+    cache = model.new_cache(3, 20)
+    with torch.no_grad():
+        model(batch, cache, attention_mask=mask)
+        cache.rollback([0, 1, 0])  # rows at different fill levels
+        whole, first_two, picked = cache.copy(), cache.copy(2), cache.copy([2, 0])
+        assert whole.lengths == cache.lengths and whole.token_counts == cache.token_counts == [5, 2, 7]
+        assert first_two.lengths == [7, 6] and first_two.token_counts == [5, 2]
+        assert picked.lengths == [7, 7] and picked.token_counts == [7, 5]
+        assert torch.equal(picked.pads, cache.pads[[2, 0]]) and torch.equal(picked.valid, cache.valid[[2, 0]])
+        for copied in (whole, first_two, picked):  # new buffers: nothing is shared with the source
+            shared = {t.data_ptr() for t in cache.keys + cache.values + [cache.pads, cache.valid]}
+            assert not shared & {t.data_ptr() for t in copied.keys + copied.values + [copied.pads, copied.valid]}
+        assert torch.equal(whole.keys[1], cache.keys[1]) and torch.equal(picked.values[0][1], cache.values[0][0])
+        keys_before = [k.clone() for k in cache.keys]
+        nxt = torch.tensor([[1], [2]])
+        logits = model(nxt, picked)[:, -1]  # a copy decodes its rows ...
+        torch.testing.assert_close(logits[0], alone(model, torch.cat([rows[2], nxt[0]]))[-1])
+        torch.testing.assert_close(logits[1], alone(model, torch.cat([rows[0], nxt[1]]))[-1])
+        assert cache.lengths == [7, 6, 7] and all(map(torch.equal, keys_before, cache.keys))  # ... the source is kept
+        logits = model(torch.tensor([[3], [4], [5]]), cache)[:, -1]
+        torch.testing.assert_close(logits[1], alone(model, torch.cat([rows[1][:2], torch.tensor([4])]))[-1])
+    assert model.new_cache(2, 8, static_shapes=True).copy().static_shapes
+    for bad, message in ((0, "can copy 1 to 3 rows"), (4, "can copy 1 to 3 rows"), ([0, 3], r"\[3\] are outside"),
+                         ([-1], "outside the cache's 3 rows"), ([0.5], "integer row indices"), (1.5, "integer")):
+        with pytest.raises(ValueError, match=message):
+            cache.copy(bad)
+
+
 def test_bad_cache_operations_are_clear_errors(model):
     cache = model.new_cache(2, 10)
     with torch.no_grad():

@@ -8,6 +8,7 @@ The model and its cache live in :mod:`helpers.models.qwen3`; the names a KV-cach
 here (``kv_cache.from_hf``, ``kv_cache.KVCache``, ``kv_cache.Attention``).
 """
 from helpers.kv_cache.decode import generate
-from helpers.models.qwen3 import Attention, DecoderConfig, KVCache, MiniQwen3, from_hf
+from helpers.models.kv_cache import KVCache
+from helpers.models.qwen3 import Attention, DecoderConfig, MiniQwen3, from_hf
 
 __all__ = ["Attention", "DecoderConfig", "KVCache", "MiniQwen3", "from_hf", "generate"]

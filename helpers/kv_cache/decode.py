@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from helpers.models.qwen3 import KVCache, MiniQwen3
+from helpers.models.kv_cache import KVCache
+from helpers.models.qwen3 import MiniQwen3
 from helpers.timing import Timer
 
 

@@ -14,7 +14,8 @@ import weakref
 
 import torch
 
-from helpers.models.qwen3 import KVCache, MiniQwen3
+from helpers.models.kv_cache import KVCache
+from helpers.models.qwen3 import MiniQwen3
 
 
 @torch.no_grad()

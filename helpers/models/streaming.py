@@ -1,4 +1,4 @@
-"""A StreamingLLM view of a :class:`~helpers.models.qwen3.KVCache`: attention-sink tokens plus a recent window.
+"""A StreamingLLM view of a :class:`~helpers.models.kv_cache.KVCache`: attention-sink tokens plus a recent window.
 
 Long-context self-speculation (notebook 11, MagicDec) drafts with the model itself, but lets the draft attend
 only to each row's first ``sinks`` tokens and its last ``window`` stored tokens (StreamingLLM: the first tokens
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from helpers.models.qwen3 import KVCache
+from helpers.models.kv_cache import KVCache
 
 
 class StreamingView:

@@ -72,17 +72,8 @@ class Prefilled:
 
     def copy(self, rows: int | None = None) -> "Prefilled":
         """An independent copy (of the first ``rows`` rows): a generation consumes the cache it is given."""
-        rows = self.cache.batch_size if rows is None else rows
-        if not 1 <= rows <= self.cache.batch_size:
-            raise ValueError(f"can copy 1 to {self.cache.batch_size} rows, got {rows}")
-        source = self.cache
-        cache = KVCache(self.model.config, rows, source.capacity, dtype=source.keys[0].dtype, device=source.device)
-        for mine, theirs in zip(cache.keys + cache.values, source.keys + source.values):
-            mine.copy_(theirs[:rows])
-        cache.pads = source.pads[:rows].clone()
-        cache._pads_host = source._pads_host[:rows]
-        cache.valid = None if source.valid is None else source.valid[:rows].clone()
-        cache.set_lengths(source.lengths[:rows])
+        cache = self.cache.copy(self.cache.batch_size if rows is None else rows)  # checks rows (1 to batch size)
+        rows = cache.batch_size
         return Prefilled(self.model, cache, self.pending[:rows].clone(), self.prompt_lengths[:rows], self.seconds)
 
 
