@@ -11,10 +11,9 @@ import json
 import sys
 
 from helpers.batching import bench as batching_bench
+from helpers.experiments import selfspec_bench, tree_bench
 from helpers.kv_cache import bench as kv_cache_bench
 from helpers.specdec import bench as specdec_bench
-from helpers.specdec import selfspec_bench
-from helpers.specdec import tree_bench
 
 BENCHMARKS = {"kv_cache": kv_cache_bench, "specdec": specdec_bench, "batching": batching_bench,
               "tree": tree_bench, "selfspec": selfspec_bench}

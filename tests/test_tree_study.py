@@ -1,4 +1,5 @@
-"""helpers.specdec.compare and tree_figures: notebook 10's side-by-side comparison, cost model and pictures."""
+"""helpers.experiments.tree_study and tree_figures: notebook 10's side-by-side comparison, cost model and figures
+(the tree drawing and its explorer: tests/test_tree_explorer.py)."""
 from __future__ import annotations
 
 import matplotlib
@@ -11,12 +12,12 @@ import torch
 
 from helpers import bench
 from helpers.specdec import tree_generate
-from helpers.specdec.compare import (compare_methods, context_coverage, cost_model, cost_model_agreement,
-                                     ranking_beyond_noise, tied_with_fastest,
-                                     depth_acceptance, expected_tau, method_label, method_specs, per_prompt_speedup,
-                                     predicted_speedup, round_cost, summarise_methods)
+from helpers.experiments.tree_study import (compare_methods, context_coverage, cost_model, cost_model_agreement,
+                                            depth_acceptance, expected_tau, method_label, method_specs,
+                                            per_prompt_speedup, predicted_speedup, ranking_beyond_noise, round_cost,
+                                            summarise_methods, tied_with_fastest)
 from helpers.specdec.tree import TreeRound
-from helpers.specdec.tree_figures import draw_tree, sweep_figure, tree_provenance, workload_figure
+from helpers.experiments.tree_figures import sweep_figure, workload_figure
 from tiny_models import PEAK, perturbed_copy, tiny_qwen3
 
 SPECS = method_specs([2], [[4, 0.05]], [[2, 1]], [[3, 2, 4]], ngram=2, num_draft=4)
@@ -139,22 +140,10 @@ def test_per_prompt_speedup(rows):
         per_prompt_speedup(rows, "linear g9")
 
 
-def test_tree_pictures_and_provenance(pair):
-    result = tree_generate(*pair, torch.tensor([[3, 1, 4, 1, 5]]), 10, tree="dynamic", depth=3, topk=2, budget=5,
-                           eos_token_id=-1, record_rounds=True)
-    kinds = tree_provenance(result.rounds)
-    assert len(kinds) == 10
-    assert sum(kind == "accepted" for _, kind in kinds) == result.stats.accepted
-    ax = draw_tree(result.rounds[0], None, title="round 1")
-    assert ax.get_title().startswith("round 1: ")
-    bonus = TreeRound(tokens=[1, 2, 3], parents=[-1, 0, 0], scores=[0, -1, -2], path=[0, 1], next_token=4)
-    assert bonus.bonus and tree_provenance([bonus]) == [(1, "accepted"), (1, "bonus")]
-
-
 def test_first_choice_calibration_compares_draft_probability_with_acceptance():
     from math import log
 
-    from helpers.specdec.compare import first_choice_calibration
+    from helpers.experiments.tree_study import first_choice_calibration
 
     # root -> children 1 (p 0.6) and 2 (p 0.3); node 1 -> child 3 (p 0.5 given 1). The target takes 1, then not 3.
     tree = TreeRound(tokens=[0, 1, 2, 3], parents=[-1, 0, 0, 1], scores=[0, log(0.6), log(0.3), log(0.3)],
@@ -178,7 +167,7 @@ def test_tree_benchmark_is_registered():
 
 def test_copied_prefix_counts_the_reemitted_start_of_the_reference():
     from helpers.models import load_cpu_tokenizer
-    from helpers.specdec.compare import copied_prefix
+    from helpers.experiments.tree_study import copied_prefix
 
     tokenizer = load_cpu_tokenizer()
     case = {"prompt": "def f(x):\n    return x\n\ndef f(x):", "reference": "\n    return x\n"}
@@ -187,21 +176,8 @@ def test_copied_prefix_counts_the_reemitted_start_of_the_reference():
     assert copied_prefix(tokenizer, case, reference[:2] + [reference[2] + 1]) == (2, len(reference))
 
 
-def test_tree_explorer_steps_through_rounds(pair):
-    from helpers.specdec.tree_figures import tree_explorer
-
-    result = tree_generate(*pair, torch.tensor([[3, 1, 4, 1, 5]]), 8, tree="static", topk=(2, 1), depth=None,
-                           budget=None, eos_token_id=-1, record_rounds=True)
-    box = tree_explorer(result.rounds, None)
-    slider, out = box.children
-    assert (slider.min, slider.max, slider.value) == (1, len(result.rounds), 1)
-    slider.value = len(result.rounds)  # redraws without error
-    with pytest.raises(ValueError, match="record_rounds=True"):
-        tree_explorer([], None)
-
-
 def test_trees_are_compared_with_linear_of_their_depth(rows):
-    from helpers.specdec.compare import nominal_depth, tau_against_linear
+    from helpers.experiments.tree_study import nominal_depth, tau_against_linear
 
     assert nominal_depth({"method": "static", "topk": [2, 1, 1]}) == 3
     assert nominal_depth({"method": "lookup", "ngram": 3, "num_draft": 8}) is None
@@ -216,7 +192,7 @@ def test_in_context_prompts_hold_what_the_cpu_target_writes():
     from helpers.models import load_cpu_pair
     from helpers.prompts import encode_prompts, in_context_prompts
     from helpers.specdec import autoregressive_generate
-    from helpers.specdec.compare import copied_prefix, greedy_continuation
+    from helpers.experiments.tree_study import copied_prefix, greedy_continuation
 
     target, _, tokenizer = load_cpu_pair()
     new_tokens = 24
@@ -261,7 +237,7 @@ def test_point_labels_do_not_overlap_in_a_dense_cluster():
     """Regression: notebook 10's method figure piled labels on each other ("d6 k3 n10" over "d5 k2 n8")."""
     import matplotlib.pyplot as plt
 
-    from helpers.specdec.tree_figures import place_labels
+    from helpers.experiments.tree_figures import place_labels
 
     fig, ax = plt.subplots(figsize=(4, 3))
     points = [(5 + 0.3 * i, 1.6 + 0.01 * (i % 2)) for i in range(4)]  # four markers nearly on top of each other
@@ -273,19 +249,3 @@ def test_point_labels_do_not_overlap_in_a_dense_cluster():
     boxes = [label.get_window_extent(renderer) for label in labels]
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
     plt.close(fig)
-
-
-def test_every_round_is_drawn_at_one_size(pair):
-    """Regression: the tree explorer's figure changed width from round to round."""
-    import matplotlib.pyplot as plt
-
-    from helpers.specdec.tree_figures import tree_extent
-
-    result = tree_generate(*pair, torch.tensor([[3, 1, 4, 1, 5]]), 24, tree="dynamic", depth=4, topk=2, budget=6,
-                           eos_token_id=-1, record_rounds=True)
-    extent = tree_extent(result.rounds)
-    axes = [draw_tree(r, None, extent=extent) for r in result.rounds]
-    assert len({tuple(ax.figure.get_size_inches()) for ax in axes}) == 1
-    assert len({ax.get_xlim() for ax in axes}) == 1 and len({ax.get_ylim()[0] for ax in axes}) == 1
-    for ax in axes:
-        plt.close(ax.figure)

@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.specdec.draft_design import (depth_latency, design_table, eq5_agrees, gamma_frame, gamma_ties,
-                                          measure_draft, predictors, tied_with_best, timing_noise)
-from helpers.specdec.draft_design_figures import design_figure, gamma_figure
+from helpers.experiments.draft_design import (depth_latency, design_table, eq5_agrees, gamma_frame, gamma_ties,
+                                              measure_draft, predictors, tied_with_best, timing_noise)
+from helpers.experiments.draft_design_figures import design_figure, gamma_figure
 from tiny_models import perturbed_copy, tiny_qwen3
 
 matplotlib.use("Agg")
@@ -56,7 +56,7 @@ def test_design_table_one_row_per_draft_with_intervals(measured):
 
 
 def test_best_gamma_at_the_edge_of_the_sweep_is_flagged():
-    from helpers.specdec.draft_design import best_at_edge
+    from helpers.experiments.draft_design import best_at_edge
 
     assert best_at_edge(7, [1, 2, 3, 5, 7]) and not best_at_edge(5, [1, 2, 3, 5, 7])
     assert not best_at_edge(1, [1, 2, 3])  # gamma = 1 is the smallest there is
@@ -124,7 +124,7 @@ def test_wilson_interval_is_exact_at_the_ends():
 
 def test_equal_size_configs_keep_the_parameter_count_of_the_handout_model():
     from helpers.models.configs import load_config
-    from helpers.specdec.draft_design import equal_size_config, parameter_count
+    from helpers.experiments.draft_design import equal_size_config, parameter_count
 
     config = load_config("Qwen/Qwen3-0.6B")
     reference = parameter_count(config)
@@ -140,7 +140,7 @@ def test_equal_size_configs_keep_the_parameter_count_of_the_handout_model():
 
 
 def test_scale_latency_times_every_depth_on_a_tiny_config():
-    from helpers.specdec.draft_design import scale_latency
+    from helpers.experiments.draft_design import scale_latency
 
     config = tiny_qwen3(0, vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=4).config
     rows = scale_latency(config, [4, 1], context=8, repeats=2, multiple=16)
@@ -149,7 +149,7 @@ def test_scale_latency_times_every_depth_on_a_tiny_config():
 
 
 def test_depth_scale_figure_draws_both_scales_and_the_reference():
-    from helpers.specdec.draft_design_figures import depth_scale_figure
+    from helpers.experiments.draft_design_figures import depth_scale_figure
 
     family = pd.DataFrame({"layers": [8, 1], "T_D_ms": [3.0, 0.9]})
     scale = pd.DataFrame({"layers": [28, 4, 1], "step_ms": [300.0, 280.0, 290.0]})
@@ -159,7 +159,7 @@ def test_depth_scale_figure_draws_both_scales_and_the_reference():
 
 def test_a_draft_measurement_goes_through_the_result_store(measured, store):
     """Regression: the measurement once had a key 'gammas', which clashes with its configuration's."""
-    from helpers.specdec.draft_design import draft_config
+    from helpers.experiments.draft_design import draft_config
 
     p = {"design_target": "t", "design_gammas": [1, 3], "design_new_tokens": 10, "design_repeats": 1,
          "design_dtype": "float32", "device": "cpu"}

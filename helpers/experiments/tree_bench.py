@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import torch
 
+from helpers.experiments.tree_study import (best_of, compare_methods, greedy_continuation, summarise_methods,
+                                            tau_against_linear)
 from helpers.models import load_cpu_model, load_cpu_tokenizer
 from helpers.prompts import encode_prompts, in_context_prompts, load_prompts, select_prompts
-from helpers.specdec.compare import (best_of, compare_methods, greedy_continuation, summarise_methods,
-                                     tau_against_linear)
 
 DEFAULT_SPECS = (
     [{"method": "ar"}]

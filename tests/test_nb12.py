@@ -1,0 +1,98 @@
+"""helpers.experiments.nb12: notebook 12's configurations and measurement find the committed CPU rows (nothing is
+measured), and the analysis returns the numbers the notebook prints, from those rows."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from helpers.experiments import nb12
+from helpers.experiments.draft_design import depth_latency, design_table
+from helpers.results import ResultStore
+from helpers.run_all import load_params
+
+
+@pytest.fixture(scope="module")
+def params():
+    found = load_params("cpu")
+    return {name: found[name] for name in nb12.PARAMETERS}
+
+
+@pytest.fixture(scope="module")
+def measured(params):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WORKBOOK_RESULTS_ONLY", "1")  # a missing row would raise instead of measuring
+        return nb12.measure(params, lambda name: ResultStore("cpu", name), progress=False)
+
+
+@pytest.fixture(scope="module")
+def table(measured):
+    from helpers.models import cpu_pair_info
+
+    card = cpu_pair_info()
+    models = {f"cpu-pair/{name}": entry for name, entry in
+              {**card["models"], **card.get("draft_family", {}).get("models", {})}.items()}
+    return design_table(measured["rows"], models)
+
+
+def test_configs_are_the_scale_timing_and_one_per_draft(params):
+    configs = nb12.configs(params)
+    assert list(configs) == ["scale", *params["design_drafts"]]
+    assert configs["scale"]["kind"] == "scale"
+    assert len(configs[params["design_drafts"][0]]["prompt_ids"]) == len(nb12.prompt_rows(params))
+
+
+def test_measure_finds_every_committed_row_in_draft_order(params, measured):
+    assert [row["draft"] for row in measured["rows"]] == params["design_drafts"]
+    assert [row["layers"] for row in measured["scale"]] == params["scale_depths"]
+    assert measured["prompts"] == params["design_prompts"]
+
+
+def test_measure_checks_the_window_budget_before_loading(params, tmp_path, monkeypatch):
+    class Stop(Exception):
+        pass
+
+    class Budget:
+        def check(self, what):
+            raise Stop(what)
+
+    def store(name):  # an empty store that holds the scale row only: the drafts must be measured
+        fresh = ResultStore("cpu", name)
+        fresh.path = tmp_path / "rows.jsonl"
+        return fresh
+
+    store.budget = Budget()
+    scale = nb12.configs(params)["scale"]
+    store(nb12.RESULTS).append(scale, {"rows": []}, {})
+    with pytest.raises(Stop, match="loading cpu-pair/target"):
+        nb12.measure(params, store, progress=False)
+
+
+def test_accuracy_or_latency_reports_predictors_noise_and_ties(table, measured):
+    found = nb12.accuracy_or_latency(table, measured["rows"])
+    assert set(found["ranked"].column) >= {"alpha", "c_round"}
+    assert 0 < found["tolerance"] < 0.5 and len(found["tied_fastest"]) == len(table)
+    numbers = found["numbers"]
+    assert numbers["fastest_speedup"] == table.speedup.max() and numbers["c_pairs"] == len(table) - 1
+    assert numbers["fastest_tied_count"] == sum(found["tied_fastest"]) >= 1
+    assert found["text"].startswith("best accuracy predictor:") and "held-out loss" in found["text"]
+
+
+def test_gamma_agreement_adds_columns_and_counts(table, measured, params):
+    tolerance = nb12.accuracy_or_latency(table, measured["rows"])["tolerance"]
+    found = nb12.gamma_agreement(table, measured["rows"], tolerance, params["design_gammas"])
+    assert {"gamma_gap", "tied_gammas", "eq5_agrees", "eq5_error_pct"} <= set(found["table"].columns)
+    assert "gamma_gap" not in table.columns  # the notebook's table is left as it was
+    numbers = found["numbers"]
+    assert numbers["drafts"] == len(table) and numbers["edge_count"] + numbers["inner_count"] == len(table)
+    assert numbers["gamma_agree"] <= numbers["gamma_agree_ties"] + numbers["gamma_misses_tied"] + len(table)
+
+
+def test_depth_summaries_of_the_family_and_at_scale(table, measured, params):
+    depth = depth_latency(table[table.draft.str.contains("x")])
+    small = nb12.depth_summary(depth)
+    assert small["numbers"]["deep"] == nb12.short(depth["deep"]) and "per layer" in small["text"]
+    found = nb12.depth_at_scale(pd.DataFrame(measured["scale"]), depth, params["scale_model"])
+    assert list(found["series"].layers) == sorted(params["scale_depths"])
+    assert found["numbers"]["scale_model"] == "Qwen3-0.6B"
+    assert found["numbers"]["scale_deep"] == max(params["scale_depths"])
+    assert found["fit_text"].startswith("step time against depth")
