@@ -587,31 +587,10 @@ def part_graphs(p: dict, store, eq5: dict) -> None:
 
 def part_12(p: dict, store) -> None:
     """Notebook 12: depth at the handout's scale (random weights; on a GPU the launch-bound regime), then every
-    draft of the family against the target (the cost terms and the greedy sweep per draft)."""
-    from helpers.models import load_model
-    from helpers.prompts import encode_prompts, load_prompts, select_prompts
-    from helpers.specdec.draft_design import draft_config, measure_draft, measure_scale, scale_config
+    draft of the family against the target (:func:`helpers.experiments.nb12.measure`, as the notebook calls it)."""
+    from helpers.experiments import nb12
 
-    store = store("12_draft_design")
-    meta = run_metadata(model_id=p["design_target"], weights="cpu-pair", dtype=p["design_dtype"], device=p["device"],
-                        seed=0)
-    store.run(scale_config(p), lambda: measure_scale(p), meta={**meta, "model_id": p["scale_model"],  # resumes
-                                                               "weights": "random", "dtype": p["scale_dtype"]})
-    rows = select_prompts(load_prompts("cpu"), p["design_prompts"])
-    configs = {name: draft_config(p, name, [r["id"] for r in rows]) for name in p["design_drafts"]}
-    if all(store.has(c) for c in configs.values()):
-        return
-    dtype = getattr(torch, p["design_dtype"])
-    target, tokenizer = load_model(p["design_target"], device=p["device"], dtype=dtype)
-    cases = encode_prompts(tokenizer, rows, target.device)
-    for name, config in configs.items():
-        draft, _ = load_model(name, device=p["device"], dtype=dtype)
-        store.run(config, lambda draft=draft: measure_draft(target, draft, cases, p["design_gammas"],
-                                                            p["design_new_tokens"], repeats=p["design_repeats"]),
-                  meta=meta)
-        del draft
-    del target
-    free_memory()
+    nb12.measure(p, store, progress=False)
 
 
 # ------------------------------------------------------------------------------------------------------ driver
