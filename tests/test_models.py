@@ -120,15 +120,15 @@ def test_gpu_requested_without_gpu():
 
 def test_missing_pair_weights_name_the_fix(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "CPU_PAIR_DIR", tmp_path)
-    with pytest.raises(FileNotFoundError, match="helpers.models.train_cpu_pair"):
+    with pytest.raises(FileNotFoundError, match="python -m helpers.training"):
         models.load_cpu_pair()
-    with pytest.raises(FileNotFoundError, match="helpers.models.train_cpu_pair"):
+    with pytest.raises(FileNotFoundError, match="python -m helpers.training"):
         models.cpu_pair_info()
 
 
 pair_present = pytest.mark.skipif(
     not (models.CPU_PAIR_DIR / "target" / "model.safetensors").exists(),
-    reason="CPU pair weights not trained yet (python -m helpers.models.train_cpu_pair)")
+    reason="CPU pair weights not trained yet (python -m helpers.training)")
 
 
 @pair_present

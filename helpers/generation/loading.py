@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from helpers import models
-from helpers.models.train_cpu_pair import make_config
+from helpers.models.cpu_pair_shapes import make_config
 from helpers.results import run_metadata
 
 CPU_PAIR_TARGET = "cpu-pair/target"

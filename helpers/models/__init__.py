@@ -1,12 +1,15 @@
-"""Models: names and loading, the minimal Qwen3 decoder, the decoding runtime, the CPU pair's trainer.
+"""Models: names and loading, the minimal Qwen3 decoder and its KV cache, the decoding runtime, the CPU pair's shapes.
 
 - ``configs``: the handout's model configs, read offline from ``data/configs/``;
 - ``registry``: :func:`load_model` for every name (handout ids, CPU analogs, the trained CPU pair),
   :func:`load_cpu_pair`, random weights built on the meta device;
-- ``qwen3``: the minimal Qwen3 decoder with its preallocated KV cache (the one model file);
+- ``qwen3``: the minimal Qwen3 decoder (the one model file: config, layers, model, loading from transformers);
+- ``kv_cache``: its preallocated KV cache and every operation on it (write, roll back, compact, drop, copy rows);
+- ``streaming``: a StreamingLLM view of that cache (sinks + recent window) for self-speculation;
 - ``runtime``: one cached-decoder interface over it, with a transformers ``DynamicCache`` adapter for other
-  architectures;
-- ``train_cpu_pair``: ``python -m helpers.models.train_cpu_pair`` trains and measures the CPU pair.
+  architectures; ``graphs``: its decode and verify steps as ``torch.compile`` or captured CUDA graphs;
+- ``cpu_pair_shapes``: the CPU pair's shapes (:func:`~helpers.models.cpu_pair_shapes.make_config`);
+  ``corpus``: the text it is trained on. Training itself is :mod:`helpers.training` (``python -m helpers.training``).
 """
 from helpers.models.registry import (
     ANALOG_PREFIX,

@@ -2,7 +2,7 @@
 
 The standard library's ``*.py`` source and ``pydoc_data.topics``. A document is held out when the SHA-256 of its
 name is divisible by :data:`HELDOUT_EVERY` (:func:`is_heldout`), so the split is the same on every machine with
-the same Python version. The trainer (:mod:`helpers.models.train_cpu_pair`) trains on the training split; the
+the same Python version. The trainer (:mod:`helpers.training`) trains on the training split; the
 prompts that measure acceptance (:mod:`helpers.prompts`) come from the held-out split.
 """
 from __future__ import annotations

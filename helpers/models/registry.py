@@ -8,7 +8,7 @@ Names (``KNOWN_MODELS`` lists them all, with what each one is):
 - ``"cpu/<model>"``, e.g. ``"cpu/Qwen3-8B"``: a small scaled analog of a handout model for the CPU profile
   (:func:`analog_config`), always random weights;
 - ``"cpu-pair/target"``, ``"cpu-pair/draft"``, ``"cpu-pair/draft-2l"``: the trained CPU pair in
-  ``data/cpu_pair/`` (``python -m helpers.models.train_cpu_pair``), offline; :func:`load_cpu_pair` returns the
+  ``data/cpu_pair/`` (``python -m helpers.training``), offline; :func:`load_cpu_pair` returns the
   target, the fastest draft and their shared tokenizer; ``"cpu-pair/target-long"`` (notebook 11) and the draft
   family ``"cpu-pair/draft-<layers>x<width>"`` (notebook 12) are there too.
 
@@ -34,7 +34,7 @@ from helpers.paths import DATA_DIR
 CPU_PAIR_DIR = DATA_DIR / "cpu_pair"
 # Notebook 12's drafts at equal parameter count (within 10% of draft-2l's), from deep-narrow to shallow-wide, each
 # named draft-<layers>x<width>; "-shared" uses the target's embedding and LM head, frozen
-# (python -m helpers.models.train_cpu_pair --stage drafts).
+# (python -m helpers.training --stage drafts).
 DRAFT_FAMILY = ("draft-8x112", "draft-4x144", "draft-2x192", "draft-1x240", "draft-2x192-shared")
 CPU_PAIR_MODELS = ("target", "draft", "draft-2l", "target-long", *DRAFT_FAMILY)
 ANALOG_PREFIX = "cpu/"
@@ -170,7 +170,7 @@ def _require_pair_files(*names: str) -> None:
             raise FileNotFoundError(
                 f"CPU pair weights missing: {', '.join(str(p) for p in missing)}. They are committed in the "
                 "repository (git checkout data/cpu_pair) or can be retrained with "
-                "`python -m helpers.models.train_cpu_pair` (about 70 minutes on 2 idle CPU cores)."
+                "`python -m helpers.training` (about 70 minutes on 2 idle CPU cores)."
             )
 
 
@@ -224,7 +224,7 @@ def cpu_pair_info() -> dict:
     """The measured figures of the CPU pair (``data/cpu_pair/card.json``, written by the training script)."""
     path = CPU_PAIR_DIR / "card.json"
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run `python -m helpers.models.train_cpu_pair` to train and measure")
+        raise FileNotFoundError(f"{path} is missing: run `python -m helpers.training` to train and measure")
     return json.loads(path.read_text(encoding="utf-8"))
 
 

@@ -1,9 +1,15 @@
-"""helpers.models.train_cpu_pair: the pieces of the recipe on tiny models and texts (the full run takes an hour)."""
+"""helpers.training: the pieces of the recipe on tiny models and texts (the full run takes an hour), its command
+line, and the committed model card against its generator."""
+import json
+
 import pytest
 import torch
 
-from helpers.models import train_cpu_pair as tcp
+import helpers.training as training
+from helpers.models import CPU_PAIR_DIR
 from helpers.models.corpus import is_heldout
+from helpers.training import cli, long_context
+from helpers.training.family import family_card_entry
 from tiny_models import tiny_qwen3
 
 TEXTS = [
@@ -15,12 +21,12 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return tcp.train_tokenizer(TEXTS, vocab_size=300)
+    return training.train_tokenizer(TEXTS, vocab_size=300)
 
 
 @pytest.fixture(scope="module")
 def stream(tokenizer):
-    return tcp.encode_documents(tokenizer, TEXTS)
+    return training.encode_documents(tokenizer, TEXTS)
 
 
 def tiny(tokenizer, layers=1, seed=0):
@@ -41,52 +47,52 @@ def test_tokenizer_is_byte_level_and_round_trips(tokenizer):
     for text in ["x = {'é': 1}  # ünïcode\n\tindent", TEXTS[0], "\x00\x7f"]:
         ids = tokenizer(text).input_ids
         assert tokenizer.decode(ids) == text
-    assert tokenizer.eos_token == tcp.EOS_TOKEN
+    assert tokenizer.eos_token == training.EOS_TOKEN
 
 
 def test_encode_documents_separates_with_eos(tokenizer, stream):
-    eos = tokenizer.convert_tokens_to_ids(tcp.EOS_TOKEN)
+    eos = tokenizer.convert_tokens_to_ids(training.EOS_TOKEN)
     assert stream.dtype == torch.int32 and (stream == eos).sum() == len(TEXTS) and stream[-1] == eos
 
 
 def test_lr_schedule_warms_up_and_decays():
     peak = 1e-3
-    assert tcp.lr_at(0.0, peak) == 0
-    assert tcp.lr_at(0.03, peak) == pytest.approx(peak)
-    assert tcp.lr_at(1.0, peak) == pytest.approx(0.1 * peak)
-    assert tcp.lr_at(0.5, peak) > tcp.lr_at(0.9, peak)
+    assert training.lr_at(0.0, peak) == 0
+    assert training.lr_at(0.03, peak) == pytest.approx(peak)
+    assert training.lr_at(1.0, peak) == pytest.approx(0.1 * peak)
+    assert training.lr_at(0.5, peak) > training.lr_at(0.9, peak)
 
 
 def test_batches_are_seeded(stream):
-    a, b = tcp.batches(stream, 8, 2, seed=3), tcp.batches(stream, 8, 2, seed=3)
+    a, b = training.batches(stream, 8, 2, seed=3), training.batches(stream, 8, 2, seed=3)
     first = next(a)
     assert first.shape == (2, 9) and torch.equal(first, next(b))
 
 
 def test_training_and_distillation_lower_their_losses(tokenizer, stream):
     target = tiny(tokenizer, layers=2)
-    windows = tcp.heldout_windows(stream, 16, 4)
-    before = tcp.heldout_loss(target, windows)
-    stage = tcp.train_target(target, stream, steps=20, seq_len=16, batch_size=8, lr=1e-2, seed=0,
+    windows = training.heldout_windows(stream, 16, 4)
+    before = training.heldout_loss(target, windows)
+    stage = training.train_target(target, stream, steps=20, seq_len=16, batch_size=8, lr=1e-2, seed=0,
                              device=torch.device("cpu"), log=lambda m: None)
     assert stage["steps"] == 20 and stage["tokens"] == 20 * 8 * 16
-    after = tcp.heldout_loss(target, windows)
+    after = training.heldout_loss(target, windows)
     assert after < before
 
     draft = tiny(tokenizer, layers=1, seed=1)
     kl_before = kl_to_target(target, draft, windows)
-    tcp.distill_drafts(target, {"draft": draft}, stream, steps=25, seq_len=16, batch_size=8, lr=1e-2, seed=0,
+    training.distill_drafts(target, {"draft": draft}, stream, steps=25, seq_len=16, batch_size=8, lr=1e-2, seed=0,
                        device=torch.device("cpu"), log=lambda m: None)
     assert kl_to_target(target, draft, windows) < kl_before
-    prompts = tcp.heldout_windows(stream, 7, 3)
-    assert 0 <= tcp.greedy_agreement(target, draft, prompts, new_tokens=8) <= 1
-    assert tcp.greedy_agreement(target, target, prompts, new_tokens=8) == 1.0
+    prompts = training.heldout_windows(stream, 7, 3)
+    assert 0 <= training.greedy_agreement(target, draft, prompts, new_tokens=8) <= 1
+    assert training.greedy_agreement(target, target, prompts, new_tokens=8) == 1.0
 
 
 def test_draft_initialised_from_target_is_its_early_exit(tokenizer, stream):
     target = tiny(tokenizer, layers=3)
     draft = tiny(tokenizer, layers=1, seed=5)
-    tcp.init_from_target(draft, target)
+    training.init_from_target(draft, target)
     assert torch.equal(draft.model.embed_tokens.weight, target.model.embed_tokens.weight)
     assert torch.equal(draft.model.layers[0].mlp.up_proj.weight, target.model.layers[0].mlp.up_proj.weight)
     # the draft computes the target's first layer, then its final norm and LM head (an early exit)
@@ -98,7 +104,7 @@ def test_draft_initialised_from_target_is_its_early_exit(tokenizer, stream):
     narrow = tiny_qwen3(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                         num_attention_heads=1, num_key_value_heads=1)
     with pytest.raises(ValueError, match="width"):
-        tcp.init_from_target(narrow, target)
+        training.init_from_target(narrow, target)
 
 
 @torch.no_grad()
@@ -110,12 +116,12 @@ def kl_to_target(target, draft, windows):
 
 def test_save_in_bf16_and_load_back_as_float32(tokenizer, tmp_path):
     model = tiny(tokenizer)
-    tcp.save_model(model, tmp_path / "m")
+    training.save_model(model, tmp_path / "m")
     assert next(model.parameters()).dtype == torch.float32  # the in-memory model is left in float32
-    loaded = tcp.load_saved(tmp_path / "m")
+    loaded = training.load_saved(tmp_path / "m")
     assert next(loaded.parameters()).dtype == torch.float32
     assert torch.equal(loaded.lm_head.weight, model.lm_head.weight.to(torch.bfloat16).float())
-    assert tcp.decode_step_seconds(loaded, torch.tensor([[1, 2, 3]]), steps=2, repeats=1) > 0
+    assert training.decode_step_seconds(loaded, torch.tensor([[1, 2, 3]]), steps=2, repeats=1) > 0
 
 
 def test_card_renders_every_measured_figure(tmp_path):
@@ -132,7 +138,7 @@ def test_card_renders_every_measured_figure(tmp_path):
         "environment": {"python": "3.11", "torch": "2", "transformers": "5", "device": "cpu", "cpu": "x", "threads": 1},
         "stored_megabytes": 20.0,
     }
-    tcp.write_card(card, tmp_path)
+    training.write_card(card, tmp_path)
     text = (tmp_path / "MODEL_CARD.md").read_text()
     assert "0.070" in text and "0.710" in text and "3.200" in text and "1,000" in text
     assert (tmp_path / "card.json").exists()
@@ -140,72 +146,72 @@ def test_card_renders_every_measured_figure(tmp_path):
 
 def test_loss_by_position_buckets(tokenizer, stream):
     model = tiny(tokenizer)
-    windows = tcp.heldout_windows(stream, 64, 3)
-    losses = tcp.loss_by_position(model, windows, buckets=((0, 16), (16, 64), (64, 128)))
+    windows = training.heldout_windows(stream, 64, 3)
+    losses = training.loss_by_position(model, windows, buckets=((0, 16), (16, 64), (64, 128)))
     assert list(losses) == ["0-16", "16-64"]  # a bucket past the window is left out
     assert all(value > 0 for value in losses.values())
 
 
 def test_long_stage_fine_tunes_a_copy_and_reports_it(tokenizer, stream, tmp_path, monkeypatch):
-    monkeypatch.setattr(tcp, "LONG_SEQ_LEN", 48)
-    monkeypatch.setattr(tcp, "LONG_BUCKETS", ((0, 16), (16, 48)))
+    monkeypatch.setattr(long_context, "LONG_SEQ_LEN", 48)
+    monkeypatch.setattr(long_context, "LONG_BUCKETS", ((0, 16), (16, 48)))
     target = tiny(tokenizer)
-    tcp.save_model(target, tmp_path / "target")
-    entry = tcp.train_long_target(tmp_path, stream, stream, steps=2, batch_size=1, seed=0, device=torch.device("cpu"),
+    training.save_model(target, tmp_path / "target")
+    entry = training.train_long_target(tmp_path, stream, stream, steps=2, batch_size=1, seed=0, device=torch.device("cpu"),
                                   log=lambda message: None, eval_windows=2)
-    long = tcp.load_saved(tmp_path / "target-long")
-    assert long.config.max_position_embeddings == tcp.LONG_CONTEXT_LIMIT
-    assert not torch.equal(long.lm_head.weight, tcp.load_saved(tmp_path / "target").lm_head.weight)
+    long = training.load_saved(tmp_path / "target-long")
+    assert long.config.max_position_embeddings == training.LONG_CONTEXT_LIMIT
+    assert not torch.equal(long.lm_head.weight, training.load_saved(tmp_path / "target").lm_head.weight)
     assert entry["stage"]["steps"] == 2 and entry["stage"]["seq_len"] == 48
     assert set(entry["loss_by_position"]) == {"target", "target-long"}
     card = {"target_long": entry}
-    text = tcp._long_card(card)
+    text = training.long_card_section(card)
     assert "target-long" in text and "positions 16-48" in text and f"{entry['loss_by_position']['target']['0-16']:.3f}" in text
 
 
 class _VocabOf4096:
     """Stands in for the CPU pair's tokenizer where only its size and end-of-text id matter."""
     def __len__(self):
-        return tcp.VOCAB_SIZE
+        return training.VOCAB_SIZE
 
     def convert_tokens_to_ids(self, token):
         return 0
 
 
 def test_draft_shape_specs_parse_and_bad_ones_name_the_format():
-    shape = tcp.draft_shape("4x144")
+    shape = training.draft_shape("4x144")
     assert (shape["num_hidden_layers"], shape["hidden_size"], shape["intermediate_size"]) == (4, 144, 432)
     assert (shape["num_attention_heads"], shape["num_key_value_heads"], shape["head_dim"]) == (2, 1, 64)
-    assert tcp.draft_shape("draft-2x192-shared") == tcp.draft_shape("2x192") == {
-        **tcp.MODEL_SHAPES["draft-2l"], "num_hidden_layers": 2}
-    assert tcp.draft_shape("1x32")["num_attention_heads"] == 1  # at least one head
-    assert tcp.family_name("8x112") == "draft-8x112" == tcp.family_name("draft-8x112")
+    assert training.draft_shape("draft-2x192-shared") == training.draft_shape("2x192") == {
+        **training.MODEL_SHAPES["draft-2l"], "num_hidden_layers": 2}
+    assert training.draft_shape("1x32")["num_attention_heads"] == 1  # at least one head
+    assert training.family_name("8x112") == "draft-8x112" == training.family_name("draft-8x112")
     for bad in ("4by144", "0x128", "x128", "4x", "2x192-tied", "4x8"):
         with pytest.raises(ValueError, match="LxW"):
-            tcp.draft_shape(bad)
+            training.draft_shape(bad)
 
 
 def test_the_shipped_family_is_within_the_size_budget_and_other_sizes_are_refused():
     from helpers.models import DRAFT_FAMILY
     vocab = _VocabOf4096()
-    counts = tcp.check_family_shapes([name.removeprefix("draft-") for name in DRAFT_FAMILY], vocab)
-    reference = tcp.shape_parameters("draft-2l", vocab)
+    counts = training.check_family_shapes([name.removeprefix("draft-") for name in DRAFT_FAMILY], vocab)
+    reference = training.shape_parameters("draft-2l", vocab)
     assert reference == 1_647_808
-    assert all(abs(n / reference - 1) <= tcp.PARAMETER_TOLERANCE for n in counts.values())
-    assert len({tcp.draft_shape(s)["num_hidden_layers"] for s in counts}) >= 4  # deep-narrow .. shallow-wide
+    assert all(abs(n / reference - 1) <= training.PARAMETER_TOLERANCE for n in counts.values())
+    assert len({training.draft_shape(s)["num_hidden_layers"] for s in counts}) >= 4  # deep-narrow .. shallow-wide
     with pytest.raises(ValueError, match="parameters, more than 10%"):
-        tcp.check_family_shapes(["2x256"], vocab)
+        training.check_family_shapes(["2x256"], vocab)
     with pytest.raises(ValueError, match="width must be the target's"):
-        tcp.check_family_shapes(["1x240-shared"], vocab)
+        training.check_family_shapes(["1x240-shared"], vocab)
 
 
 def test_shared_embedding_is_the_targets_and_stays_frozen_in_distillation(tokenizer, stream):
     target = tiny(tokenizer, layers=2)
     draft = tiny(tokenizer, layers=1, seed=3)
-    tcp.share_target_embedding(draft, target)
+    training.share_target_embedding(draft, target)
     assert torch.equal(draft.lm_head.weight, target.model.embed_tokens.weight)  # the tied head is shared too
     before = {n: p.detach().clone() for n, p in draft.named_parameters()}
-    tcp.distill_drafts(target, {"draft": draft}, stream, steps=3, seq_len=16, batch_size=4, lr=1e-2, seed=0,
+    training.distill_drafts(target, {"draft": draft}, stream, steps=3, seq_len=16, batch_size=4, lr=1e-2, seed=0,
                        device=torch.device("cpu"), log=lambda m: None)
     after = dict(draft.named_parameters())
     assert torch.equal(after["model.embed_tokens.weight"], before["model.embed_tokens.weight"])
@@ -220,6 +226,60 @@ def test_family_card_lists_every_draft():
                              "target_ms_per_token": 6.5,
                              "stage": {"seed": 1, "steps": 10, "batch_size": 8, "seq_len": 256, "tokens": 20480,
                                        "lr": 3e-3, "seconds": 90}}}
-    text = tcp._family_card(card)
+    text = training.family_card_section(card)
     assert "draft-4x144" in text and "1,559,312" in text and "0.123" in text and "0.654" in text
-    assert tcp._family_card({}) == ""
+    assert training.family_card_section({}) == ""
+
+
+def test_family_card_entry_keeps_earlier_drafts_and_records_the_recipe():
+    measured = {"target": {"decode_ms_per_token": 6.5}, "draft-4x144": {"layers": 4, "decode_ms_per_token": 0.8}}
+    draft = torch.nn.Linear(3, 2)  # 8 parameters, 6 of them trainable
+    draft.bias.requires_grad_(False)
+    earlier = {"models": {"draft-8x112": {"layers": 8}}}
+    settings = training.Settings(out=CPU_PAIR_DIR, device=torch.device("cpu"), seed=0, batch_size=8, seq_len=256)
+    family = family_card_entry(earlier, {"draft-4x144": draft}, {"steps": 10, "tokens": 20480},
+                                               measured, {"windows": 4}, settings)
+    assert list(family["models"]) == ["draft-8x112", "draft-4x144"]
+    assert family["models"]["draft-4x144"] == {"layers": 4, "decode_ms_per_token": 0.8, "shared_embedding": False,
+                                               "trainable_parameters": 6}
+    assert family["stage"] == {"steps": 10, "tokens": 20480, "lr": training.DISTILL_LR, "seed": 1, "data_seed": 1,
+                               "init": "random", "batch_size": 8, "seq_len": 256}
+    assert family["target_ms_per_token"] == 6.5 and family["reference"] == training.FAMILY_REFERENCE
+
+
+def test_the_committed_card_is_what_the_generator_writes():
+    """data/cpu_pair/MODEL_CARD.md is render_card(card.json): the card's text changes only with its generator."""
+    card = json.loads((CPU_PAIR_DIR / "card.json").read_text())
+    assert training.render_card(card) == (CPU_PAIR_DIR / "MODEL_CARD.md").read_text()
+    assert f"`{training.COMMAND} --stage drafts`" in training.render_card(card)
+
+
+def test_command_line_keeps_every_flag_and_resolves_the_defaults(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        training.main(["--help"])
+    assert exit_info.value.code == 0
+    usage = capsys.readouterr().out
+    assert usage.startswith("usage: python -m helpers.training")
+    for flag in ("--out", "--device", "--threads", "--target-steps", "--draft-steps", "--seed", "--seq-len",
+                 "--batch-size", "--skip-target", "--smoke", "--stage", "--draft-shape", "--long-steps"):
+        assert flag in usage, flag
+    parse = cli.build_parser().parse_args
+    full = cli.settings_from_args(parse(["--device", "cpu"]))
+    assert (full.out, full.device.type, full.batch_size, full.threads) == (CPU_PAIR_DIR, "cpu", 8, 2)
+    assert (full.target_steps, full.draft_steps, full.long_steps, full.seed, full.seq_len) == (2400, 2500, 240, 0, 256)
+    assert cli.settings_from_args(parse(["--device", "cuda"])).batch_size == 64  # resolving touches no GPU
+    drafts = cli.settings_from_args(parse(["--device", "cpu", "--stage", "drafts", "--draft-shape", "3x160",
+                                           "--draft-shape", "2x192-shared"]))
+    assert drafts.draft_steps == training.FAMILY_STEPS and drafts.draft_shapes == ("3x160", "2x192-shared")
+    smoke = cli.settings_from_args(parse(["--device", "cpu", "--smoke", "--out", "elsewhere", "--skip-target"]))
+    assert (smoke.out, smoke.target_steps, smoke.draft_steps, smoke.long_steps) == (cli.SMOKE_DIR, 20, 10, 4)
+    assert smoke.skip_target and smoke.smoke
+    mine = cli.settings_from_args(parse(["--device", "cpu", "--target-steps", "7", "--batch-size", "3"]))
+    assert (mine.target_steps, mine.batch_size) == (7, 3)
+
+
+@pytest.mark.parametrize("stage", ["long", "drafts"])
+def test_a_later_stage_without_a_trained_pair_fails_before_any_work(stage, tmp_path):
+    with pytest.raises(FileNotFoundError, match=f"--stage {stage} starts from the target"):
+        training.main(["--stage", stage, "--out", str(tmp_path / "empty"), "--device", "cpu"])
+    assert not (tmp_path / "empty").exists()
