@@ -43,6 +43,9 @@ import torch
 import yaml
 
 from helpers import models, paths
+from helpers.experiments import gpu_costs
+from helpers.experiments.gpu_costs import (CPU_PAIRS, DECODE_MODES, EQ5_ALPHAS, EQ5_CONTEXT, EQ5_DTYPE, EQ5_GAMMAS,
+                                          EQ5_REPEATS, HANDOUT_PAIRS)
 from helpers.results import ResultStore, free_memory, run_metadata
 
 PARTS = ("06", "eq5", "graphs", "02", "03", "12", "07", "09")  # the window's priority order
@@ -58,16 +61,6 @@ PART_FILES = {  # the result files each part writes (at most 8 come back per com
 }
 MAX_FILES = 8
 MAX_FILE_BYTES = 16 * 2**20
-
-# Settings of the parts no notebook has a parameter for yet (eq5, graphs): the handout's pairs and lookaheads.
-HANDOUT_PAIRS = [["Qwen/Qwen3-8B", "Qwen/Qwen3-1.7B"], ["Qwen/Qwen3-8B", "Qwen/Qwen3-0.6B"],
-                 ["meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.2-1B"]]
-EQ5_GAMMAS = [2, 3, 5, 7]
-EQ5_CONTEXT = 256  # cached tokens before the timed forward
-EQ5_REPEATS = 30
-EQ5_ALPHAS = [0.5, 0.6, 0.7, 0.8, 0.9]
-EQ5_DTYPE = "bfloat16"  # the handout pairs; the CPU pair keeps sd_dtype (float32: greedy outputs stay exact)  # the grid of Eq. 5's *predicted* speedup
-CPU_PAIRS = [["cpu-pair/target", "cpu-pair/draft"], ["cpu-pair/target", "cpu-pair/draft-2l"]]
 
 # --dry-run: the same code on the CPU with the CPU profile's small models, shrunk to a few tokens
 DRY_OVERRIDES = {
@@ -203,72 +196,10 @@ def part_02(p: dict, store) -> None:
 
 
 def part_03(p: dict, store) -> None:
-    """Notebook 03, cells 3, 5, 9, 19 (cold start, the four paired sweeps, the matmul share)."""
-    from helpers.generation.loading import load_for_sweep
-    from helpers.generation.sweeps import generate_exact
-    from helpers.kv_cache import sweep as kv_sweep
+    """Notebook 03: :func:`helpers.experiments.nb03.measure` (cold start, the four paired sweeps, the matmul share)."""
+    from helpers.experiments import nb03
 
-    dev = torch.device(p["device"])
-    if dev.type == "cpu" and p["kvb_threads"]:
-        torch.set_num_threads(p["kvb_threads"])
-    dtype = getattr(torch, p["kvb_dtype"])
-    lengths = kv_sweep.output_lengths(p["kvb_max_new_tokens"])
-    store = store("03_kv_cache_benchmarks")
-    settings = {"baseline": (p["kvb_baseline_model"], False, p["kvb_no_cache_cap"]),
-                "long prompt": (p["kvb_baseline_model"], True, p["kvb_no_cache_cap_long"]),
-                "smaller model": (p["kvb_small_model"], False, p["kvb_no_cache_cap"]),
-                "older model": (p["kvb_old_model"], False, p["kvb_no_cache_cap"])}
-    for model_id in dict.fromkeys(m for m, _, _ in settings.values()):
-        loaded = None
-
-        def model():
-            nonlocal loaded
-            if loaded is None:
-                store.budget.check(f"loading {model_id}")
-                loaded = load_for_sweep(model_id, p["kvb_weights"], dev, dtype)
-            return loaded
-
-        own = None if _label(model_id, p["kvb_weights"]) == "random" else model().tokenizer
-        tokenizer, fold, note = kv_sweep.sweep_tokenizer(own, models.model_config(model_id).vocab_size)
-        ids = {False: kv_sweep.prompt_ids(tokenizer, text=p["kvb_short_prompt"], vocab_size=fold).to(dev),
-               True: kv_sweep.prompt_ids(tokenizer, num_tokens=p["kvb_long_prompt_tokens"], vocab_size=fold).to(dev)}
-
-        def meta():
-            return {**run_metadata(model_id=model_id, weights=model().label, dtype=p["kvb_dtype"], device=dev,
-                                   seed=0), "tokenizer": note}
-
-        if model_id == p["kvb_baseline_model"]:
-            config = {"experiment": "cold_start", "model": model_id, "prompt": p["kvb_short_prompt"],
-                      "dtype": p["kvb_dtype"], "repeats": p["kvb_cold_repeats"]}
-            if not store.has(config):
-                m = model().model
-                store.run(config, lambda: kv_sweep.cold_start(
-                    lambda c: generate_exact(m, ids[False], 1, use_cache=c), repeats=p["kvb_cold_repeats"],
-                    device=dev), meta={k: v for k, v in meta().items() if k != "tokenizer"})
-        for setting, (setting_model, long, cap) in settings.items():
-            if setting_model != model_id:
-                continue
-            config = {"experiment": "sweep", "setting": setting, "model": model_id,
-                      "prompt_tokens": ids[long].shape[1], "max_new_tokens": p["kvb_max_new_tokens"],
-                      "no_cache_cap": cap, "repeats": p["kvb_repeats"], "max_repeats": p["kvb_max_repeats"],
-                      "max_spread": p["kvb_max_spread"], "dtype": p["kvb_dtype"]}
-            if store.has(config):
-                continue
-            m, prompt = model().model, ids[long]
-            modes = {"with cache": lambda n: generate_exact(m, prompt, n, use_cache=True),
-                     "without cache": lambda n: generate_exact(m, prompt, n, use_cache=False)}
-            store.run(config, lambda: {"rows": kv_sweep.paired_sweep(
-                modes, lengths, repeats=p["kvb_repeats"], max_repeats=p["kvb_max_repeats"],
-                max_spread=p["kvb_max_spread"], device=dev, caps={"without cache": cap})}, meta=meta())
-        if model_id in (p["kvb_baseline_model"], p["kvb_old_model"]):
-            config = {"experiment": "matmul_share", "model": model_id, "dtype": p["kvb_dtype"], "new_tokens": 16}
-            if not store.has(config):
-                m = model().model
-                store.run(config, lambda: {"share": kv_sweep.matmul_time_share(
-                    lambda: generate_exact(m, ids[False], 16, use_cache=True))},
-                    meta={k: v for k, v in meta().items() if k != "tokenizer"})
-        loaded = None
-        free_memory()
+    nb03.measure(p, store, progress=False)
 
 
 def part_06(p: dict, store) -> None:
@@ -307,282 +238,29 @@ def part_06(p: dict, store) -> None:
         free_memory()
 
 
-def _sd_setup(p: dict):
-    from helpers.prompts import load_prompts, select_prompts
-
-    prompt_rows = select_prompts(load_prompts(p["sd_prompt_profile"]), p["sd_prompt_count"])
-    source_rows = select_prompts(load_prompts(p["sd_prompt_profile"]), p["sd_source_prompt_count"])
-    common = dict(temperature=p["sd_temperature"], max_new_tokens=p["sd_max_new_tokens"], repeats=p["sd_repeats"],
-                  dtype=p["sd_dtype"], device=p["device"])
-    return prompt_rows, source_rows, common
-
-
 def part_07(p: dict, store) -> None:
-    """Notebook 07, cells 3, 10, 18, 23: the sweep per pair, the per-source study and the sampled run of the best
-    configuration (chosen from the sweep's rows as the notebook does)."""
-    from helpers.models import load_model
-    from helpers.prompts import encode_prompts
-    from helpers.specdec.costs import measure_costs, median_length_case
-    from helpers.specdec.sweeps import gamma_rows, measure_config, measure_pair, select_sweep, sweep_configs
+    """Notebook 07: the sweep per pair, the per-source study and the sampled run of the best configuration."""
+    from helpers.experiments import nb07
 
-    handout_gammas = (2, 3, 5, 7)
-    torch.manual_seed(p["sd_seed"])
-    if p["device"] == "cpu" and p["sd_threads"] > 0:
-        torch.set_num_threads(p["sd_threads"])
-    dtype = getattr(torch, p["sd_dtype"])
-    prompt_rows, source_rows, common = _sd_setup(p)
-    prompt_ids = [row["id"] for row in prompt_rows]
-    main = store("07_speculative_decoding")
-    loaded = {}
-
-    def load(name):
-        if name not in loaded:
-            main.budget.check(f"loading {name}")
-            loaded[name] = load_model(name, device=p["device"], dtype=dtype)
-        return loaded[name]
-
-    pair_configs = {(t, d): sweep_configs(t, d, p["sd_gammas"], prompt_ids=prompt_ids, **common)
-                    for t, d in p["sd_pairs"]}
-    for (target_name, draft_name), configs in pair_configs.items():
-        if all(main.has(c) for c in configs):
-            continue
-        main.budget.check(f"07 pair {target_name} / {draft_name}")
-        start = time.monotonic()
-        (target, tokenizer), (draft, _) = load(target_name), load(draft_name)
-        cases = encode_prompts(tokenizer, prompt_rows, target.device)
-        cost_case = median_length_case(cases)
-        costs = measure_costs(target, draft, cost_case["input_ids"], p["sd_gammas"], repeats=30)
-        rows = measure_pair(target, draft, cases, p["sd_gammas"], p["sd_max_new_tokens"], repeats=p["sd_repeats"],
-                            temperature=p["sd_temperature"], seed=p["sd_seed"], peer=p["sd_peer"],
-                            peer_gammas=p["sd_peer_gammas"], progress=True)
-        meta = run_metadata(model_id=target_name, weights=target.weights_label, dtype=p["sd_dtype"],
-                            device=p["device"], seed=p["sd_seed"], draft_id=draft_name,
-                            draft_weights=draft.weights_label)
-        for config, row in zip(configs, gamma_rows(rows, costs)):
-            row.update(handout_gamma=config["gamma"] in handout_gammas, cost_prompt=cost_case["id"])
-            main.append(config, {k: v for k, v in row.items() if k not in config}, meta)
-        main.budget.took(time.monotonic() - start)
-        print(f"  measured 07 pair {target_name} / {draft_name}: c = {costs['T_D'] / costs['T_T']:.3f}", flush=True)
-    frame = select_sweep(main.frame(), [c for configs in pair_configs.values() for c in configs])
-    best = frame.loc[frame["speedup"].idxmax()]
-    best_target, best_draft = str(best["target"]), str(best["draft"])
-    best_meta = None
-    for notebook, rows, temperature in (("07_speculative_decoding_by_source", source_rows, p["sd_temperature"]),
-                                        ("07_speculative_decoding_sampled", prompt_rows, p["sd_sample_temperature"])):
-        part_store = store(notebook)
-        config = sweep_configs(best_target, best_draft, [int(best["gamma"])], prompt_ids=[r["id"] for r in rows],
-                               **{**common, "temperature": temperature})[0]
-        if part_store.has(config):
-            continue
-        (target, tokenizer), (draft, _) = load(best_target), load(best_draft)
-        best_meta = best_meta or run_metadata(model_id=best_target, weights=target.weights_label,
-                                              dtype=p["sd_dtype"], device=p["device"], seed=p["sd_seed"],
-                                              draft_id=best_draft)
-        part_store.run(config, lambda: measure_config(
-            target, draft, encode_prompts(tokenizer, rows, target.device), int(best["gamma"]),
-            p["sd_max_new_tokens"], exclude=config, repeats=p["sd_repeats"], temperature=temperature,
-            seed=p["sd_seed"], progress=True), meta=best_meta)
-    loaded.clear()
-    free_memory()
+    nb07.measure(p, store)
 
 
 def part_09(p: dict, store) -> None:
-    """Notebook 09, cells 3, 5, 7, 21: cost terms, the gamma sweep and the batched points of its pair."""
-    from helpers.models import load_model
-    from helpers.prompts import heldout_source_prompts
-    from helpers.specdec.costs import batched_point, measure_costs, speedup_sweep
+    """Notebook 09: cost terms, the gamma sweep and the batched points of its pair."""
+    from helpers.experiments import nb09
 
-    device = p["device"]
-    torch.manual_seed(0)
-    if device == "cpu" and p["analysis_threads"] > 0:
-        torch.set_num_threads(p["analysis_threads"])
-    dtype = getattr(torch, p["analysis_dtype"])
-    store = store("09_speedup_analysis")
-    pair = {"target": p["analysis_target"], "draft": p["analysis_draft"], "dtype": p["analysis_dtype"],
-            "device": device}
-    configs = {"costs": {"kind": "costs", **pair, "context_len": p["analysis_prompt_len"],
-                         "gammas": p["analysis_gammas"]},
-               "sweep": {"kind": "gamma_sweep", **pair, "prompts": p["analysis_prompt_count"],
-                         "prompt_len": p["analysis_prompt_len"], "new_tokens": p["analysis_new_tokens"],
-                         "gamma_list": p["analysis_gammas"]}}
-    for b in p["analysis_batch_sizes"]:
-        configs[b] = {"kind": "batched", **pair, "batch_size": b, "gamma": p["analysis_batch_gamma"],
-                      "new_tokens": p["analysis_batch_new_tokens"], "prompt_len": p["analysis_prompt_len"],
-                      "phases": True}
-    if all(store.has(c) for c in configs.values()):
-        return
-    store.budget.check(f"loading {p['analysis_target']}")
-    target, tokenizer = load_model(p["analysis_target"], device=device, dtype=dtype)
-    draft, _ = load_model(p["analysis_draft"], device=device, dtype=dtype)
-    prompts = heldout_source_prompts(tokenizer, max(p["analysis_prompt_count"], max(p["analysis_batch_sizes"])),
-                                     p["analysis_prompt_len"])
-    meta = run_metadata(model_id=p["analysis_target"], weights=target.weights_label, dtype=p["analysis_dtype"],
-                        device=device, seed=0, draft_id=p["analysis_draft"], load_average=os.getloadavg()[0])
-    store.run(configs["costs"], lambda: measure_costs(target, draft, torch.tensor(prompts[:1], device=device),
-                                                      p["analysis_gammas"], repeats=p["analysis_timing_repeats"]),
-              meta=meta)
-    store.run(configs["sweep"], lambda: speedup_sweep(target, draft, prompts[:p["analysis_prompt_count"]],
-                                                      p["analysis_gammas"], p["analysis_new_tokens"],
-                                                      repeats=p["analysis_generation_repeats"]), meta=meta)
-    for b in p["analysis_batch_sizes"]:
-        store.run(configs[b], lambda b=b: batched_point(
-            target, draft, prompts[:b], p["analysis_batch_new_tokens"], p["analysis_batch_gamma"],
-            repeats=p["analysis_batch_repeats"], timing_repeats=p["analysis_timing_repeats"]), meta=meta)
-    del target, draft
-    free_memory()
-
-
-DECODE_MODES = {"eager": False, "graphs": "graphs", "inductor": True}  # row label -> the generators' ``compile``
-
-
-def _tolerate_graph_failure(mode: str, config: dict, measure) -> None:
-    """Run ``measure()``; a graphs or inductor measurement that fails (a capture error, no C compiler for triton, a
-    dynamo limit) is reported and skipped, not stored, so the eager rows and the other parts still come back (a
-    rerun tries it again). Eager failures stay errors."""
-    try:
-        measure()
-    except BudgetExhausted:
-        raise
-    except Exception as error:  # noqa: BLE001 - reported, and only for graphs/inductor measurements
-        if mode == "eager":
-            raise
-        print(f"  {mode.upper()} MEASUREMENT FAILED, skipped: {_short(config)}: {type(error).__name__}: {error}"[:2000],
-              flush=True)
-        free_memory()
-
-
-def _graph_proof(mode: str, models_, measure) -> dict:
-    """``measure()``'s row plus the proof that graphs ran where the row claims them: the CUDA-graph replays of the
-    explicit steps (0 on a CPU, where the same static step runs eagerly), or inductor's ``cudagraph_skips``."""
-    from helpers.models.graphs import graph_replays
-    from helpers.models.runtime import minimal_view
-
-    if mode == "inductor":
-        from torch._dynamo.utils import counters
-
-        before = counters["inductor"]["cudagraph_skips"]
-        row = measure()
-        return {**row, "cudagraph_skips": counters["inductor"]["cudagraph_skips"] - before}
-    views = [minimal_view(m) for m in models_]
-    before = sum(graph_replays(v) for v in views)
-    row = measure()
-    if mode != "graphs":
-        return row
-    return {**row, "graph_replays": sum(graph_replays(v) for v in views) - before}
-
-
-def _pair_dtype(weights: str, p: dict, eq5: dict) -> str:
-    return p["sd_dtype"] if weights == "cpu-pair" else eq5["dtype"]
-
-
-def _cost_config(target: str, draft: str, weights: str, p: dict, eq5: dict, mode: str) -> dict:
-    return {"kind": "eq5_terms", "target": target, "draft": draft, "weights": weights,
-            "dtype": _pair_dtype(weights, p, eq5), "device": p["device"], "context_len": eq5["context"],
-            "gammas": eq5["gammas"], "repeats": eq5["repeats"], "decode": mode}
-
-
-def decode_weight_bytes(model) -> int:
-    """Weight bytes one decode step of ``model`` reads, at its stored precision: the rule of
-    :func:`helpers.memory.decode_weight_bytes` (an input embedding untied from the LM head is not read)."""
-    from helpers.memory import decode_weight_bytes as config_bytes
-
-    return config_bytes(model.config, next(model.parameters()).element_size())
-
-
-def _eq5_row(costs: dict, target, draft, eq5: dict) -> dict:
-    """The measured terms plus Eq. 5's predicted speedup over a grid of alpha (a prediction, labelled so) and the
-    weight bytes a decode step reads (the HBM roofline: decode bytes / bandwidth)."""
-    from helpers.specdec.analysis import predicted_speedup
-
-    c = costs["T_D"] / costs["T_T"]
-    row = {**{k: v for k, v in costs.items() if k != "compiled"}, "c": c,
-           "verify_ratio": {g: t / costs["T_T"] for g, t in costs["T_V"].items()},
-           "eq5_prediction": {f"{a:g}": {g: float(predicted_speedup(int(g), a, c, costs["T_V"][g] / costs["T_T"]))
-                                         for g in costs["T_V"]} for a in eq5["alphas"]},
-           "eq5_note": "prediction from the measured terms at an assumed alpha (random weights: no real alpha)",
-           "target_weight_bytes": sum(t.numel() * t.element_size() for t in target.parameters()),
-           "draft_weight_bytes": sum(t.numel() * t.element_size() for t in draft.parameters()),
-           "target_decode_bytes": decode_weight_bytes(target), "draft_decode_bytes": decode_weight_bytes(draft),
-           "target_layers": target.config.num_hidden_layers, "draft_layers": draft.config.num_hidden_layers}
-    return row
-
-
-def _measure_eq5(p: dict, store, eq5: dict, pairs, weights: str) -> None:
-    """Eq. 5's terms of each pair in every decode mode of ``eq5["modes"]`` (graphs only where the model file runs
-    the pair: Qwen3), one row per (pair, mode)."""
-    from helpers.models import load_model
-    from helpers.models.runtime import minimal_supported
-    from helpers.specdec.costs import measure_costs
-
-    for target_name, draft_name in pairs:
-        label = "cpu-pair" if target_name.startswith(models.PAIR_PREFIX) else weights
-        dtype = getattr(torch, _pair_dtype(label, p, eq5))
-        configs = {mode: _cost_config(target_name, draft_name, label, p, eq5, mode) for mode in eq5["modes"]}
-        if all(store.has(c) for c in configs.values()):
-            continue
-        store.budget.check(f"loading {target_name} / {draft_name}")
-        kwargs = {} if label == "cpu-pair" else {"weights": weights}
-        target, _ = load_model(target_name, device=p["device"], dtype=dtype, **kwargs)
-        draft, _ = load_model(draft_name, device=p["device"], dtype=dtype, **kwargs)
-        vocab = min(target.config.vocab_size, draft.config.vocab_size)
-        context = torch.randint(0, vocab, (1, eq5["context"]), generator=torch.Generator().manual_seed(0))
-        context = context.to(p["device"])
-        meta = run_metadata(model_id=target_name, weights=label, dtype=dtype, device=p["device"], seed=0,
-                            draft_id=draft_name)
-        for mode, config in configs.items():
-            if mode != "eager" and not (minimal_supported(target) and minimal_supported(draft)):
-                print(f"  {target_name} / {draft_name}: no {mode} decode (the model file runs Qwen3 only), skipped")
-                continue
-            _tolerate_graph_failure(mode, config, lambda mode=mode, config=config: store.run(
-                config, lambda: _graph_proof(mode, (target, draft), lambda: _eq5_row(measure_costs(
-                    target, draft, context, eq5["gammas"], repeats=eq5["repeats"], compile=DECODE_MODES[mode]),
-                    target, draft, eq5)), meta=meta))
-        del target, draft
-        free_memory()
+    nb09.measure(p, store)
 
 
 def part_eq5(p: dict, store, eq5: dict) -> None:
     """T_T, T_D, T_V(gamma) of each handout pair in bf16, random weights, eager and as CUDA graphs (Eq. 5 per pair;
     the Qwen3-8B decode step against the HBM roofline)."""
-    _measure_eq5(p, store("09_handout_costs"), eq5, eq5["pairs"], "random")
+    gpu_costs.measure_eq5(p, store(gpu_costs.COSTS), eq5, eq5["pairs"], "random", fatal=(BudgetExhausted,))
 
 
 def part_graphs(p: dict, store, eq5: dict) -> None:
-    """The CPU pair on the GPU: its cost terms eager and as graphs, then speculative decoding end to end with
-    graphs against AR with graphs (real alpha; lossless checked on every prompt)."""
-    from helpers.models import load_model
-    from helpers.prompts import encode_prompts
-    from helpers.specdec.sweeps import gamma_rows, measure_pair, sweep_configs
-
-    graphs = store("09_compiled_decode")
-    _measure_eq5(p, graphs, eq5, eq5["cpu_pairs"], "cpu-pair")
-    prompt_rows, _, common = _sd_setup(p)
-    dtype = getattr(torch, p["sd_dtype"])
-    mode = eq5["modes"][-1]  # the fastest mode the window runs: graphs (eager where graphs failed the self-check)
-    for target_name, draft_name in eq5["cpu_pairs"]:
-        configs = [{**c, "kind": "e2e", "decode": mode} for c in sweep_configs(
-            target_name, draft_name, eq5["gammas"], prompt_ids=[r["id"] for r in prompt_rows], **common)]
-        if all(graphs.has(c) for c in configs):
-            continue
-        graphs.budget.check(f"{mode} e2e {target_name} / {draft_name}")
-        start = time.monotonic()
-        (target, tokenizer), (draft, _) = (load_model(target_name, device=p["device"], dtype=dtype),
-                                           load_model(draft_name, device=p["device"], dtype=dtype))
-        cases = encode_prompts(tokenizer, prompt_rows, target.device)
-        meta = run_metadata(model_id=target_name, weights="cpu-pair", dtype=p["sd_dtype"], device=p["device"],
-                            seed=p["sd_seed"], draft_id=draft_name)
-
-        def e2e(target=target, draft=draft, cases=cases, configs=configs, meta=meta):
-            proof = _graph_proof(mode, (target, draft), lambda: {"rows": measure_pair(
-                target, draft, cases, eq5["gammas"], p["sd_max_new_tokens"], repeats=p["sd_repeats"],
-                temperature=p["sd_temperature"], seed=p["sd_seed"], peer=False, compile=DECODE_MODES[mode])})
-            for config, row in zip(configs, gamma_rows(proof.pop("rows"))):
-                graphs.append(config, {**{k: v for k, v in row.items() if k not in config}, **proof}, meta)
-
-        _tolerate_graph_failure(mode, configs[0], e2e)
-        graphs.budget.took(time.monotonic() - start)
-        del target, draft
-        free_memory()
+    """The CPU pair on the GPU: its cost terms eager and as graphs, then end to end with graphs against AR."""
+    gpu_costs.measure_graphs(p, store, eq5, fatal=(BudgetExhausted,))
 
 
 def part_12(p: dict, store) -> None:

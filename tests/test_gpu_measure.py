@@ -9,6 +9,7 @@ import torch
 import yaml
 
 from helpers import gpu_measure, paths
+from helpers.experiments import gpu_costs
 from helpers.results import MissingResultError, ResultStore
 
 PROFILE = "gpu-h100"
@@ -206,10 +207,10 @@ def test_a_failing_graph_measurement_is_skipped_not_fatal(capsys):
     def boom():
         raise RuntimeError("capture failed")
 
-    gpu_measure._tolerate_graph_failure("graphs", {"kind": "x"}, boom)
+    gpu_costs.tolerate_graph_failure("graphs", {"kind": "x"}, boom)
     assert "GRAPHS MEASUREMENT FAILED" in capsys.readouterr().out
     with pytest.raises(RuntimeError):
-        gpu_measure._tolerate_graph_failure("eager", {"kind": "x"}, boom)  # eager failures stay errors
+        gpu_costs.tolerate_graph_failure("eager", {"kind": "x"}, boom)  # eager failures stay errors
 
 
 def test_dry_run_measures_eager_and_graph_rows_with_their_proof(dry):
@@ -290,5 +291,5 @@ def test_decode_bytes_leave_out_an_untied_input_embedding():
     untied, tied = tiny_qwen3(0), tiny_qwen3(0, tie=True)
     embedding = untied.get_input_embeddings().weight
     total = sum(t.numel() * t.element_size() for t in untied.parameters())
-    assert gpu_measure.decode_weight_bytes(untied) == total - embedding.numel() * embedding.element_size()
-    assert gpu_measure.decode_weight_bytes(tied) == sum(t.numel() * t.element_size() for t in tied.parameters())
+    assert gpu_costs.decode_weight_bytes(untied) == total - embedding.numel() * embedding.element_size()
+    assert gpu_costs.decode_weight_bytes(tied) == sum(t.numel() * t.element_size() for t in tied.parameters())

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import torch
 
-from helpers.results import latest_ok_rows
+from helpers.results import latest_ok_rows, run_metadata
 
 COSTS = "09_handout_costs"  # eq5 part: the handout pairs, random weights, bf16
 GRAPHS = "09_compiled_decode"  # graphs part: the CPU pair's terms and end-to-end runs
@@ -87,3 +88,184 @@ def goal_lines(folder: Path) -> list[str]:
                      f"{e2e['speedup'].median():.2f}x (goal >= 1.5x with graphs: "
                      f"{'met' if best['speedup'] >= 1.5 and identical and ran else 'missed'})")
     return lines or ["no goal rows yet (parts eq5 and graphs measure them)"]
+
+
+# ------------------------------------------------------------------------------------------ measuring (GPU window)
+
+# The handout's pairs and lookaheads (no notebook has a parameter for them yet): parts eq5 and graphs.
+HANDOUT_PAIRS = [["Qwen/Qwen3-8B", "Qwen/Qwen3-1.7B"], ["Qwen/Qwen3-8B", "Qwen/Qwen3-0.6B"],
+                 ["meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.2-1B"]]
+EQ5_GAMMAS = [2, 3, 5, 7]
+EQ5_CONTEXT = 256  # cached tokens before the timed forward
+EQ5_REPEATS = 30
+EQ5_ALPHAS = [0.5, 0.6, 0.7, 0.8, 0.9]  # the grid of Eq. 5's *predicted* speedup
+EQ5_DTYPE = "bfloat16"  # the handout pairs; the CPU pair keeps sd_dtype (float32: greedy outputs stay exact)
+CPU_PAIRS = [["cpu-pair/target", "cpu-pair/draft"], ["cpu-pair/target", "cpu-pair/draft-2l"]]
+DECODE_MODES = {"eager": False, "graphs": "graphs", "inductor": True}  # row label -> the generators' ``compile``
+
+
+def tolerate_graph_failure(mode: str, config: dict, measure, fatal: tuple = ()) -> None:
+    """Run ``measure()``; a graphs or inductor measurement that fails (a capture error, no C compiler for triton, a
+    dynamo limit) is reported and skipped, not stored, so the eager rows and the other parts still come back (a
+    rerun tries it again). Eager failures, and the exceptions in ``fatal`` (the window's budget), stay errors."""
+    from helpers.experiments.common import describe_config
+    from helpers.results import free_memory
+
+    try:
+        measure()
+    except fatal:
+        raise
+    except Exception as error:  # noqa: BLE001 - reported, and only for graphs/inductor measurements
+        if mode == "eager":
+            raise
+        print(f"  {mode.upper()} MEASUREMENT FAILED, skipped: {describe_config(config)}: {type(error).__name__}: "
+              f"{error}"[:2000], flush=True)
+        free_memory()
+
+
+def graph_proof(mode: str, models_, measure) -> dict:
+    """``measure()``'s row plus the proof that graphs ran where the row claims them: the CUDA-graph replays of the
+    explicit steps (0 on a CPU, where the same static step runs eagerly), or inductor's ``cudagraph_skips``."""
+    from helpers.models.graphs import graph_replays
+    from helpers.models.runtime import minimal_view
+
+    if mode == "inductor":
+        from torch._dynamo.utils import counters
+
+        before = counters["inductor"]["cudagraph_skips"]
+        row = measure()
+        return {**row, "cudagraph_skips": counters["inductor"]["cudagraph_skips"] - before}
+    views = [minimal_view(m) for m in models_]
+    before = sum(graph_replays(v) for v in views)
+    row = measure()
+    if mode != "graphs":
+        return row
+    return {**row, "graph_replays": sum(graph_replays(v) for v in views) - before}
+
+
+def pair_dtype(weights: str, p: dict, eq5: dict) -> str:
+    """The CPU pair keeps notebook 07's dtype (exact greedy outputs); the handout pairs run in ``eq5["dtype"]``."""
+    return p["sd_dtype"] if weights == "cpu-pair" else eq5["dtype"]
+
+
+def cost_config(target: str, draft: str, weights: str, p: dict, eq5: dict, mode: str) -> dict:
+    """The configuration of one pair's Eq. 5 terms in one decode mode."""
+    return {"kind": "eq5_terms", "target": target, "draft": draft, "weights": weights,
+            "dtype": pair_dtype(weights, p, eq5), "device": p["device"], "context_len": eq5["context"],
+            "gammas": eq5["gammas"], "repeats": eq5["repeats"], "decode": mode}
+
+
+def decode_weight_bytes(model) -> int:
+    """Weight bytes one decode step of ``model`` reads, at its stored precision: the rule of
+    :func:`helpers.memory.decode_weight_bytes` (an input embedding untied from the LM head is not read)."""
+    from helpers.memory import decode_weight_bytes as config_bytes
+
+    return config_bytes(model.config, next(model.parameters()).element_size())
+
+
+def eq5_row(costs: dict, target, draft, eq5: dict) -> dict:
+    """The measured terms plus Eq. 5's predicted speedup over a grid of alpha (a prediction, labelled so) and the
+    weight bytes a decode step reads (the HBM roofline: decode bytes / bandwidth)."""
+    from helpers.specdec.analysis import predicted_speedup
+
+    c = costs["T_D"] / costs["T_T"]
+    return {**{k: v for k, v in costs.items() if k != "compiled"}, "c": c,
+            "verify_ratio": {g: t / costs["T_T"] for g, t in costs["T_V"].items()},
+            "eq5_prediction": {f"{a:g}": {g: float(predicted_speedup(int(g), a, c, costs["T_V"][g] / costs["T_T"]))
+                                          for g in costs["T_V"]} for a in eq5["alphas"]},
+            "eq5_note": "prediction from the measured terms at an assumed alpha (random weights: no real alpha)",
+            "target_weight_bytes": sum(t.numel() * t.element_size() for t in target.parameters()),
+            "draft_weight_bytes": sum(t.numel() * t.element_size() for t in draft.parameters()),
+            "target_decode_bytes": decode_weight_bytes(target), "draft_decode_bytes": decode_weight_bytes(draft),
+            "target_layers": target.config.num_hidden_layers, "draft_layers": draft.config.num_hidden_layers}
+
+
+def _load_cost_pair(p: dict, eq5: dict, target_name: str, draft_name: str, label: str, weights: str):
+    """Both models of a pair and a random cached context of ``eq5["context"]`` tokens (seeded)."""
+    from helpers.models import load_model
+
+    dtype = getattr(torch, pair_dtype(label, p, eq5))
+    kwargs = {} if label == "cpu-pair" else {"weights": weights}
+    target, _ = load_model(target_name, device=p["device"], dtype=dtype, **kwargs)
+    draft, _ = load_model(draft_name, device=p["device"], dtype=dtype, **kwargs)
+    vocab = min(target.config.vocab_size, draft.config.vocab_size)
+    context = torch.randint(0, vocab, (1, eq5["context"]), generator=torch.Generator().manual_seed(0))
+    meta = run_metadata(model_id=target_name, weights=label, dtype=dtype, device=p["device"], seed=0,
+                        draft_id=draft_name)
+    return target, draft, context.to(p["device"]), meta
+
+
+def measure_eq5(p: dict, store, eq5: dict, pairs, weights: str, fatal: tuple = ()) -> None:
+    """Eq. 5's terms of each pair in every decode mode of ``eq5["modes"]`` (graphs only where the model file runs
+    the pair: Qwen3), one row per (pair, mode)."""
+    from helpers.experiments.common import check_budget
+    from helpers.models import PAIR_PREFIX
+    from helpers.models.runtime import minimal_supported
+    from helpers.results import free_memory
+    from helpers.specdec.costs import measure_costs
+
+    for target_name, draft_name in pairs:
+        label = "cpu-pair" if target_name.startswith(PAIR_PREFIX) else weights
+        configs = {mode: cost_config(target_name, draft_name, label, p, eq5, mode) for mode in eq5["modes"]}
+        if all(store.has(c) for c in configs.values()):
+            continue
+        check_budget(store, f"loading {target_name} / {draft_name}")
+        target, draft, context, meta = _load_cost_pair(p, eq5, target_name, draft_name, label, weights)
+        for mode, config in configs.items():
+            if mode != "eager" and not (minimal_supported(target) and minimal_supported(draft)):
+                print(f"  {target_name} / {draft_name}: no {mode} decode (the model file runs Qwen3 only), skipped")
+                continue
+            tolerate_graph_failure(mode, config, lambda mode=mode, config=config: store.run(
+                config, lambda: graph_proof(mode, (target, draft), lambda: eq5_row(measure_costs(
+                    target, draft, context, eq5["gammas"], repeats=eq5["repeats"], compile=DECODE_MODES[mode]),
+                    target, draft, eq5)), meta=meta), fatal)
+        del target, draft
+        free_memory()
+
+
+def _measure_e2e(p: dict, graphs, eq5: dict, configs: list[dict], mode: str, prompt_rows, fatal: tuple) -> None:
+    """One CPU pair's speculative decoding end to end against AR, both in decode ``mode``; a row per gamma."""
+    from helpers.models import load_model
+    from helpers.prompts import encode_prompts
+    from helpers.results import free_memory
+    from helpers.specdec.sweeps import gamma_rows, measure_pair
+
+    dtype = getattr(torch, p["sd_dtype"])
+    (target, tokenizer), (draft, _) = (load_model(configs[0]["target"], device=p["device"], dtype=dtype),
+                                       load_model(configs[0]["draft"], device=p["device"], dtype=dtype))
+    cases = encode_prompts(tokenizer, prompt_rows, target.device)
+    meta = run_metadata(model_id=configs[0]["target"], weights="cpu-pair", dtype=p["sd_dtype"], device=p["device"],
+                        seed=p["sd_seed"], draft_id=configs[0]["draft"])
+
+    def e2e():
+        proof = graph_proof(mode, (target, draft), lambda: {"rows": measure_pair(
+            target, draft, cases, eq5["gammas"], p["sd_max_new_tokens"], repeats=p["sd_repeats"],
+            temperature=p["sd_temperature"], seed=p["sd_seed"], peer=False, compile=DECODE_MODES[mode])})
+        for config, row in zip(configs, gamma_rows(proof.pop("rows"))):
+            graphs.append(config, {**{k: v for k, v in row.items() if k not in config}, **proof}, meta)
+
+    tolerate_graph_failure(mode, configs[0], e2e, fatal)
+    del target, draft
+    free_memory()
+
+
+def measure_graphs(p: dict, store, eq5: dict, fatal: tuple = ()) -> None:
+    """The CPU pair on the GPU: its cost terms eager and as graphs, then speculative decoding end to end with
+    graphs against AR with graphs (real alpha; lossless checked on every prompt). ``store`` is the factory."""
+    from helpers.experiments import nb07
+    from helpers.experiments.common import check_budget, took
+    from helpers.specdec.sweeps import sweep_configs
+
+    graphs = store(GRAPHS)
+    measure_eq5(p, graphs, eq5, eq5["cpu_pairs"], "cpu-pair", fatal)
+    prompt_rows, _ = nb07.prompt_sets(p)
+    mode = eq5["modes"][-1]  # the fastest mode the window runs: graphs (eager where graphs failed the self-check)
+    for target_name, draft_name in eq5["cpu_pairs"]:
+        configs = [{**c, "kind": "e2e", "decode": mode} for c in sweep_configs(
+            target_name, draft_name, eq5["gammas"], prompt_ids=[r["id"] for r in prompt_rows],
+            **nb07.common_config(p))]
+        if all(graphs.has(c) for c in configs):
+            continue
+        check_budget(graphs, f"{mode} e2e {target_name} / {draft_name}")
+        with took(graphs):
+            _measure_e2e(p, graphs, eq5, configs, mode, prompt_rows, fatal)

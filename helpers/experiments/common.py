@@ -1,0 +1,80 @@
+"""What every experiment module shares: its parameters picked from a notebook's namespace, the optional budget of
+the GPU window's result stores, a cache of loaded models, and a short description of a configuration.
+
+An experiment's ``measure(params, store)`` takes ``store`` as a factory, ``store(result_name) -> ResultStore``: in
+a notebook ``lambda name: ResultStore(profile, name)``, in :mod:`helpers.gpu_measure` its budget-checking store.
+Only the latter has a ``budget``; :func:`check_budget` and :func:`took` do nothing without one.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+import torch
+
+from helpers.results import free_memory
+
+
+def notebook_params(namespace: dict, prefix: str) -> dict:
+    """The parameters of one notebook from its namespace (``globals()``): ``profile``, ``device`` and every name
+    starting with ``prefix`` (``"sd_"`` for notebook 07), the same keys :mod:`helpers.gpu_measure` reads from a
+    profile's parameter file."""
+    return {k: v for k, v in namespace.items()
+            if k in ("profile", "device") or (k.startswith(prefix) and not callable(v))}
+
+
+def describe_config(config: dict) -> str:
+    """A configuration in one short line (its first eight scalar keys) for progress messages."""
+    keep = {k: v for k, v in config.items() if k not in ("prompt_ids",) and not isinstance(v, (list, dict))}
+    return ", ".join(f"{k}={v}" for k, v in list(keep.items())[:8])
+
+
+def check_budget(store, what: str) -> None:
+    """Stop before ``what`` when the store's budget (the GPU window's) cannot fit it; no budget, no check."""
+    budget = getattr(store, "budget", None)
+    if budget is not None:
+        budget.check(what)
+
+
+@contextmanager
+def took(store):
+    """Tell the store's budget how long the block took (it reserves twice the longest step for the next)."""
+    start = time.monotonic()
+    yield
+    budget = getattr(store, "budget", None)
+    if budget is not None:
+        budget.took(time.monotonic() - start)
+
+
+def seed_and_threads(seed: int, device: str, threads: int) -> None:
+    """``torch.manual_seed(seed)`` and, on a CPU with ``threads > 0``, that many torch threads."""
+    torch.manual_seed(seed)
+    if device == "cpu" and threads > 0:
+        torch.set_num_threads(threads)
+
+
+class LoadedModels:
+    """Models loaded once and kept while needed: ``models(name) -> (model, tokenizer)``.
+
+    ``store`` (optional) is the result store whose budget is checked before a load."""
+
+    def __init__(self, device: str, dtype: torch.dtype, store=None):
+        from helpers.models import load_model
+
+        self._load, self.device, self.dtype, self.store = load_model, device, dtype, store
+        self.loaded: dict[str, tuple] = {}
+
+    def __call__(self, name: str):
+        if name not in self.loaded:
+            check_budget(self.store, f"loading {name}")
+            self.loaded[name] = self._load(name, device=self.device, dtype=self.dtype)
+        return self.loaded[name]
+
+    def keep_only(self, names) -> None:
+        """Drop every model not in ``names`` (GPU memory for the next pair)."""
+        for name in [n for n in self.loaded if n not in names]:
+            del self.loaded[name]
+        free_memory()
+
+    def clear(self) -> None:
+        self.keep_only(())
