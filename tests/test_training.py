@@ -283,3 +283,52 @@ def test_a_later_stage_without_a_trained_pair_fails_before_any_work(stage, tmp_p
     with pytest.raises(FileNotFoundError, match=f"--stage {stage} starts from the target"):
         training.main(["--stage", stage, "--out", str(tmp_path / "empty"), "--device", "cpu"])
     assert not (tmp_path / "empty").exists()
+
+
+TINY_WIDTH = dict(hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+
+
+@pytest.fixture
+def tiny_shapes(monkeypatch):
+    """The pair's named shapes at a tiny width (make_config reads them when called)."""
+    from helpers.models import cpu_pair_shapes
+    shapes = {"target": dict(TINY_WIDTH, num_hidden_layers=2), "draft": dict(TINY_WIDTH, num_hidden_layers=1),
+              "draft-2l": dict(TINY_WIDTH, num_hidden_layers=1)}
+    for module in (cpu_pair_shapes, training.family):
+        monkeypatch.setattr(module, "MODEL_SHAPES", shapes)
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)  # measuring sets one thread
+
+
+def test_every_stage_runs_end_to_end_on_tiny_shapes(tokenizer, stream, tmp_path, tiny_shapes, monkeypatch):
+    """The pair, then target-long, then a draft family, each writing the card the next stage extends: what
+    ``python -m helpers.training --smoke`` does, at a size a unit test can afford."""
+    from dataclasses import replace
+    settings = training.Settings(out=tmp_path, device=torch.device("cpu"), seq_len=16, batch_size=4, threads=1,
+                                 target_steps=3, draft_steps=2, long_steps=1, smoke=True)
+    corpus = training.Corpus(TEXTS[:3], TEXTS[:1], ["a.py", "b.py", "c.py"], ["d.py"])
+    card = training.train_pair(settings, corpus, tokenizer, stream, stream)
+    assert list(card) == ["seed", "vocab_size", "corpus", "stages", "eval", "models", "environment", "total_minutes",
+                          "stored_megabytes"]
+    assert list(card["models"]) == ["target", *training.DRAFT_NAMES]
+    assert card["stages"]["target"]["steps"] == 3 and card["stages"]["draft"]["steps"] == 2
+    assert card["corpus"] == {"train_documents": 3, "heldout_documents": 1, "train_tokens": len(stream),
+                              "heldout_tokens": len(stream)}
+    assert json.loads((tmp_path / "card.json").read_text()) == card
+    assert (tmp_path / "MODEL_CARD.md").read_text() == training.render_card(card)
+
+    monkeypatch.setattr(long_context, "LONG_SEQ_LEN", 48)
+    monkeypatch.setattr(long_context, "LONG_BUCKETS", ((0, 16), (16, 48)))
+    card = training.run_long_stage(settings, stream, stream)
+    assert card["target_long"]["stage"]["steps"] == 1 and "target" in card["models"]
+
+    monkeypatch.setattr(training.family, "PARAMETER_TOLERANCE", 100.0)  # tiny shapes, any size
+    card = training.train_draft_family(replace(settings, draft_shapes=("1x32", "2x32-shared")), tokenizer, stream,
+                                       stream)
+    family = card["draft_family"]
+    assert list(family["models"]) == ["draft-1x32", "draft-2x32-shared"] and "target_long" in card
+    assert family["models"]["draft-2x32-shared"]["shared_embedding"]
+    assert family["models"]["draft-2x32-shared"]["trainable_parameters"] < family["models"]["draft-2x32-shared"][
+        "parameters"]
+    assert (tmp_path / "MODEL_CARD.md").read_text() == training.render_card(card)
