@@ -15,7 +15,6 @@ from helpers.models.qwen3 import from_hf
 from helpers.models.streaming import StreamingView
 from helpers.specdec.linear import autoregressive_generate
 from helpers.specdec.selfspec import (
-    accept_rows,
     batched_decode,
     prefill,
     prompt_rows,
@@ -215,14 +214,6 @@ def test_sampling_is_reproducible(model):
     first = self_speculative_generate(model, ids, 10, gamma=2, temperature=0.9, seed=4, window=4, attention_mask=mask)
     again = self_speculative_generate(model, ids, 10, gamma=2, temperature=0.9, seed=4, window=4, attention_mask=mask)
     assert first.tokens == again.tokens
-
-
-def test_accept_rows_greedy_prefix():
-    logits = torch.full((2, 4, 5), -1.0)
-    for b, choice in enumerate([[1, 2, 3, 4], [1, 0, 3, 2]]):
-        logits[b, torch.arange(4), torch.tensor(choice)] = 1.0
-    k, nxt = accept_rows(logits, torch.tensor([[1, 2, 3], [1, 2, 3]]), None, 0.0)
-    assert k.tolist() == [3, 1] and nxt.tolist() == [4, 0]
 
 
 # --- clear errors ---------------------------------------------------------------------------------------------------

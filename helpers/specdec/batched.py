@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from helpers.models.runtime import cached_decoder, resolve_runtime
+from helpers.specdec.core import PhaseClock, accept, finish_row, sample, vocab_size
 from helpers.timing import sync
 
 
@@ -78,77 +79,87 @@ class RaggedBatch:
         self.decoder.rollback([n - k for n, k in zip(self.decoder.lengths, keep_lengths.tolist())])
 
 
-def _check_prompts(prompts, max_new_tokens: int, min_length: int) -> list[list[int]]:
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    rows = [torch.as_tensor(p).reshape(-1).tolist() for p in prompts]
+def _check_prompts(model, prompts, max_new_tokens: int, min_length: int) -> list[list[int]]:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    rows = [torch.as_tensor(p).reshape(-1) for p in prompts]
     if not rows:
         raise ValueError("no prompts given: pass a list of token-id sequences, one per batch row")
+    if any(row.is_floating_point() or row.dtype == torch.bool for row in rows):
+        raise ValueError("prompts must hold integer token ids; cast them with .long() or pass lists of ints")
+    rows = [row.tolist() for row in rows]
     if min(len(r) for r in rows) < min_length:
         raise ValueError(f"every prompt needs at least {min_length} tokens (prepend a BOS token to shorter ones)")
+    vocab = vocab_size(model)
+    bad = [t for r in rows for t in r if not 0 <= t < vocab]
+    if bad:
+        raise ValueError(f"a prompt holds token id {bad[0]}, outside the model's vocabulary of {vocab} ids "
+                         f"(0..{vocab - 1}): encode the prompts with this model's tokenizer")
     return rows
 
 
-def _prefill_seconds(device: torch.device, start: float) -> float:
-    """Seconds since ``start``, after the device finished its queued work (so decode time can be told apart)."""
-    sync(device)
-    return time.perf_counter() - start
+def decode_batch(step, retain, pending: torch.Tensor, max_new_tokens: int, eos: set[int], temperature: float = 0.0,
+                 generator=None, on_step=None) -> tuple[list[list[int]], int]:
+    """Batched autoregressive decoding: the one loop behind every batched baseline.
 
-
-def _phase_clock(device: torch.device, enabled: bool):
-    """A clock for phase timing: perf_counter after the device's queued work (0.0 when timing is off)."""
-    if not enabled:
-        return lambda: 0.0
-    if device.type == "cuda":
-        return lambda: (sync(device), time.perf_counter())[1]
-    return time.perf_counter
-
-
-def _add_phase(phases: dict, name: str, mark: float, clock) -> float:
-    """Add the seconds since ``mark`` to ``phases[name]``; return the new mark."""
-    now = clock()
-    phases[name] += now - mark
-    return now
-
-
-def _finish(generated: list[int], new_tokens: list[int], max_new_tokens: int, eos_token_id) -> bool:
-    """Append ``new_tokens``, cut at EOS or at max_new_tokens; True when the row is done."""
-    for token in new_tokens:
-        generated.append(token)
-        if token == eos_token_id or len(generated) >= max_new_tokens:
-            return True
-    return False
+    ``step(tokens)`` feeds each active row's last token (rows, 1) and returns the next-token logits (rows, V);
+    ``retain(still)`` drops the finished rows from the cache and returns the kept rows' new order (``order[i]`` =
+    the old index of the row now at ``i``); ``on_step(rows, seconds)`` hears about every step. Returns the new
+    tokens per row (cut after EOS or at ``max_new_tokens``) and the number of steps.
+    """
+    generated: list[list[int]] = [[] for _ in range(pending.shape[0])]
+    active, token, steps = list(range(pending.shape[0])), pending, 0
+    while active and max_new_tokens > 0:
+        tick = time.perf_counter()
+        token, _ = sample(step(token), temperature, generator)
+        steps += 1
+        rows = len(active)
+        still = [i for i, (b, t) in enumerate(zip(active, token[:, 0].tolist()))
+                 if not finish_row(generated[b], [t], max_new_tokens, eos)]
+        if not still:
+            active = []
+        elif len(still) < rows:
+            order = retain(still)
+            active, token = [active[i] for i in order], token[torch.tensor(order, device=token.device)]
+        if on_step is not None:
+            on_step(rows, time.perf_counter() - tick)
+    return generated, steps
 
 
 @torch.inference_mode()
 def batched_autoregressive_generate(model, prompts, max_new_tokens: int, eos_token_id: int | None = None, *,
                                     runtime: str = "auto") -> BatchedGeneration:
     """Greedy decoding of a batch of prompts (different lengths allowed), one target forward per token."""
-    rows = _check_prompts(prompts, max_new_tokens, min_length=1)
+    rows = _check_prompts(model, prompts, max_new_tokens, min_length=1)
     device = next(model.parameters()).device
-    generated: list[list[int]] = [[] for _ in rows]
-    active = [b for b in range(len(rows)) if max_new_tokens > 0]
     start = time.perf_counter()
     runtime = resolve_runtime(runtime, model)
     cache = RaggedBatch(model, runtime, len(rows), max(map(len, rows)) + max_new_tokens)
     cache.prefill([r[:-1] for r in rows])
-    prefill_seconds = _prefill_seconds(device, start)
-    last = torch.tensor([[r[-1]] for r in rows], device=device)
-    steps = 0
-    while active:
-        next_tokens = cache.extend(last, logits_to_keep=1)[:, -1].argmax(dim=-1)
-        steps += 1
-        still = [i for i, (b, t) in enumerate(zip(active, next_tokens.tolist()))
-                 if not _finish(generated[b], [t], max_new_tokens, eos_token_id)]
-        if not still:
-            break
-        if len(still) < len(active):
-            keep_rows = torch.tensor(still, dtype=torch.long, device=device)
-            cache.keep(cache.lengths[keep_rows], rows=keep_rows)
-            active, next_tokens = [active[i] for i in still], next_tokens[keep_rows]
-        last = next_tokens[:, None]
+    sync(device)
+    prefill_seconds = time.perf_counter() - start
+
+    def retain(still: list[int]) -> list[int]:
+        keep_rows = torch.tensor(still, dtype=torch.long, device=device)
+        cache.keep(cache.lengths[keep_rows], rows=keep_rows)
+        return still
+
+    generated, steps = decode_batch(lambda tokens: cache.extend(tokens, logits_to_keep=1)[:, -1], retain,
+                                    torch.tensor([[r[-1]] for r in rows], device=device), max_new_tokens,
+                                    set() if eos_token_id is None else {eos_token_id})
     return BatchedGeneration(generated, {"steps": steps, "target_forwards": steps, "prefill_seconds": prefill_seconds,
                                         "runtime": runtime})
+
+
+def _draft_rows(draft_cache: RaggedBatch, tails: torch.Tensor, gamma: int) -> torch.Tensor:
+    """γ greedy draft tokens per row (B, γ); the first forward feeds each row's last two committed tokens."""
+    drafts = []
+    logits = draft_cache.extend(tails, logits_to_keep=1)
+    for i in range(gamma):
+        drafts.append(logits[:, -1].argmax(dim=-1))
+        if i + 1 < gamma:
+            logits = draft_cache.extend(drafts[-1][:, None], logits_to_keep=1)
+    return torch.stack(drafts, dim=1)
 
 
 @torch.inference_mode()
@@ -160,19 +171,19 @@ def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, ga
     Each round: gamma draft forwards (the first feeds two tokens per row), ONE target forward verifying
     gamma + 1 positions per row, one host sync for the accepted counts. Row b accepts the longest prefix of
     its drafts that matches the target's argmax and then takes the target's own next token.
-    ``stats["accepted"][b]`` lists row b's accepted drafts per round (for ``specdec_model.estimate_alpha``).
+    ``stats["accepted"][b]`` lists row b's accepted drafts per round (for ``specdec.analysis.estimate_alpha``).
 
     With ``time_phases``, ``stats["phase_seconds"]`` splits the decode time into ``draft`` (the gamma draft
     forwards), ``verify`` (the target forward, the acceptance test and its host sync), ``bookkeeping`` (committing
     tokens, stopping rules) and ``rollback`` (the per-row cache ``keep`` of both models, dropping finished rows).
     On a GPU each boundary adds a synchronize, so time phases in a run that is not itself the timed one.
     """
-    if gamma < 1:
-        raise ValueError(f"gamma (draft tokens per round) must be >= 1, got {gamma}")
-    rows = _check_prompts(prompts, max_new_tokens, min_length=2)
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+        raise ValueError(f"gamma (draft tokens per round) must be an int >= 1, got {gamma!r}")
+    rows = _check_prompts(target, prompts, max_new_tokens, min_length=2)
     device = next(target.parameters()).device
-    sequences = [list(r) for r in rows]
-    generated: list[list[int]] = [[] for _ in rows]
+    eos = set() if eos_token_id is None else {eos_token_id}
+    sequences, generated = [list(r) for r in rows], [[] for _ in rows]
     accepted: list[list[int]] = [[] for _ in rows]
     active = [b for b in range(len(rows)) if max_new_tokens > 0]
     start = time.perf_counter()
@@ -182,35 +193,27 @@ def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, ga
     draft_cache = RaggedBatch(draft, runtime, len(rows), capacity)
     target_cache.prefill([r[:-1] for r in rows])
     draft_cache.prefill([r[:-2] for r in rows])
-    prefill_seconds = _prefill_seconds(device, start)
-    rounds = 0
+    sync(device)
+    prefill_seconds, rounds = time.perf_counter() - start, 0
     phases = dict.fromkeys(("draft", "verify", "bookkeeping", "rollback"), 0.0)
-    clock = _phase_clock(device, time_phases)
+    clock = PhaseClock(device, sync_phases=time_phases and device.type == "cuda")
     while active:
-        mark = clock()
+        clock.mark()
         tails = torch.tensor([sequences[b][-2:] for b in active], device=device)
-        drafts = []
-        logits = draft_cache.extend(tails, logits_to_keep=1)
-        for i in range(gamma):
-            drafts.append(logits[:, -1].argmax(dim=-1))
-            if i + 1 < gamma:
-                logits = draft_cache.extend(drafts[-1][:, None], logits_to_keep=1)
-        drafts = torch.stack(drafts, dim=1)  # (B, gamma)
-        mark = _add_phase(phases, "draft", mark, clock)
-        verify_logits = target_cache.extend(torch.cat([tails[:, 1:], drafts], dim=1))
-        choices = verify_logits.argmax(dim=-1)  # (B, gamma + 1): the target's token after each prefix
-        n_accepted = (drafts == choices[:, :-1]).long().cumprod(dim=1).sum(dim=1)
+        drafts = _draft_rows(draft_cache, tails, gamma)
+        phases["draft"] += clock.lap()
+        n_accepted, next_tokens = accept(target_cache.extend(torch.cat([tails[:, 1:], drafts], dim=1)), drafts)
         rounds += 1
-        host = torch.cat([n_accepted[:, None], choices], dim=1).tolist()  # the round's one host sync
-        mark = _add_phase(phases, "verify", mark, clock)
+        host = torch.cat([n_accepted[:, None], drafts, next_tokens[:, None]], dim=1).tolist()  # the one host sync
+        phases["verify"] += clock.lap()
         still = []
-        for i, (b, (n, *choice)) in enumerate(zip(active, host)):
-            new_tokens = choice[: n + 1]  # accepted drafts equal the target's choices, then one more
+        for i, (b, (n, *row)) in enumerate(zip(active, host)):
+            new_tokens = row[:n] + [row[-1]]  # the accepted drafts, then the target's own next token
             accepted[b].append(n)
             sequences[b].extend(new_tokens)
-            if not _finish(generated[b], new_tokens, max_new_tokens, eos_token_id):
+            if not finish_row(generated[b], new_tokens, max_new_tokens, eos):
                 still.append(i)
-        mark = _add_phase(phases, "bookkeeping", mark, clock)
+        phases["bookkeeping"] += clock.lap()
         if not still:
             break
         keep_rows = torch.tensor(still, dtype=torch.long, device=device)
@@ -218,18 +221,17 @@ def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, ga
         target_cache.keep(committed - 1, rows=keep_rows)
         draft_cache.keep(committed - 2, rows=keep_rows)
         active = [active[i] for i in still]
-        _add_phase(phases, "rollback", mark, clock)
+        phases["rollback"] += clock.lap()
+    return BatchedGeneration(generated, _batched_stats(accepted, rounds, gamma, prefill_seconds, runtime,
+                                                       phases if time_phases else None))
+
+
+def _batched_stats(accepted: list[list[int]], rounds: int, gamma: int, prefill_seconds: float, runtime: str,
+                   phases: dict | None) -> dict:
     per_round = [n for row in accepted for n in row]
-    stats = {
-        "rounds": rounds,
-        "target_forwards": rounds,
-        "draft_forwards": rounds * gamma,
-        "accepted": accepted,
-        "mean_accepted_per_round": sum(per_round) / len(per_round) if per_round else 0.0,
-        "gamma": gamma,
-        "prefill_seconds": prefill_seconds,
-        "runtime": runtime,
-    }
-    if time_phases:
+    stats = {"rounds": rounds, "target_forwards": rounds, "draft_forwards": rounds * gamma, "accepted": accepted,
+             "mean_accepted_per_round": sum(per_round) / len(per_round) if per_round else 0.0, "gamma": gamma,
+             "prefill_seconds": prefill_seconds, "runtime": runtime}
+    if phases is not None:
         stats["phase_seconds"] = phases
-    return BatchedGeneration(generated, stats)
+    return stats

@@ -30,21 +30,14 @@ rollback of the target cache by length, one host sync per round.
 """
 from __future__ import annotations
 
-import time
-
 import torch
 
 from helpers.models.runtime import cached_decoder, resolve_runtime
-from helpers.specdec.linear import (GenerationResult, GenerationStats, _check_common, _eos_ids, _generator,
-                                    _phase_clock, _probs, _truncate_at_eos, _vocab_size, accept_greedy,
-                                    accept_sampling)
+from helpers.specdec.core import (GenerationResult, GenerationStats, PhaseClock, check_generation,
+                                  check_positive_int, eos_ids, finish_row, make_generator, vocab_size)
+from helpers.specdec.linear import accept_chain, prefill_pair, verify_chain
 
 __all__ = ["NgramIndex", "prompt_lookup_generate"]
-
-
-def _check_positive_int(name: str, value, meaning: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} ({meaning}) must be an int >= 1, got {value!r}")
 
 
 class NgramIndex:
@@ -55,7 +48,7 @@ class NgramIndex:
     """
 
     def __init__(self, ngram: int = 3, tokens=()):
-        _check_positive_int("ngram", ngram, "the longest suffix looked up")
+        check_positive_int("ngram", ngram, "the longest suffix looked up")
         self.ngram = ngram
         self.tokens: list[int] = []
         self._next: dict[tuple[int, ...], int] = {}  # n-gram -> index of the token that followed its latest occurrence
@@ -139,77 +132,54 @@ def prompt_lookup_generate(
     ``draft_forwards`` stays 0 and ``time_draft_s`` is the lookup time. ``time_phases``, ``runtime`` and
     ``compile`` as for ``speculative_generate``.
     """
-    _check_common(target, input_ids, max_new_tokens, temperature)
-    _check_positive_int("ngram", ngram, "the longest suffix looked up")
-    _check_positive_int("num_draft", num_draft, "the most draft tokens per round")
-    _check_positive_int("min_ngram", min_ngram, "the shortest suffix looked up")
-    if min_ngram > ngram:
-        raise ValueError(f"min_ngram ({min_ngram}) must not exceed ngram ({ngram})")
-    device = input_ids.device
-    eos = _eos_ids(target, eos_token_id)
-    generator = _generator(seed, device)
-    greedy = temperature == 0
-    vocab = _vocab_size(target)
+    check_generation(target, input_ids, max_new_tokens, temperature)
+    _check_lookup_options(ngram, num_draft, min_ngram)
+    eos, generator = eos_ids(target, eos_token_id), make_generator(seed, input_ids.device)
     stats = GenerationStats(runtime=resolve_runtime(runtime, target), compiled=compile)
-    clock = time.perf_counter
-    phase_mark = _phase_clock(device, time_phases)
-
-    start = clock()
-    capacity = input_ids.shape[1] + max_new_tokens
-    cache = cached_decoder(target, stats.runtime, capacity, compile=compile)
-    # as in speculative_generate: the last prompt token is the pending token of round 1
-    if input_ids.shape[1] > 1:
-        cache.extend(input_ids[:, :-1])
-        stats.target_forwards += 1
-    pending = input_ids[:, -1:]
+    clock = PhaseClock(input_ids.device, time_phases)
+    cache = cached_decoder(target, stats.runtime, input_ids.shape[1] + max_new_tokens, compile=compile)
+    pending = prefill_pair(cache, None, input_ids, stats)  # the last prompt token is round 1's pending token
     index = NgramIndex(ngram, input_ids[0].tolist())
     draft_length = num_draft
-    stats.time_prefill_s = phase_mark() - start
+    stats.time_prefill_s = clock.lap()
 
     tokens: list[int] = []
-    while len(tokens) < max_new_tokens:
-        tick = clock()
+    while True:
+        clock.mark()
         proposal = index.propose(min(draft_length, max_new_tokens - len(tokens) - 1), min_ngram)
-        drafted = len(proposal)
-        tock = clock()
-        stats.time_draft_s += tock - tick
-
-        if drafted == 0:  # a plain decode step, exactly the autoregressive baseline's work
-            logits = cache.extend(pending)[:, -1]
-            stats.target_forwards += 1
-            tick = phase_mark()
-            stats.time_verify_s += tick - tock
-            if greedy:
-                next_token = logits.argmax(dim=-1).view(())
-            else:
-                next_token = torch.multinomial(_probs(logits, temperature), 1, generator=generator).view(())
-            accepted, emitted = 0, [next_token.item()]  # the round's one host sync
-        else:
-            drafts = torch.tensor(proposal, dtype=torch.long, device=device)
-            target_logits = cache.extend(torch.cat([pending, drafts[None]], dim=1), last_only=False)[0]
-            stats.target_forwards += 1
-            tick = phase_mark()
-            stats.time_verify_s += tick - tock
-            if greedy:
-                k, next_token = accept_greedy(target_logits, drafts)
-            else:  # the draft is a point mass on each proposed token
-                one_hot = torch.zeros(drafted, vocab, device=device, dtype=torch.float32)
-                one_hot[torch.arange(drafted, device=device), drafts] = 1.0
-                k, next_token = accept_sampling(target_logits, one_hot, drafts, temperature, generator)
-            accepted, last = torch.stack([k, next_token]).tolist()  # the round's one host sync
-            emitted = proposal[:accepted] + [last]
-            cache.rollback(drafted - accepted)  # the target saw pending + drafts, keeps pending + accepted
-            if adaptive:
-                draft_length = next_draft_length(draft_length, drafted, accepted, num_draft)
-        pending = next_token.view(1, 1)
-
-        stats.record_round(accepted, drafted)
-        emitted, hit_eos = _truncate_at_eos(emitted, eos)
-        tokens.extend(emitted)
-        if hit_eos:
+        drafts = torch.tensor([proposal], dtype=torch.long, device=input_ids.device)
+        stats.time_draft_s += clock.lap()
+        # no match: a plain decode step, exactly the autoregressive baseline's work
+        logits = verify_chain(cache, pending, drafts)
+        stats.target_forwards += 1
+        stats.time_verify_s += clock.lap()
+        accepted, emitted, pending = accept_chain(logits, drafts, _point_masses(drafts, vocab_size(target), temperature),
+                                                  temperature, generator)
+        cache.rollback(len(proposal) - accepted)  # the target saw pending + drafts, keeps pending + accepted
+        if adaptive:
+            draft_length = next_draft_length(draft_length, len(proposal), accepted, num_draft)
+        stats.record_round(accepted, len(proposal))
+        if finish_row(tokens, emitted, max_new_tokens, eos):
             break
         index.add(emitted)
 
-    stats.time_total_s = phase_mark() - start
+    stats.time_total_s = clock.now() - clock.start
     stats.new_tokens = len(tokens)
     return GenerationResult(torch.tensor(tokens, dtype=torch.long), stats.finish())
+
+
+def _point_masses(drafts: torch.Tensor, vocab: int, temperature: float) -> torch.Tensor | None:
+    """The draft distribution of copied tokens: a point mass on each (sampling only; None when greedy)."""
+    if temperature == 0:
+        return None
+    one_hot = torch.zeros(1, drafts.shape[1], vocab, device=drafts.device, dtype=torch.float32)
+    one_hot[0, torch.arange(drafts.shape[1], device=drafts.device), drafts[0]] = 1.0
+    return one_hot
+
+
+def _check_lookup_options(ngram, num_draft, min_ngram) -> None:
+    check_positive_int("ngram", ngram, "the longest suffix looked up")
+    check_positive_int("num_draft", num_draft, "the most draft tokens per round")
+    check_positive_int("min_ngram", min_ngram, "the shortest suffix looked up")
+    if min_ngram > ngram:
+        raise ValueError(f"min_ngram ({min_ngram}) must not exceed ngram ({ngram})")

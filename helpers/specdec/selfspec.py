@@ -23,9 +23,8 @@ repeats at long context do not redo the prefill.
 """
 from __future__ import annotations
 
-import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 
@@ -33,8 +32,10 @@ from helpers.models.qwen3 import KVCache
 from helpers.models.runtime import minimal_view
 from helpers.models.streaming import StreamingView
 from helpers.specdec.analysis import estimate_alpha
-from helpers.specdec.linear import _eos_ids, _generator, _probs
-from helpers.timing import sync
+from helpers.specdec.batched import decode_batch
+from helpers.specdec.core import (RoundStats, accept, check_ids, check_positive_int, eos_ids, finish_row, make_generator,
+                                  sample)
+from helpers.timing import measure, sync
 
 PREFILL_CHUNK = 512  # prompt tokens per prefill forward: bounds the attention scores a long prompt materialises
 
@@ -42,9 +43,12 @@ PREFILL_CHUNK = 512  # prompt tokens per prefill forward: bounds the attention s
 # ------------------------------------------------------------------------------------------------ prefill
 
 
-def prompt_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> list[list[int]]:
-    """Each row's prompt tokens (the positions where ``attention_mask`` is 1, any padding side)."""
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[0] < 1:
+def prompt_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, model=None) -> list[list[int]]:
+    """Each row's prompt tokens (the positions where ``attention_mask`` is 1, any padding side); with ``model``, the
+    ids are checked against its vocabulary and device."""
+    if model is not None:
+        check_ids(input_ids, model, batched=True)
+    elif not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[0] < 1:
         shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
         raise ValueError(f"input_ids must be a tensor of shape (batch, prompt_len), got {shape}; use ids[None] for "
                          "one prompt")
@@ -82,7 +86,7 @@ def prefill(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None 
             chunk: int = PREFILL_CHUNK) -> Prefilled:
     """Prefill a batch (ragged prompts: ``attention_mask``) in chunks of ``chunk`` tokens, with room for ``room``
     more tokens per row (max_new_tokens, plus gamma + 1 for speculation)."""
-    rows = prompt_rows(input_ids, attention_mask)
+    rows = prompt_rows(input_ids, attention_mask, model)
     model = minimal_view(model)
     device = model.embed_tokens.weight.device
     width = max(map(len, rows)) - 1  # the cache gets every prompt token but the last
@@ -112,7 +116,7 @@ def prefill(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None 
 
 
 @dataclass
-class SelfSpecStats:
+class SelfSpecStats(RoundStats):
     """Counters and timings of one batched generation (seconds; decode excludes prefill).
 
     Rows that finish leave the batch, so a run has two phases: the *full-batch* rounds, while every row is still
@@ -131,17 +135,12 @@ class SelfSpecStats:
     window: int = 0
     sinks: int = 0
     temperature: float = 0.0
-    new_tokens: int = 0
-    rounds: int = 0
     row_rounds: int = 0  # verify forwards summed over the rows that took part
-    accepted: int = 0
-    alpha: float = float("nan")
     tau: float = float("nan")
     prefill_s: float = 0.0
     decode_s: float = 0.0
     draft_s: float = 0.0
     verify_s: float = 0.0
-    draft_forwards: int = 0
     verify_forwards: int = 0
     target_step_s: float = float("nan")
     draft_ratio: float = float("nan")
@@ -154,8 +153,8 @@ class SelfSpecStats:
     round_log: list[tuple[int, float, float, float, int]] = field(default_factory=list, repr=False)
 
     @property
-    def tokens_per_second(self) -> float:
-        return self.new_tokens / self.decode_s if self.decode_s > 0 else float("nan")
+    def seconds(self) -> float:
+        return self.decode_s
 
     @property
     def full_batch_tokens_per_second(self) -> float:
@@ -188,12 +187,7 @@ class SelfSpecStats:
         return self
 
     def as_dict(self) -> dict:
-        row = asdict(self)
-        row.pop("accepted_per_round")
-        row.pop("round_log")
-        row["tokens_per_second"] = self.tokens_per_second
-        row["full_batch_tokens_per_second"] = self.full_batch_tokens_per_second
-        return row
+        return super().as_dict() | {"full_batch_tokens_per_second": self.full_batch_tokens_per_second}
 
 
 @dataclass
@@ -208,14 +202,12 @@ class BatchResult:
 
 
 def _check_args(max_new_tokens, gamma, temperature, window, sinks) -> None:
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise ValueError(f"gamma (draft tokens per round) must be an int >= 1, got {gamma!r}")
-    if not isinstance(temperature, (int, float)) or temperature < 0 or temperature != temperature:
-        raise ValueError(f"temperature must be a number >= 0 (0 means greedy), got {temperature!r}")
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window (recent tokens the draft attends to) must be an int >= 1, got {window!r}")
+    check_positive_int("max_new_tokens", max_new_tokens, "new tokens per row")
+    check_positive_int("gamma", gamma, "draft tokens per round")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0 \
+            or temperature == float("inf"):
+        raise ValueError(f"temperature must be a finite number >= 0 (0 means greedy), got {temperature!r}")
+    check_positive_int("window", window, "recent tokens the draft attends to")
     if isinstance(sinks, bool) or not isinstance(sinks, int) or sinks < 0:
         raise ValueError(f"sinks (first tokens the draft always attends to) must be an int >= 0, got {sinks!r}")
 
@@ -229,59 +221,13 @@ def _start(model, input_ids, attention_mask, room: int, prefilled: Prefilled | N
     return prefilled
 
 
-def _emit(generated: list[int], new_tokens: list[int], max_new_tokens: int, eos: set[int]) -> bool:
-    """Append ``new_tokens`` to a row, cut at EOS or max_new_tokens; True when the row is done."""
-    for token in new_tokens:
-        generated.append(token)
-        if token in eos or len(generated) >= max_new_tokens:
-            return True
-    return False
-
-
-def _pick(logits: torch.Tensor, temperature: float, generator) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(batch, 1) next tokens from (batch, V) logits, and their distribution when sampling."""
-    if temperature == 0:
-        return logits.argmax(dim=-1, keepdim=True), None
-    probs = _probs(logits, temperature)
-    return torch.multinomial(probs, 1, generator=generator), probs
-
-
-def accept_rows(target_logits: torch.Tensor, drafts: torch.Tensor, draft_probs: torch.Tensor | None,
-                temperature: float, generator=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row: (accepted drafts k, next token), vectorised over the batch without host syncs.
-
-    ``target_logits`` (B, gamma + 1, V) at [pending, d1..d_gamma]; ``drafts`` (B, gamma); ``draft_probs``
-    (B, gamma, V) the draft distributions the drafts were sampled from (None: greedy). Greedy: the longest prefix
-    equal to the target's argmax, then its argmax. Sampling: draft i is kept when r_i p(d_i) < q(d_i); at the
-    first rejection the next token comes from norm(max(0, q - p)), after gamma acceptances from q.
-    """
-    rows = torch.arange(drafts.shape[0], device=drafts.device)
-    if draft_probs is None:
-        choice = target_logits.argmax(dim=-1)
-        k = (choice[:, :-1] == drafts).long().cumprod(dim=1).sum(dim=1)
-        return k, choice[rows, k]
-    q = _probs(target_logits, temperature)
-    q_d = q[:, :-1].gather(2, drafts[..., None])[..., 0]
-    p_d = draft_probs.gather(2, drafts[..., None])[..., 0]
-    r = torch.rand(drafts.shape, device=drafts.device, generator=generator)
-    k = (r * p_d < q_d).long().cumprod(dim=1).sum(dim=1)
-    p_padded = torch.cat([draft_probs, draft_probs.new_zeros(drafts.shape[0], 1, draft_probs.shape[-1])], dim=1)
-    q_k, p_k = q[rows, k], p_padded[rows, k]
-    residual = (q_k - p_k).clamp_min(0)
-    residual = torch.where(residual.sum(dim=-1, keepdim=True) > 0, residual, q_k)  # q == p to rounding
-    return k, torch.multinomial(residual, 1, generator=generator)[:, 0]
-
-
 def _time_target_step(state: Prefilled, repeats: int = 3) -> float:
     """Median seconds of one full-attention decode step of this batch (feeds the pending tokens, rolls back)."""
-    samples = []
-    for _ in range(repeats + 1):  # the first call is warm-up
-        tick = time.perf_counter()
+    def step():
         state.model(state.pending, state.cache, last_only=True)
-        sync(state.pending.device)
-        samples.append(time.perf_counter() - tick)
         state.cache.rollback(1)
-    return statistics.median(samples[1:])
+
+    return measure(step, warmup=1, repeats=repeats, device=state.pending.device).median
 
 
 def _drop_finished(state: Prefilled, still: list[int], active: list[int], pending: torch.Tensor):
@@ -310,7 +256,7 @@ def self_speculative_generate(model, input_ids: torch.Tensor, max_new_tokens: in
     _check_args(max_new_tokens, gamma, temperature, window, sinks)
     state = _start(model, input_ids, attention_mask, max_new_tokens + gamma + 1, prefilled)
     device = state.pending.device
-    eos, generator = _eos_ids(model, eos_token_id), _generator(seed, device)
+    eos, generator = eos_ids(model, eos_token_id), make_generator(seed, device)
     batch = state.cache.batch_size
     stats = SelfSpecStats(batch_size=batch, gamma=gamma, window=window, sinks=sinks, temperature=float(temperature),
                           prefill_s=state.seconds, accepted_per_round=[[] for _ in range(batch)])
@@ -325,7 +271,7 @@ def self_speculative_generate(model, input_ids: torch.Tensor, max_new_tokens: in
         view = StreamingView(state.cache, sinks=sinks, window=window)
         drafts, probs, token = [], [], pending
         for _ in range(gamma):
-            token, p = _pick(state.model(token, view, last_only=True)[:, -1], temperature, generator)
+            token, p = sample(state.model(token, view, last_only=True)[:, -1], temperature, generator)
             drafts.append(token)
             probs.append(p)
         drafts = torch.cat(drafts, dim=1)  # (B, gamma)
@@ -333,8 +279,8 @@ def self_speculative_generate(model, input_ids: torch.Tensor, max_new_tokens: in
         sync(device)
         tock = time.perf_counter()
         logits = state.model(torch.cat([pending, drafts], dim=1), state.cache)  # (B, gamma + 1, V)
-        k, nxt = accept_rows(logits, drafts, None if temperature == 0 else torch.stack(probs, dim=1),
-                             temperature, generator)
+        k, nxt = accept(logits, drafts, None if temperature == 0 else torch.stack(probs, dim=1), temperature,
+                        generator)
         host = torch.cat([k[:, None], drafts, nxt[:, None]], dim=1).tolist()  # the round's one host sync
         verified = time.perf_counter()
         state.cache.rollback([gamma - n for n, *_ in host])  # keep pending + the accepted drafts
@@ -343,7 +289,7 @@ def self_speculative_generate(model, input_ids: torch.Tensor, max_new_tokens: in
             stats.accepted_per_round[b].append(n)
             stats.accepted += n
             before = len(generated[b])
-            if not _emit(generated[b], rest[:n] + [rest[-1]], max_new_tokens, eos):
+            if not finish_row(generated[b], rest[:n] + [rest[-1]], max_new_tokens, eos):
                 still.append(i)
             emitted += len(generated[b]) - before
         active, pending = _drop_finished(state, still, active, nxt[:, None])
@@ -363,23 +309,13 @@ def batched_decode(model, input_ids: torch.Tensor, max_new_tokens: int, temperat
     _check_args(max_new_tokens, 1, temperature, 1, 0)
     state = _start(model, input_ids, attention_mask, max_new_tokens, prefilled)
     device = state.pending.device
-    eos, generator = _eos_ids(model, eos_token_id), _generator(seed, device)
-    batch = state.cache.batch_size
-    stats = SelfSpecStats(method="autoregressive", batch_size=batch, temperature=float(temperature),
+    stats = SelfSpecStats(method="autoregressive", batch_size=state.cache.batch_size, temperature=float(temperature),
                           prefill_s=state.seconds)
-    generated: list[list[int]] = [[] for _ in range(batch)]
-    active = list(range(batch))
-    token = state.pending
     start = time.perf_counter()
-    while active:
-        tick = time.perf_counter()
-        token, _ = _pick(state.model(token, state.cache, last_only=True)[:, -1], temperature, generator)
-        rows = len(active)
-        still = [i for i, (b, t) in enumerate(zip(active, token[:, 0].tolist()))
-                 if not _emit(generated[b], [t], max_new_tokens, eos)]
-        active, token = _drop_finished(state, still, active, token)
-        round_s = time.perf_counter() - tick
-        stats.record_round(rows, 0.0, round_s, round_s, rows)
+    generated, _ = decode_batch(lambda token: state.model(token, state.cache, last_only=True)[:, -1],
+                                state.cache.retain_rows, state.pending, max_new_tokens, eos_ids(model, eos_token_id),
+                                temperature, make_generator(seed, device),
+                                on_step=lambda rows, seconds: stats.record_round(rows, 0.0, seconds, seconds, rows))
     sync(device)
     stats.decode_s = time.perf_counter() - start
     stats.new_tokens = sum(map(len, generated))

@@ -39,23 +39,14 @@ exist only in the workbook's model file, i.e. for Qwen3 models.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 
 import torch
 
 from helpers.models.runtime import cached_decoder, resolve_runtime
-from helpers.specdec.linear import (
-    GenerationResult,
-    GenerationStats,
-    _check_common,
-    _eos_ids,
-    _generator,
-    _phase_clock,
-    _probs,
-    _truncate_at_eos,
-    _vocab_size,
-)
+from helpers.specdec.core import (GenerationResult, GenerationStats, PhaseClock, check_draft, check_generation,
+                                  eos_ids, finish_row, make_generator, probs)
+from helpers.specdec.linear import prefill_pair
 
 __all__ = ["TreeRound", "TreeStats", "tree_generate", "tree_shape"]
 
@@ -213,16 +204,24 @@ def max_nodes(depth: int, widths: tuple[int, ...], budget: int | None, tree: str
 
 
 def _check_tree_pair(target, draft) -> str:
-    if _vocab_size(target) != _vocab_size(draft):
-        raise ValueError(f"draft and target vocabularies differ ({_vocab_size(draft)} vs {_vocab_size(target)}): "
-                         "the draft must share the target's tokenizer")
-    if next(target.parameters()).device != next(draft.parameters()).device:
-        raise ValueError("target and draft are on different devices; put both on one device")
+    check_draft(target, draft)
     try:
         return resolve_runtime("minimal", target, draft)
     except ValueError as err:
         raise ValueError(f"tree_generate needs tree attention masks and in-place cache compaction, which only the "
                          f"workbook's model file implements (Qwen3 models): {err}") from None
+
+
+def _tree_caches(target, draft, runtime: str, input_ids: torch.Tensor, max_new_tokens: int, nodes_room: int):
+    """Both caches, with room for one round's tree nodes on top of the sequence (they occupy slots until the round's
+    compaction)."""
+    capacity = input_ids.shape[1] + max_new_tokens + nodes_room + 1
+    limit = target.config.max_position_embeddings
+    if capacity > limit:
+        raise ValueError(f"the prompt ({input_ids.shape[1]}) + max_new_tokens ({max_new_tokens}) + one round's "
+                         f"{nodes_room} tree nodes need {capacity} cache slots, past the model's context of {limit}; "
+                         "lower max_new_tokens or the tree's size")
+    return cached_decoder(target, runtime, capacity), cached_decoder(draft, runtime, capacity)
 
 
 def _gumbel_topk(log_probs: torch.Tensor, k: int, generator) -> torch.Tensor:
@@ -257,98 +256,85 @@ def tree_generate(
     ``budget`` is unused. ``record_rounds`` keeps every verified tree
     in ``result.rounds`` (a list of :class:`TreeRound`) for drawing.
     """
-    _check_common(target, input_ids, max_new_tokens, temperature)
+    check_generation(target, input_ids, max_new_tokens, temperature)
     depth, widths, budget = tree_shape(tree, depth, topk, budget)
     runtime = _check_tree_pair(target, draft)
-    device = input_ids.device
-    eos = _eos_ids(target, eos_token_id)
-    generator = _generator(seed, device)
-    greedy = temperature == 0
+    eos, generator = eos_ids(target, eos_token_id), make_generator(seed, input_ids.device)
     stats = TreeStats(runtime=runtime, tree=tree)
-    rounds: list[TreeRound] = []
-    clock = time.perf_counter
-    phase_mark = _phase_clock(device, time_phases)
-
-    start = clock()
-    nodes_room = max_nodes(depth, widths, None if not greedy else budget, tree)
-    # a round's nodes occupy cache slots until compaction: room for them on top of the sequence
-    capacity = input_ids.shape[1] + max_new_tokens + nodes_room + 1
-    limit = target.config.max_position_embeddings
-    if capacity > limit:
-        raise ValueError(f"the prompt ({input_ids.shape[1]}) + max_new_tokens ({max_new_tokens}) + one round's "
-                         f"{nodes_room} tree nodes need {capacity} cache slots, past the model's context of {limit}; "
-                         "lower max_new_tokens or the tree's size")
-    target_cache = cached_decoder(target, runtime, capacity)
-    draft_cache = cached_decoder(draft, runtime, capacity)
-    if input_ids.shape[1] > 1:
-        context = input_ids[:, :-1]
-        target_cache.extend(context)
-        draft_cache.extend(context)
-        stats.target_forwards += 1
-        stats.draft_forwards += 1
-    pending = int(input_ids[0, -1])
+    clock = PhaseClock(input_ids.device, time_phases)
+    budget = budget if temperature == 0 else None  # sampling keeps every drafted candidate (module docstring)
+    target_cache, draft_cache = _tree_caches(target, draft, runtime, input_ids, max_new_tokens,
+                                             max_nodes(depth, widths, budget, tree))
+    pending = int(prefill_pair(target_cache, draft_cache, input_ids, stats))
     draft_pending = [pending]  # committed tokens not yet in the draft cache (the last one is `pending`)
-    stats.time_prefill_s = phase_mark() - start
+    stats.time_prefill_s = clock.lap()
 
-    table = AcceptanceTable(max(widths))
-    tokens: list[int] = []
-    while len(tokens) < max_new_tokens:
+    table, rounds, tokens = AcceptanceTable(max(widths)), [], []
+    while True:
         round_depth = min(depth, max_new_tokens - len(tokens) - 1)
-        root_position = target_cache.length  # the pending token's position (no padding in these caches)
-
-        tick = clock()
-        draft_start = draft_cache.length
+        root_position, draft_start = target_cache.length, draft_cache.length  # no padding in these caches
+        clock.mark()
         nodes = _Tree(tokens=[pending])
         if round_depth:
-            _draft_tree(nodes, draft_cache, draft_pending, root_position, round_depth, widths, tree,
-                        budget if greedy else None, temperature, generator, table)
+            _draft_tree(nodes, draft_cache, draft_pending, root_position, round_depth, widths, tree, budget,
+                        temperature, generator, table)
             stats.draft_forwards += round_depth
-        tock = phase_mark()
-        stats.time_draft_s += tock - tick
-
-        # one target forward over the root and every node: each sees the context and its own ancestors
-        count = len(nodes.tokens)
-        mask = torch.zeros(count, count, dtype=torch.bool)
-        for node in range(count):
-            mask[node, nodes.ancestors(node)] = True
-        positions = root_position + torch.tensor(nodes.depths, device=device)
-        logits = target_cache.extend(torch.tensor([nodes.tokens], device=device), last_only=False,
-                                     position_ids=positions[None], tree_mask=mask.to(device))[0]
+        stats.time_draft_s += clock.lap()
+        logits = verify_tree(target_cache, nodes, root_position)
         stats.target_forwards += 1
-        tick = phase_mark()
-        stats.time_verify_s += tick - tock
-
-        children = _children(nodes)
-        path, next_token = (_walk_greedy(nodes, children, logits) if greedy
-                            else _walk_sampling(nodes, children, logits, temperature, generator))
-        table.record(nodes, children, path, greedy)
-        accepted = len(path) - 1
-        target_cache.cache.compact([root_position], [path])
-        # the draft stored draft_pending, then the expanded nodes; it keeps the path's expanded nodes
-        written = [node for node in path[1:] if node in nodes.draft_slot]
-        keep = list(range(len(draft_pending))) + [len(draft_pending) + nodes.draft_slot[n] for n in written]
-        if round_depth:
-            draft_cache.cache.compact([draft_start], [keep])
-            draft_pending = [nodes.tokens[n] for n in path[1 + len(written):]] + [next_token]
-        else:
-            draft_pending = draft_pending + [next_token]
-
+        stats.time_verify_s += clock.lap()
+        path, next_token = accept_tree(nodes, logits, temperature, generator, table)
+        draft_pending = commit_tree(target_cache, draft_cache, nodes, path, next_token, root_position, draft_start,
+                                    draft_pending)
         if record_rounds:
             rounds.append(TreeRound(list(nodes.tokens), list(nodes.parents), list(nodes.scores), path, next_token))
-        stats.record_round(accepted, round_depth, proposed=count - 1)
-        stats.nodes_per_round.append(count - 1)
-        emitted, hit_eos = _truncate_at_eos([nodes.tokens[n] for n in path[1:]] + [next_token], eos)
-        tokens.extend(emitted)
-        pending = next_token
-        if hit_eos:
+        stats.record_round(len(path) - 1, round_depth, proposed=len(nodes.tokens) - 1)
+        stats.nodes_per_round.append(len(nodes.tokens) - 1)
+        if finish_row(tokens, [nodes.tokens[n] for n in path[1:]] + [next_token], max_new_tokens, eos):
             break
+        pending = next_token
 
-    stats.time_total_s = phase_mark() - start
+    stats.time_total_s = clock.now() - clock.start
     stats.new_tokens = len(tokens)
     result = GenerationResult(torch.tensor(tokens, dtype=torch.long), stats.finish())
     if record_rounds:
         result.rounds = rounds
     return result
+
+
+def verify_tree(target_cache, nodes: "_Tree", root_position: int) -> torch.Tensor:
+    """ONE target forward over the root and every node, each seeing the context and its own ancestors: (nodes, V)."""
+    device = target_cache.cache.device
+    count = len(nodes.tokens)
+    mask = torch.zeros(count, count, dtype=torch.bool)
+    for node in range(count):
+        mask[node, nodes.ancestors(node)] = True
+    positions = root_position + torch.tensor(nodes.depths, device=device)
+    return target_cache.extend(torch.tensor([nodes.tokens], device=device), last_only=False,
+                               position_ids=positions[None], tree_mask=mask.to(device))[0]
+
+
+def accept_tree(nodes: "_Tree", logits: torch.Tensor, temperature: float, generator,
+                table: "AcceptanceTable") -> tuple[list[int], int]:
+    """The accepted path from the root and the target's token after it; the acceptance table learns from it."""
+    children = _children(nodes)
+    path, next_token = (_walk_greedy(nodes, children, logits) if temperature == 0
+                        else _walk_sampling(nodes, children, logits, temperature, generator))
+    table.record(nodes, children, path, temperature == 0)
+    return path, next_token
+
+
+def commit_tree(target_cache, draft_cache, nodes: "_Tree", path: list[int], next_token: int, root_position: int,
+                draft_start: int, draft_pending: list[int]) -> list[int]:
+    """Keep the accepted path in both caches, in place; return the tokens the draft cache still has to see."""
+    target_cache.cache.compact([root_position], [path])
+    if draft_cache.length == draft_start:  # a round without drafts: the draft saw nothing
+        return draft_pending + [next_token]
+    # the draft stored draft_pending, then the expanded nodes; it keeps the path's expanded nodes
+    written = [node for node in path[1:] if node in nodes.draft_slot]
+    keep = list(range(len(draft_pending))) + [len(draft_pending) + nodes.draft_slot[n] for n in written]
+    draft_cache.cache.compact([draft_start], [keep])
+    return [nodes.tokens[n] for n in path[1 + len(written):]] + [next_token]
 
 
 def _draft_tree(nodes: _Tree, draft_cache, draft_pending: list[int], root_position: int, depth: int,
@@ -367,12 +353,12 @@ def _draft_tree(nodes: _Tree, draft_cache, draft_pending: list[int], root_positi
             top = log_probs.topk(width, dim=-1)
             children, child_logp = top.indices, top.values
         else:
-            probs = _probs(logits, temperature)
-            log_probs = probs.log()
+            distribution = probs(logits, temperature)
+            log_probs = distribution.log()
             children = _gumbel_topk(log_probs, width, generator)
             child_logp = log_probs.gather(1, children)
             for row, node in enumerate(frontier):
-                nodes.draft_probs[node] = probs[row]
+                nodes.draft_probs[node] = distribution[row]
         host_children, host_logp = children.tolist(), child_logp.tolist()
         level_nodes = []
         for row, parent in enumerate(frontier):
@@ -453,7 +439,7 @@ def _walk_sampling(nodes: _Tree, children: list[list[int]], logits: torch.Tensor
     path = [0]
     while True:
         node = path[-1]
-        q = _probs(logits[node], temperature)
+        q = probs(logits[node], temperature)
         accepted = None
         if children[node]:
             p = nodes.draft_probs[node].clone()
