@@ -29,6 +29,19 @@ from helpers.results import ResultStore
 from helpers.timing import measure
 
 
+def expected_weights_label(name: str, weights: str | None) -> str:
+    """The weights label :func:`helpers.generation.loading.load_for_sweep` gives ``name`` (without loading it), so
+    that a configuration can be looked up in the result store before any model is loaded: 'random' for the CPU
+    analogs, 'cpu-pair' for the CPU pair (or ``weights`` 'cpu-pair'), else ``weights`` ('pretrained' if None)."""
+    from helpers import models
+
+    if name.startswith(models.ANALOG_PREFIX):
+        return "random"
+    if name.startswith(models.PAIR_PREFIX) or weights == "cpu-pair":
+        return "cpu-pair"
+    return weights or "pretrained"
+
+
 def random_batch(vocab_size: int, batch_size: int, seq_len: int, *, device="cpu",
                  generator: torch.Generator | None = None) -> torch.Tensor:
     """``(batch_size, seq_len)`` random token ids, the handout's ``torch.randint(0, vocab_size, ...)``."""

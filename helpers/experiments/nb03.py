@@ -1,0 +1,232 @@
+"""Notebook 03 (handout §2.1): generation with and without the KV cache in the handout's four settings. The
+configurations built from the notebook's ``kvb_*`` parameters, written once for the notebook and
+:mod:`helpers.gpu_measure`; the measurement of what the result file lacks (the cold first call, the four paired
+sweeps, the matrix-multiply share of a cached generation); and the summaries the notebook prints."""
+from __future__ import annotations
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from helpers import models
+from helpers.experiments.common import check_budget, seed_and_threads
+from helpers.generation.loading import load_for_sweep
+from helpers.generation.sweeps import expected_weights_label, generate_exact
+from helpers.hardware import resolve_device
+from helpers.kv_cache import sweep as kv_sweep
+from helpers.kv_cache.analysis import weight_costs
+from helpers.results import config_key, free_memory, run_metadata
+
+RESULT = "03_kv_cache_benchmarks"
+EXPERIMENTS = ("cold_start", "sweep", "matmul_share")  # what measure() can do, in the notebook's order
+MATMUL_SETTINGS = ("baseline", "older model", "smaller model")  # the settings whose matmul share is profiled
+MATMUL_NEW_TOKENS = 16
+FIGURES = {"baseline": "03_kv_baseline", "long prompt": "03_kv_long_prompt", "smaller model": "03_kv_small_model",
+           "older model": "03_kv_old_model"}
+NUMBER_KEYS = {"baseline": "Base", "long prompt": "Long", "smaller model": "Small", "older model": "Old"}
+
+
+def settings(params: dict) -> dict[str, tuple[str, bool, int]]:
+    """The handout's four settings: name -> (model, long prompt?, no-cache cap)."""
+    p = params
+    return {"baseline": (p["kvb_baseline_model"], False, p["kvb_no_cache_cap"]),
+            "long prompt": (p["kvb_baseline_model"], True, p["kvb_no_cache_cap_long"]),
+            "smaller model": (p["kvb_small_model"], False, p["kvb_no_cache_cap"]),
+            "older model": (p["kvb_old_model"], False, p["kvb_no_cache_cap"])}
+
+
+def setup(params: dict) -> torch.device:
+    """Seed and CPU threads as the notebook's derived-values cell sets them; the device the models run on."""
+    device = resolve_device(params["device"])
+    seed_and_threads(0, device.type, params["kvb_threads"])
+    return device
+
+
+def cold_config(params: dict) -> dict:
+    p = params
+    return {"experiment": "cold_start", "model": p["kvb_baseline_model"], "prompt": p["kvb_short_prompt"],
+            "dtype": p["kvb_dtype"], "repeats": p["kvb_cold_repeats"]}
+
+
+def sweep_config(params: dict, setting: str, prompt_tokens: int) -> dict:
+    p = params
+    model_id, _, cap = settings(p)[setting]
+    return {"experiment": "sweep", "setting": setting, "model": model_id, "prompt_tokens": prompt_tokens,
+            "max_new_tokens": p["kvb_max_new_tokens"], "no_cache_cap": cap, "repeats": p["kvb_repeats"],
+            "max_repeats": p["kvb_max_repeats"], "max_spread": p["kvb_max_spread"], "dtype": p["kvb_dtype"]}
+
+
+def matmul_config(params: dict, model_id: str) -> dict:
+    return {"experiment": "matmul_share", "model": model_id, "dtype": params["kvb_dtype"],
+            "new_tokens": MATMUL_NEW_TOKENS}
+
+
+def stored(store, config: dict) -> dict:
+    """The row ``store`` holds for ``config`` (the last one written)."""
+    return store.done()[config_key(config)]
+
+
+class SweepModels:
+    """Per model id, on first need: the loaded model (:func:`load_for_sweep`), its short and long prompt ids and
+    the rows' metadata. A model with random weights has no tokenizer of its own, so its prompts (and with them
+    every configuration) are known without loading it: a resumed run loads no model whose rows all exist."""
+
+    def __init__(self, params: dict, device: torch.device, store=None):
+        self.params, self.device, self.store = params, device, store
+        self.dtype = getattr(torch, params["kvb_dtype"])
+        self._loaded, self._prompts = {}, {}
+
+    def loaded(self, model_id: str):
+        if model_id not in self._loaded:
+            check_budget(self.store, f"loading {model_id}")
+            self._loaded[model_id] = load_for_sweep(model_id, self.params["kvb_weights"], self.device, self.dtype)
+        return self._loaded[model_id]
+
+    def prompts(self, model_id: str) -> tuple[dict, str]:
+        """``({False: short prompt ids, True: long prompt ids}, tokenizer note)``."""
+        if model_id not in self._prompts:
+            p = self.params
+            own = (None if expected_weights_label(model_id, p["kvb_weights"]) == "random"
+                   else self.loaded(model_id).tokenizer)
+            tokenizer, fold, note = kv_sweep.sweep_tokenizer(own, models.model_config(model_id).vocab_size)
+            ids = {False: kv_sweep.prompt_ids(tokenizer, text=p["kvb_short_prompt"], vocab_size=fold),
+                   True: kv_sweep.prompt_ids(tokenizer, num_tokens=p["kvb_long_prompt_tokens"], vocab_size=fold)}
+            self._prompts[model_id] = ({k: v.to(self.device) for k, v in ids.items()}, note)
+        return self._prompts[model_id]
+
+    def meta(self, model_id: str, tokenizer: bool = True) -> dict:
+        meta = run_metadata(model_id=model_id, weights=self.loaded(model_id).label, dtype=self.params["kvb_dtype"],
+                            device=self.device, seed=0)
+        return {**meta, "tokenizer": self.prompts(model_id)[1]} if tokenizer else meta
+
+    def release(self, model_id: str) -> None:
+        self._loaded.pop(model_id, None)
+        free_memory()
+
+
+def _measure_cold(params, store, sweep_models: SweepModels) -> dict:
+    model_id = params["kvb_baseline_model"]
+    config = cold_config(params)
+    if store.has(config):
+        return stored(store, config)
+    model, ids = sweep_models.loaded(model_id).model, sweep_models.prompts(model_id)[0][False]
+    return store.run(config, lambda: kv_sweep.cold_start(
+        lambda c: generate_exact(model, ids, 1, use_cache=c), repeats=params["kvb_cold_repeats"],
+        device=sweep_models.device), meta=sweep_models.meta(model_id, tokenizer=False))
+
+
+def _measure_sweep(params, store, sweep_models: SweepModels, setting: str, bar) -> dict:
+    p = params
+    model_id, long, cap = settings(p)[setting]
+    ids = sweep_models.prompts(model_id)[0][long]
+    config = sweep_config(p, setting, ids.shape[1])
+    if store.has(config):
+        return stored(store, config)
+    model = sweep_models.loaded(model_id).model
+    modes = {"with cache": lambda n: generate_exact(model, ids, n, use_cache=True),
+             "without cache": lambda n: generate_exact(model, ids, n, use_cache=False)}
+    return store.run(config, lambda: {"rows": kv_sweep.paired_sweep(
+        modes, kv_sweep.output_lengths(p["kvb_max_new_tokens"]), repeats=p["kvb_repeats"],
+        max_repeats=p["kvb_max_repeats"], max_spread=p["kvb_max_spread"], device=sweep_models.device,
+        caps={"without cache": cap}, progress=bar)}, meta=sweep_models.meta(model_id))
+
+
+def _measure_matmul(params, store, sweep_models: SweepModels, model_id: str) -> dict:
+    config = matmul_config(params, model_id)
+    if store.has(config):
+        return stored(store, config)
+    model, ids = sweep_models.loaded(model_id).model, sweep_models.prompts(model_id)[0][False]
+    return store.run(config, lambda: {"share": kv_sweep.matmul_time_share(
+        lambda: generate_exact(model, ids, MATMUL_NEW_TOKENS, use_cache=True))},
+        meta=sweep_models.meta(model_id, tokenizer=False))
+
+
+def _sweep_bar(params: dict, progress: bool):
+    """One bar over every timed run of the four sweeps (as many as the minimum repeats of every point)."""
+    if not progress:
+        return None
+    lengths = kv_sweep.output_lengths(params["kvb_max_new_tokens"])
+    points = sum(len(lengths) + len([n for n in lengths if n <= cap]) for _, _, cap in settings(params).values())
+    return tqdm(total=points * params["kvb_repeats"], desc="generation sweeps (timed runs)")
+
+
+def measure(params: dict, store, progress: bool = True, *, experiments=EXPERIMENTS,
+            sweep_models: SweepModels | None = None) -> dict:
+    """Measure every configuration of ``experiments`` the result file lacks, model by model; returns the rows:
+    ``{"cold_start": row, "sweep": {setting: row}, "matmul_share": {setting: row}}`` (those asked for).
+
+    ``store(result_name)`` gives the result store (the GPU window's checks its budget before each load). Without
+    ``sweep_models`` (the GPU window) each model is released once its rows are done; a notebook passes its own
+    :class:`SweepModels` and keeps the models for the cells that use them."""
+    results = store(RESULT)
+    keep = sweep_models is not None
+    sweep_models = sweep_models or SweepModels(params, setup(params), results)
+    found = {"sweep": {}, "matmul_share": {}}
+    bar = _sweep_bar(params, progress) if "sweep" in experiments else None
+    matmul_models = {settings(params)[s][0]: s for s in MATMUL_SETTINGS}
+    for model_id in dict.fromkeys(m for m, _, _ in settings(params).values()):
+        if "cold_start" in experiments and model_id == params["kvb_baseline_model"]:
+            found["cold_start"] = _measure_cold(params, results, sweep_models)
+        for setting, (setting_model, _, _) in settings(params).items():
+            if "sweep" in experiments and setting_model == model_id:
+                found["sweep"][setting] = _measure_sweep(params, results, sweep_models, setting, bar)
+        if "matmul_share" in experiments and model_id in matmul_models:
+            found["matmul_share"][matmul_models[model_id]] = _measure_matmul(params, results, sweep_models, model_id)
+        if not keep:
+            sweep_models.release(model_id)
+    if bar is not None:
+        bar.close()
+    return found
+
+
+# ------------------------------------------------------------------------------------------ what the notebook prints
+
+
+def setting_numbers(explain, common, settings_: dict, n_max: int) -> dict:
+    """The report's numbers of each setting (``kvbBase...``, ``kvbLong...``, ...) from the explanation table,
+    ``common`` (the measured speedup per setting at the largest n measured in every setting) and the settings."""
+    numbers = {}
+    for setting, k in NUMBER_KEYS.items():
+        row = explain.loc[setting]
+        numbers.update({f"kvb{k}Prompt": int(row["prompt tokens"]), f"kvb{k}MsPerToken": row["cached ms/token"],
+                        f"kvb{k}PrefillMs": row["prefill ms (n=1, cached)"],
+                        f"kvb{k}StepMs": row["uncached ms/step (linear term)"],
+                        f"kvb{k}QuadShare": row["uncached: quadratic share at n_max"],
+                        f"kvb{k}SpeedupMax": row[f"speedup at n={n_max}"], f"kvb{k}SpeedupOne": row["speedup at n=1"],
+                        f"kvb{k}SpeedupMaxFrom": ("extrapolated from the fitted quadratic"
+                                                  if row[f"n={n_max} no-cache time"] == "fit" else "measured"),
+                        f"kvb{k}SpeedupMeasured": row["speedup there (measured)"],
+                        f"kvb{k}SpeedupCommon": float(common[setting]),
+                        f"kvb{k}Model": settings_[setting][0],
+                        f"kvb{k}Crossover": row["first measured n with speedup >= 1.5"],
+                        f"kvb{k}Measured": int(row["no-cache measured up to"])})
+    return numbers
+
+
+def cost_table(sweep_models: SweepModels, shares: dict, explain, settings_: dict):
+    """Per setting of :data:`MATMUL_SETTINGS`: its model's weights per token
+    (:func:`helpers.kv_cache.analysis.weight_costs`), the measured matmul share of a cached generation (``shares``:
+    setting -> its ``matmul_share`` row) and the cached ms per token of ``explain``."""
+    rows = []
+    for setting in MATMUL_SETTINGS:
+        model_id = settings_[setting][0]
+        rows.append({"setting": setting, "model": model_id, **weight_costs(sweep_models.loaded(model_id).model),
+                     "matmul share of time": shares[setting]["share"],
+                     "cached ms/token": explain.loc[setting, "cached ms/token"]})
+    return pd.DataFrame(rows).set_index("setting")
+
+
+def cost_numbers(costs, diff: dict) -> dict:
+    """The report's numbers of the baseline against the older model: time and weight ratios per token, the
+    bootstrap interval of the time ratio (``diff``: :func:`helpers.kv_cache.analysis.per_token_difference`), the
+    matmul shares, vocabularies and MLP widths."""
+    b, o = costs.loc["baseline"], costs.loc["older model"]
+    return dict(kvbTimeRatioLow=diff["low"], kvbTimeRatioHigh=diff["high"], kvbTimeRatioLevel=round(100 * diff["level"]),
+                kvbSameModelRatio=diff["same_model_ratio"], kvbBaseOldResolved=int(diff["resolved"]),
+                kvbTimeRatioBaseOld=b["cached ms/token"] / o["cached ms/token"],
+                kvbWeightRatioBaseOld=b["weights per token (M)"] / o["weights per token (M)"],
+                kvbBaseWeightsM=b["weights per token (M)"], kvbOldWeightsM=o["weights per token (M)"],
+                kvbBaseMatmulShare=round(100 * b["matmul share of time"]),
+                kvbOldMatmulShare=round(100 * o["matmul share of time"]),
+                kvbBaseVocab=int(b["vocab"]), kvbOldVocab=int(o["vocab"]), kvbBaseMlp=int(b["MLP width"]),
+                kvbOldMlp=int(o["MLP width"]))

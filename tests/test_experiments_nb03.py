@@ -1,0 +1,108 @@
+"""helpers.experiments.nb03: notebook 03's configurations find the committed rows, measure() loads no model for
+rows already stored and checks a budget before a load, and the report numbers come from the tables."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from helpers.experiments import nb03
+from helpers.results import ResultStore, config_key
+from helpers.run_all import load_params
+
+
+@pytest.fixture
+def params():
+    return load_params("cpu")
+
+
+def test_settings_are_the_handouts_four(params):
+    settings = nb03.settings(params)
+    assert list(settings) == ["baseline", "long prompt", "smaller model", "older model"]
+    assert settings["long prompt"] == (params["kvb_baseline_model"], True, params["kvb_no_cache_cap_long"])
+    assert set(nb03.FIGURES) == set(settings) == set(nb03.NUMBER_KEYS)
+
+
+def test_measure_finds_every_committed_row_without_loading(params, monkeypatch):
+    def no_load(*args, **kwargs):
+        raise AssertionError("a model was loaded although every row is stored")
+
+    monkeypatch.setenv("WORKBOOK_RESULTS_ONLY", "1")  # a missing row would be an error, not a measurement
+    monkeypatch.setattr(nb03, "load_for_sweep", no_load)
+    rows = nb03.measure(params, lambda name: ResultStore("cpu", name), progress=False)
+    assert rows["cold_start"]["experiment"] == "cold_start"
+    assert list(rows["sweep"]) == list(nb03.settings(params))
+    assert {s: r["prompt_tokens"] for s, r in rows["sweep"].items()}["long prompt"] == params["kvb_long_prompt_tokens"]
+    assert set(rows["matmul_share"]) == set(nb03.MATMUL_SETTINGS)
+    only = nb03.measure(params, lambda name: ResultStore("cpu", name), progress=False, experiments=["cold_start"])
+    assert set(only) == {"cold_start", "sweep", "matmul_share"} and not only["sweep"]
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Budget:
+    def __init__(self):
+        self.asked = []
+
+    def check(self, what):
+        self.asked.append(what)
+        raise _Stop(what)
+
+
+class _EmptyStore:
+    """No rows; a budget that refuses everything (as the GPU window's store near its deadline)."""
+
+    budget = _Budget()
+
+    def has(self, config):
+        return False
+
+
+def test_measure_checks_the_budget_before_loading(params):
+    store = _EmptyStore()
+    with pytest.raises(_Stop, match="loading cpu/Llama-3.1-8B"):
+        nb03.measure(params, lambda name: store, progress=False)
+
+
+def test_stored_returns_the_last_row(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
+    store = ResultStore("cpu", "test_nb03")
+    config = nb03.matmul_config({"kvb_dtype": "float32"}, "m")
+    store.append(config, {"share": 0.1}, {})
+    store.append(config, {"share": 0.2}, {})
+    assert nb03.stored(store, config)["share"] == 0.2
+    assert nb03.stored(store, config)["config_key"] == config_key(config)
+
+
+def _explain(n_max=64):
+    columns = {"prompt tokens": 8, "cached ms/token": 4.0, "prefill ms (n=1, cached)": 7.0,
+               "uncached ms/step (linear term)": 5.0, "uncached: quadratic share at n_max": 0.5,
+               f"speedup at n={n_max}": 2.5, "speedup at n=1": 1.0, f"n={n_max} no-cache time": "measured",
+               "speedup there (measured)": 2.5, "first measured n with speedup >= 1.5": 16,
+               "no-cache measured up to": 64}
+    frame = pd.DataFrame([columns] * 4, index=list(nb03.NUMBER_KEYS))
+    frame.loc["long prompt", f"n={n_max} no-cache time"] = "fit"
+    return frame
+
+
+def test_setting_numbers(params):
+    explain = _explain()
+    common = pd.Series({s: 1.5 for s in nb03.NUMBER_KEYS})
+    numbers = nb03.setting_numbers(explain, common, nb03.settings(params), 64)
+    assert numbers["kvbBaseModel"] == params["kvb_baseline_model"]
+    assert numbers["kvbLongSpeedupMaxFrom"] == "extrapolated from the fitted quadratic"
+    assert numbers["kvbOldSpeedupMaxFrom"] == "measured"
+    assert numbers["kvbSmallSpeedupCommon"] == 1.5 and numbers["kvbSmallMeasured"] == 64
+    assert len(numbers) == 4 * 13
+
+
+def test_cost_numbers():
+    costs = pd.DataFrame({"cached ms/token": [4.0, 2.0], "weights per token (M)": [6.0, 3.0],
+                          "matmul share of time": [0.655, 0.4], "vocab": [2004, 500], "MLP width": [896, 688]},
+                         index=["baseline", "older model"])
+    diff = {"low": 1.1, "high": 1.3, "level": 0.9, "same_model_ratio": 1.05, "resolved": True}
+    numbers = nb03.cost_numbers(costs, diff)
+    assert numbers["kvbTimeRatioBaseOld"] == 2.0 and numbers["kvbWeightRatioBaseOld"] == 2.0
+    assert numbers["kvbTimeRatioLevel"] == 90 and numbers["kvbBaseMatmulShare"] == 66
+    assert numbers["kvbBaseOldResolved"] == 1 and numbers["kvbOldVocab"] == 500
