@@ -100,12 +100,20 @@ def test_tree_nodes_see_only_their_ancestors_and_compaction_keeps_the_path(model
     torch.testing.assert_close(after, alone(model, torch.cat([prompt, nodes[[0, 2, 3]], nxt]))[-1])
 
 
-def test_select_rows_drops_finished_rows(model):
-    rows = [ids(5, 10), ids(3, 11), ids(7, 12)]
+def ragged_cache(model, lengths, seed: int, capacity: int = 20):
+    """Rows of ``lengths`` random tokens (seeds ``seed``, ``seed + 1``, ...) prefilled left-padded into a new
+    cache: ``(rows, cache)``."""
+    rows = [ids(n, seed + i) for i, n in enumerate(lengths)]
     batch, mask = left_padded(rows)
-    cache = model.new_cache(3, 20)
+    cache = model.new_cache(len(rows), capacity)
     with torch.no_grad():
         model(batch, cache, attention_mask=mask)
+    return rows, cache
+
+
+def test_select_rows_drops_finished_rows(model):
+    rows, cache = ragged_cache(model, (5, 3, 7), seed=10)
+    with torch.no_grad():
         cache.select_rows([2, 0])
         nxt = torch.tensor([[1], [2]])
         logits = model(nxt, cache)[:, -1]
@@ -114,11 +122,8 @@ def test_select_rows_drops_finished_rows(model):
 
 
 def test_retain_rows_moves_only_rows_past_the_new_batch(model):
-    rows = [ids(5, 20), ids(3, 21), ids(7, 22), ids(4, 23), ids(6, 24)]
-    batch, mask = left_padded(rows)
-    cache = model.new_cache(5, 20)
+    rows, cache = ragged_cache(model, (5, 3, 7, 4, 6), seed=20)
     with torch.no_grad():
-        model(batch, cache, attention_mask=mask)
         storage = cache.keys[0].data_ptr()
         order = cache.retain_rows([4, 1, 3])  # rows 0 and 2 leave: rows 3 and 4 move into their slots
         assert sorted(order) == [1, 3, 4] and order[1] == 1
@@ -131,11 +136,8 @@ def test_retain_rows_moves_only_rows_past_the_new_batch(model):
 
 
 def test_copy_holds_the_rows_in_new_storage_with_their_padding_and_lengths(model):
-    rows = [ids(5, 30), ids(3, 31), ids(7, 32)]
-    batch, mask = left_padded(rows)
-    cache = model.new_cache(3, 20)
+    rows, cache = ragged_cache(model, (5, 3, 7), seed=30)
     with torch.no_grad():
-        model(batch, cache, attention_mask=mask)
         cache.rollback([0, 1, 0])  # rows at different fill levels
         whole, first_two, picked = cache.copy(), cache.copy(2), cache.copy([2, 0])
         assert whole.lengths == cache.lengths and whole.token_counts == cache.token_counts == [5, 2, 7]
