@@ -16,6 +16,7 @@ import pandas as pd
 
 from helpers import memory
 from helpers.paths import DATA_DIR, output_root
+from helpers.stats import line_fit
 
 SPECS_PATH = DATA_DIR / "gpu_specs.csv"
 
@@ -162,8 +163,8 @@ def fit_layer_cost(layers, seconds) -> tuple[float, float]:
     x, y = np.asarray(layers, dtype=float), np.asarray(seconds, dtype=float)
     if x.shape != y.shape or len(np.unique(x)) < 2:
         raise ValueError(f"need times of models with at least two different layer counts, got layers={list(x)}")
-    per_layer, fixed = np.polyfit(x, y, 1)
-    return max(float(fixed), 0.0), max(float(per_layer), 0.0)
+    line = line_fit(x, y, clamp="nonnegative")
+    return line.intercept, line.slope
 
 
 def layer_cost_fit(layers, seconds, names=None) -> dict:
@@ -173,13 +174,12 @@ def layer_cost_fit(layers, seconds, names=None) -> dict:
     measured, fitted and relative residual (measured/fitted - 1) per point, indexed by ``names``."""
     x, y = np.asarray(layers, dtype=float), np.asarray(seconds, dtype=float)
     fixed, per_layer = fit_layer_cost(x, y)
-    raw_slope, raw_intercept = np.polyfit(x, y, 1)
-    fitted = fixed + per_layer * x
-    ss_res, ss_tot = float(((y - fitted) ** 2).sum()), float(((y - y.mean()) ** 2).sum())
+    line = line_fit(x, y, clamp="nonnegative")
+    fitted = line(x)
     residuals = pd.DataFrame({"layers": x.astype(int), "measured (ms)": y * 1e3, "fitted (ms)": fitted * 1e3,
                               "residual": y / fitted - 1}, index=list(names) if names is not None else None)
-    return {"fixed_s": fixed, "per_layer_s": per_layer, "clipped": bool(raw_intercept < 0 or raw_slope < 0),
-            "points": len(x), "r2": 1 - ss_res / ss_tot if len(x) >= 3 and ss_tot > 0 else float("nan"),
+    return {"fixed_s": fixed, "per_layer_s": per_layer, "clipped": line.clamped,
+            "points": len(x), "r2": line.r2,
             "residuals": residuals, "max_abs_residual": float(residuals["residual"].abs().max())}
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from helpers.models.registry import DRAFT_FAMILY
+from helpers.stats import line_fit
 from helpers.specdec.analysis import estimate_alpha, expected_tokens_per_round, predicted_speedup
 
 ACCEPTED, CORRECTED, BONUS = "accepted", "corrected", "bonus"
@@ -313,15 +314,14 @@ def speculative_explorer(prompt: str | None = None, *, draft: str = "draft", gam
 
 
 def verify_line(gammas: Iterable[int], ratios: Iterable[float]) -> tuple[float, float]:
-    """A least-squares line through measured T_V(γ)/T_T: ``(value at γ = 1, slope per extra draft)``; a single
-    point gives slope 0."""
+    """The analysis' line through measured T_V(γ)/T_T (:func:`helpers.specdec.analysis.linear_verify_cost`: the
+    same fit, :func:`helpers.stats.line_fit` with ``clamp="flat_if_falling"``): ``(value at γ = 1, slope per extra
+    draft)``; a single point, or a falling fit, gives slope 0 at the mean."""
     gammas, ratios = np.asarray(list(gammas), dtype=float), np.asarray(list(ratios), dtype=float)
     if len(gammas) == 0 or len(gammas) != len(ratios):
         raise ValueError("need one T_V/T_T per gamma, at least one")
-    if len(np.unique(gammas)) < 2:
-        return float(ratios.mean()), 0.0
-    slope, intercept = np.polyfit(gammas, ratios, 1)
-    return float(intercept + slope), float(slope)
+    line = line_fit(gammas, ratios, clamp="flat_if_falling")
+    return float(line(1)), float(line.slope)
 
 
 def speedup_curve(alpha: float, c: float, verify_ratio: float, verify_slope: float = 0.0,

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from helpers.gpu_specs import forward_flops_bytes, roofline_seconds
+from helpers.stats import line_fit
 from helpers.memory import decode_param_count, kv_cache_bytes, param_count, weight_bytes
 
 
@@ -89,11 +90,9 @@ def linear_verify_cost(gammas, verify_ratios) -> Callable[[int], float]:
     x, y = np.asarray(gammas, dtype=float), np.asarray(verify_ratios, dtype=float)
     if x.size == 0 or x.size != y.size or not np.all(y > 0):
         raise ValueError(f"need as many positive T_V/T_T ratios as gammas, got gammas {list(x)} and ratios {list(y)}")
-    slope, intercept = np.polyfit(x, y, 1) if np.unique(x).size > 1 else (0.0, y.mean())
-    if slope < 0:
-        slope, intercept = 0.0, y.mean()
+    line = line_fit(x, y, clamp="flat_if_falling")  # the explorer's line too (helpers.explorers.specdec.verify_line)
     floor = float(y.min())
-    return lambda gamma: max(floor, float(intercept + slope * gamma))
+    return lambda gamma: max(floor, float(line(gamma)))
 
 
 def pooled_alpha(accepted, rejections, *, empty=float("nan")):

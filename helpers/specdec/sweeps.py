@@ -49,6 +49,7 @@ from tqdm.auto import tqdm
 
 from helpers.models import CPU_PAIR_DIR, PAIR_PREFIX
 from helpers.models.runtime import prepare_graphs
+from helpers.stats import bootstrap_ratio_interval, wilson_interval  # noqa: F401 - also imported from here
 from helpers.specdec.analysis import pooled_alpha, pooled_speedup, predicted_speedup
 from helpers.specdec.costs import interleaved_runs
 from helpers.specdec.linear import GenerationStats, autoregressive_generate, speculative_generate
@@ -258,40 +259,6 @@ def gamma_rows(rows: list[dict], costs: dict | None = None) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------- statistics per source
-
-
-def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion. For alpha it treats every acceptance test as
-    independent, which tokens of one prompt are not (easy tokens come in runs): too narrow for alpha, shown
-    next to the bootstrap over prompts to make that point."""
-    if trials <= 0 or not 0 <= successes <= trials:
-        raise ValueError(f"need 0 <= successes <= trials and trials > 0, got {successes}/{trials}")
-    p = successes / trials
-    denominator = 1 + z * z / trials
-    centre = (p + z * z / (2 * trials)) / denominator
-    half = z * (p * (1 - p) / trials + z * z / (4 * trials * trials)) ** 0.5 / denominator
-    # at p = 0 (or 1) the bound is exactly 0 (or 1); centre - half rounds to a tiny positive number
-    low = 0.0 if successes == 0 else max(0.0, centre - half)
-    high = 1.0 if successes == trials else min(1.0, centre + half)
-    return low, high
-
-
-def bootstrap_ratio_interval(numerators, denominators, *, level: float = 0.95, resamples: int = 2000,
-                             seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of sum(numerators) / sum(denominators), resampling whole prompts (the
-    per-prompt pairs) with replacement: the unit that varies independently is the prompt, not the token.
-    Deterministic for a given ``seed``."""
-    num, den = np.asarray(numerators, dtype=float), np.asarray(denominators, dtype=float)
-    if num.shape != den.shape or num.ndim != 1 or len(num) < 2:
-        raise ValueError(f"need two equal-length 1-D sequences of at least 2 prompts, got {num.shape} and {den.shape}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must lie in (0, 1), got {level}")
-    index = np.random.default_rng(seed).integers(0, len(num), size=(resamples, len(num)))
-    sums_num, sums_den = num[index].sum(axis=1), den[index].sum(axis=1)
-    ratios = sums_num[sums_den > 0] / sums_den[sums_den > 0]
-    tail = (1 - level) / 2 * 100
-    low, high = np.percentile(ratios, [tail, 100 - tail])
-    return float(low), float(high)
 
 
 def source_breakdown(per_prompt, *, level: float = 0.95, resamples: int = 2000, seed: int = 0):
