@@ -1,7 +1,7 @@
 """Notebook 10's figures of the method comparison: τ and speedup against the nodes per round (:func:`sweep_figure`,
 labels placed clear of each other by :func:`place_labels`), the best of each family per workload
 (:func:`workload_figure`) and Eq. 5 against the measurement (:func:`cost_model_figure`). The tree drawing and its
-explorer are :mod:`helpers.explorers.tree`."""
+explorer are :mod:`helpers.explorers.tree`; the cost of a round's forwards is :func:`forward_costs_figure`."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -116,5 +116,20 @@ def cost_model_figure(model_table):
     ax.set_xlabel("measured decode speedup")
     ax.set_ylabel("Eq. 5 prediction (measured terms)")
     ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def forward_costs_figure(costs: dict):
+    """What a round costs in target decode steps: a target forward over n positions, T_V(n)/T_T, and a draft
+    forward over k nodes, T_D(k)/T_T (``costs``: :func:`helpers.experiments.tree_study.forward_costs` with int keys)."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    ax.plot(sorted(costs["T_V"]), [costs["T_V"][n] / costs["T_T"] for n in sorted(costs["T_V"])], "o-",
+            label="target forward over n positions, T_V(n)/T_T")
+    ax.plot(sorted(costs["T_D"]), [costs["T_D"][k] / costs["T_T"] for k in sorted(costs["T_D"])], "s-",
+            label="draft forward over k nodes, T_D(k)/T_T")
+    ax.set_xlabel("positions in the forward")
+    ax.set_ylabel("cost in target decode steps")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -1,0 +1,93 @@
+"""helpers.experiments.nb10: notebook 10's configurations and measurement find the committed CPU rows (nothing is
+measured), and the analysis returns the numbers the notebook prints, from those rows."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest
+import torch
+
+from helpers.experiments import nb10
+from helpers.experiments.tree_figures import forward_costs_figure
+from helpers.experiments.tree_study import best_of, cost_model, summarise_methods
+from helpers.results import ResultStore
+from helpers.run_all import load_params
+
+
+@pytest.fixture(scope="module")
+def params():
+    found = load_params("cpu")
+    return {name: found[name] for name in nb10.PARAMETERS}
+
+
+@pytest.fixture(scope="module")
+def study(params):
+    torch.manual_seed(0)
+    target, draft, tokenizer = nb10.load_pair(params)
+    open_rows, cases = nb10.workloads(params, target, tokenizer)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WORKBOOK_RESULTS_ONLY", "1")  # a missing row would raise instead of measuring
+        measured = nb10.measure(params, lambda name: ResultStore("cpu", name), models=(target, draft, tokenizer),
+                                cases=cases)
+    summaries = {workload: summarise_methods(found) for workload, found in measured["rows"].items()}
+    return {"target": target, "tokenizer": tokenizer, "open_rows": open_rows, "cases": cases, **measured,
+            "summaries": summaries, "best": nb10.best_methods(summaries["open-ended"])}
+
+
+def test_configs_cover_the_costs_and_every_prompt_of_both_workloads(params, study):
+    configs = nb10.configs(params, study["cases"])
+    assert configs["costs"]["kind"] == "costs" and configs["costs"]["widths"] == nb10.cost_widths(params)
+    assert 1 in nb10.cost_widths(params)
+    prompts = [key for key in configs if key != "costs"]
+    assert len(prompts) == params["tree_prompt_count"] + params["tree_grounded_count"]
+    assert configs[prompts[0]]["specs"] == nb10.specs(params) and nb10.specs(params)[0] == {"method": "ar"}
+
+
+def test_measure_returns_costs_with_int_keys_and_runs_per_workload(study):
+    assert all(isinstance(n, int) for n in study["costs"]["T_V"]) and 1 in study["costs"]["T_D"]
+    assert set(study["rows"]) == {"open-ended", "in-context"} and all(study["rows"].values())
+
+
+def test_cost_summary_and_figure(study):
+    found = nb10.cost_summary(study["costs"])
+    assert found["numbers"]["tv_max_nodes"] == max(study["costs"]["T_V"])
+    assert found["text"].startswith("T_T = ") and "grows with the positions" in found["text"]
+    assert forward_costs_figure(study["costs"]).axes
+
+
+def test_best_methods_and_ties(study):
+    open_summary = study["summaries"]["open-ended"]
+    best = study["best"]
+    assert best["linear"].label == best_of(open_summary, "linear").label
+    assert best["numbers"]["best_linear_speedup"] == best["linear"].speedup
+    ties = nb10.ties_with_fastest(study["rows"]["open-ended"], open_summary, best, len(study["cases"]["open-ended"]))
+    assert ties["numbers"]["tied_count"] == len(ties["tied_labels"]) >= 1
+    assert ties["text"].startswith(f"tied with the fastest ({ties['ties'].label.iloc[0]}")
+
+
+def test_lookup_coverage_and_copies(params, study):
+    per_source = nb10.by_source(study["rows"]["open-ended"])
+    assert {"best linear", "best tree", "lookup x"} <= set(per_source.columns)
+    greedy = nb10.greedy_outputs(study["target"], study["cases"], params["tree_new_tokens"])
+    label = best_of(summarise_methods(study["rows"]["open-ended"] + study["rows"]["in-context"]), "lookup").label
+    coverage = nb10.coverage(study["cases"], greedy, study["rows"], label, params["pld_ngram"])
+    assert len(coverage) == len(greedy) and coverage.context.between(0, 1).all()
+    share = coverage.groupby("workload", sort=False)[["prompt", "context"]].mean()
+    assert nb10.share_text(share, params["pld_ngram"]).count("\n") == 1
+    lookup = nb10.lookup_summary(coverage, study["summaries"], per_source, label, int(per_source.prompts.min()))
+    assert lookup["numbers"]["pld_label"] == label and "cover_in_prompt" in lookup["numbers"]
+    copied = nb10.copies(study["tokenizer"], study["cases"]["in-context"], greedy)
+    assert copied["share"] > 0.5 and copied["numbers"]["in_copied_pct"] == 100 * copied["share"]
+    task = nb10.copy_task(study["target"], study["tokenizer"], {**params, "tree_grounded_count": 1})
+    assert task["numbers"]["copy_tokens"] <= task["numbers"]["copy_reference"]
+
+
+def test_eq5_summary_keeps_the_report_keys_in_order(study):
+    table = cost_model(study["rows"]["open-ended"], study["costs"])
+    found = nb10.eq5_summary(table, study["rows"]["open-ended"], study["best"])
+    keys = list(found["numbers"])
+    assert keys[:2] == ["eq5_tree_error_pct", "eq5_rank_corr"] and keys[-1] == "tree_measured_wins"
+    assert keys.index("eq5_bias_tree") < keys.index("eq5_family_spread") < keys.index("trees_overpredicted")
+    assert found["text"].count("\n") == 4
