@@ -203,39 +203,11 @@ def part_03(p: dict, store) -> None:
 
 
 def part_06(p: dict, store) -> None:
-    """Notebook 06, cells 5 and 9: forward time vs batch (CUDA events on a GPU) and the verify step."""
-    from helpers.generation import sweeps as gb
-    from helpers.generation.loading import load_for_sweep
+    """Notebook 06: :func:`helpers.experiments.nb06.measure` (forward time vs batch, CUDA events on a GPU; the verify
+    step)."""
+    from helpers.experiments import nb06
 
-    device = torch.device(p["device"])
-    if p["fp_threads"] > 0:
-        torch.set_num_threads(p["fp_threads"])
-    dtype = getattr(torch, p["fp_dtype"])
-    cuda_events = device.type == "cuda"
-    store = store("06_forward_pass_scaling")
-    configs = [{"measure": "forward", "model": p["fp_model"], "weights": _label(p["fp_model"], p["fp_weights"]),
-                "dtype": p["fp_dtype"], "device": device.type, "batch_size": b, "seq_len": p["fp_seq_len"],
-                "warmup": p["fp_warmup"], "trials": p["fp_trials"]} for b in p["fp_batch_sizes"]]
-    if not all(store.has(c) for c in configs):
-        store.budget.check(f"loading {p['fp_model']}")
-        loaded = load_for_sweep(p["fp_model"], p["fp_weights"], device, dtype)
-        gb.run_forward_sweep(store, loaded.model, configs, meta=loaded.meta, warmup=p["fp_warmup"],
-                             repeats=p["fp_trials"], device=device, cuda_events=cuda_events)
-        del loaded
-        free_memory()
-    vconfigs = [{"measure": "verify", "model": p["fp_verify_model"],
-                 "weights": _label(p["fp_verify_model"], p["fp_weights"]), "dtype": p["fp_dtype"],
-                 "device": device.type, "prefix_len": p["fp_verify_prefix"], "new_tokens": k, "warmup": p["fp_warmup"],
-                 "trials": p["fp_trials"]} for k in p["fp_verify_tokens"]]
-    if not all(store.has(c) for c in vconfigs):
-        store.budget.check(f"loading {p['fp_verify_model']}")
-        vloaded = load_for_sweep(p["fp_verify_model"], p["fp_weights"], device, dtype)
-        for c in vconfigs:
-            store.run(c, lambda c=c: gb.measure_verify(
-                vloaded.model, prefix_len=c["prefix_len"], new_tokens=c["new_tokens"], warmup=p["fp_warmup"] + 2,
-                repeats=max(4 * p["fp_trials"], 20), device=device, cuda_events=cuda_events), meta=vloaded.meta)
-        del vloaded
-        free_memory()
+    nb06.measure(p, store, progress=False)
 
 
 def part_07(p: dict, store) -> None:

@@ -1,0 +1,130 @@
+"""Notebook 06 (handout §4.2): one forward pass against the batch size, and the verify step (one forward over k
+tokens after a cached prefix). The configurations built from the notebook's ``fp_*`` parameters, written once for
+the notebook and :mod:`helpers.gpu_measure`; the measurement of what the result file lacks (CUDA events on a GPU);
+and the roofline summary the notebook prints."""
+from __future__ import annotations
+
+import torch
+
+from helpers.experiments.common import check_budget
+from helpers.generation import sweeps as gb
+from helpers.generation.loading import load_for_sweep
+from helpers.gpu_specs import arithmetic_intensity, gpu_spec, roofline_seconds
+from helpers.hardware import resolve_device
+from helpers.results import config_key, free_memory
+
+RESULT = "06_forward_pass_scaling"
+ROOFLINE_MODEL = "Qwen/Qwen3-4B"  # the handout's model of §4.2 (the CPU profile times a scaled analog)
+
+
+def setup(params: dict) -> torch.device:
+    """Seed and torch threads as the notebook's derived-values cell sets them; the device the models run on."""
+    torch.manual_seed(0)
+    if params["fp_threads"] > 0:
+        torch.set_num_threads(params["fp_threads"])
+    return resolve_device(params["device"])
+
+
+def forward_configs(params: dict, label: str | None = None) -> list[dict]:
+    """One configuration per batch size of ``fp_batch_sizes`` (``label``: the loaded model's weights label)."""
+    p = params
+    label = label or gb.expected_weights_label(p["fp_model"], p["fp_weights"])
+    return [{"measure": "forward", "model": p["fp_model"], "weights": label, "dtype": p["fp_dtype"],
+             "device": p["device"], "batch_size": b, "seq_len": p["fp_seq_len"], "warmup": p["fp_warmup"],
+             "trials": p["fp_trials"]} for b in p["fp_batch_sizes"]]
+
+
+def verify_configs(params: dict, label: str | None = None) -> list[dict]:
+    """One configuration per verify size k of ``fp_verify_tokens``."""
+    p = params
+    label = label or gb.expected_weights_label(p["fp_verify_model"], p["fp_weights"])
+    return [{"measure": "verify", "model": p["fp_verify_model"], "weights": label, "dtype": p["fp_dtype"],
+             "device": p["device"], "prefix_len": p["fp_verify_prefix"], "new_tokens": k, "warmup": p["fp_warmup"],
+             "trials": p["fp_trials"]} for k in p["fp_verify_tokens"]]
+
+
+def _load(params: dict, store, name: str, loaded, configs: list[dict]):
+    """``loaded`` if given; else the model when a configuration is missing (or ``fp_rerun``), after the budget."""
+    if loaded is not None or (all(store.has(c) for c in configs) and not params.get("fp_rerun", False)):
+        return loaded
+    check_budget(store, f"loading {name}")
+    return load_for_sweep(name, params["fp_weights"], resolve_device(params["device"]),
+                          getattr(torch, params["fp_dtype"]))
+
+
+def _stored(store, configs: list[dict]) -> list[dict]:
+    """The stored rows of ``configs`` (every one is stored)."""
+    done = store.done()
+    return [done[config_key(c)] for c in configs]
+
+
+def measure_forward(params: dict, store, progress: bool = True, loaded=None) -> list[dict]:
+    """The forward sweep over batch sizes: the rows in ``fp_batch_sizes`` order, measuring those the result file
+    lacks (``loaded``: the model if the caller has it; else it is loaded only when a row is missing)."""
+    results = store(RESULT)
+    configs = forward_configs(params, loaded.label if loaded is not None else None)
+    model = _load(params, results, params["fp_model"], loaded, configs)
+    if model is None:
+        return _stored(results, configs)
+    device = resolve_device(params["device"])
+    rows = gb.run_forward_sweep(results, model.model, configs, meta=model.meta, warmup=params["fp_warmup"],
+                                repeats=params["fp_trials"], device=device, cuda_events=device.type == "cuda",
+                                progress=progress, rerun=params.get("fp_rerun", False))
+    if loaded is None:
+        del model
+        free_memory()
+    return rows
+
+
+def measure_verify(params: dict, store, progress: bool = True, loaded=None) -> list[dict]:
+    """The verify step over ``fp_verify_tokens``: medians of at least 20 timed forwards each (a verify step takes
+    milliseconds, so a descheduling would skew a mean); as :func:`measure_forward` otherwise."""
+    from tqdm.auto import tqdm
+
+    p, results = params, store(RESULT)
+    configs = verify_configs(p, loaded.label if loaded is not None else None)
+    model = _load(p, results, p["fp_verify_model"], loaded, configs)
+    if model is None:
+        return _stored(results, configs)
+    device = resolve_device(p["device"])
+    rows = [results.run(c, lambda c=c: gb.measure_verify(
+        model.model, prefix_len=c["prefix_len"], new_tokens=c["new_tokens"], warmup=p["fp_warmup"] + 2,
+        repeats=max(4 * p["fp_trials"], 20), device=device, cuda_events=device.type == "cuda"), meta=model.meta,
+        rerun=p.get("fp_rerun", False)) for c in (tqdm(configs, desc="verify sizes") if progress else configs)]
+    if loaded is None:
+        del model
+        free_memory()
+    return rows
+
+
+def measure(params: dict, store, progress: bool = True) -> dict:
+    """Every configuration of the notebook the result file lacks: ``{"forward": rows, "verify": rows}``."""
+    setup(params)
+    return {"forward": measure_forward(params, store, progress),
+            "verify": measure_verify(params, store, progress)}
+
+
+def roofline_lines(config, gpu_name: str, batch_sizes: list[int], seq_len: int) -> tuple[list[str], dict]:
+    """Where a forward over ``seq_len`` tokens turns compute-bound on ``gpu_name`` (:mod:`helpers.gpu_specs`:
+    FLOPs and bytes of one forward without a cache, against the ridge point peak / bandwidth): the lines to print
+    and the report's numbers (``fpRoof...``)."""
+    ridge = gpu_spec(gpu_name)["ridge_flop_per_byte"]
+    ai = {b: arithmetic_intensity(config, b, seq_len, 0) for b in batch_sizes}
+    compute_bound = [b for b, v in ai.items() if v > ridge]
+    first_b, last_b = min(batch_sizes), max(batch_sizes)
+    roof = {b: roofline_seconds(config, gpu_spec(gpu_name), b, seq_len, 0) for b in batch_sizes}
+    roof_share = roof[last_b] / roof[first_b] / (last_b / first_b)
+    lines = [f"{ROOFLINE_MODEL}, S = {seq_len}, bf16 on {gpu_name} (ridge point {ridge:.0f} FLOP/byte): "
+             + ", ".join(f"B={b} {v:.0f}" for b, v in ai.items()) + " FLOP/byte",
+             f"  memory-bound at B = {[b for b in ai if b not in compute_bound]}, compute-bound at B = {compute_bound}",
+             f"  B = {first_b} at {ai[first_b] / ridge:.2f} of the ridge point",
+             f"  roofline time B = {first_b} -> {last_b}: x{roof[last_b] / roof[first_b]:.1f} ({roof_share:.0%} of "
+             "linear): " + ("close to linear, small batches save little" if roof_share >= 0.8
+                            else "small batches are nearly free")]
+    numbers = dict(fpRoofModel=ROOFLINE_MODEL, fpRoofGpu=gpu_name, fpRidge=ridge, fpAiFirst=ai[first_b],
+                   fpRoofBFirst=first_b,
+                   fpRoofFirstBound="compute-bound" if first_b in compute_bound else "memory-bound",
+                   fpRoofComputeFrom=min(compute_bound) if compute_bound else 0,
+                   fpAiRatio=ai[first_b] / ridge, fpRoofTimeRatio=roof[last_b] / roof[first_b],
+                   fpRoofLinearShare=roof_share, fpRoofNearLinear=int(roof_share >= 0.8))
+    return lines, numbers

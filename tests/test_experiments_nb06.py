@@ -1,0 +1,63 @@
+"""helpers.experiments.nb06: notebook 06's configurations find the committed rows without loading a model, a
+budget is checked before a load, and the roofline summary says where the forward turns compute-bound."""
+from __future__ import annotations
+
+import pytest
+
+from helpers.experiments import nb06
+from helpers.memory import load_config
+from helpers.results import ResultStore
+from helpers.run_all import load_params
+
+
+@pytest.fixture
+def params():
+    return load_params("cpu")
+
+
+def test_measure_finds_every_committed_row_without_loading(params, monkeypatch):
+    def no_load(*args, **kwargs):
+        raise AssertionError("a model was loaded although every row is stored")
+
+    monkeypatch.setenv("WORKBOOK_RESULTS_ONLY", "1")
+    monkeypatch.setattr(nb06, "load_for_sweep", no_load)
+    rows = nb06.measure(params, lambda name: ResultStore("cpu", name), progress=False)
+    assert [r["batch_size"] for r in rows["forward"]] == params["fp_batch_sizes"]
+    assert [r["new_tokens"] for r in rows["verify"]] == params["fp_verify_tokens"]
+    assert {r["weights"] for r in rows["forward"]} == {"random"} and rows["verify"][0]["weights"] == "cpu-pair"
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Budget:
+    def check(self, what):
+        raise _Stop(what)
+
+
+class _EmptyStore:
+    budget = _Budget()
+
+    def has(self, config):
+        return False
+
+
+def test_measure_checks_the_budget_before_loading(params):
+    with pytest.raises(_Stop, match=f"loading {params['fp_model']}"):
+        nb06.measure_forward(params, lambda name: _EmptyStore(), progress=False)
+    with pytest.raises(_Stop, match=f"loading {params['fp_verify_model']}"):
+        nb06.measure_verify(params, lambda name: _EmptyStore(), progress=False)
+
+
+def test_configs_carry_the_loaded_label(params):
+    assert {c["weights"] for c in nb06.forward_configs(params, "pretrained")} == {"pretrained"}
+    assert [c["new_tokens"] for c in nb06.verify_configs(params)] == params["fp_verify_tokens"]
+
+
+def test_roofline_lines_on_an_h100():
+    lines, numbers = nb06.roofline_lines(load_config(nb06.ROOFLINE_MODEL), "H100 SXM", [1, 2, 4, 8, 16], 256)
+    assert len(lines) == 4 and lines[0].startswith(f"{nb06.ROOFLINE_MODEL}, S = 256, bf16 on H100 SXM")
+    assert numbers["fpRoofGpu"] == "H100 SXM" and numbers["fpRoofBFirst"] == 1
+    assert numbers["fpRoofFirstBound"] in ("compute-bound", "memory-bound")
+    assert numbers["fpRoofNearLinear"] == int(numbers["fpRoofLinearShare"] >= 0.8)
