@@ -3,7 +3,7 @@ CPU pair, and the metadata every result row records.
 
 - CPU analogs (``cpu/...``) exist only with random weights; the CPU pair (``cpu-pair/...``) only with its trained
   weights; any other name takes the ``weights`` asked for ('pretrained' or 'random').
-- The CPU pair's target before ``python -m helpers.models.train_cpu_pair`` has run: the same architecture with random
+- The CPU pair's target before ``python -m helpers.training`` has run: the same architecture with random
   weights stands in (``weights_label`` 'random'), so that notebooks and benchmarks still run, labelled.
 """
 from __future__ import annotations

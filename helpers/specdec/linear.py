@@ -18,9 +18,9 @@ What keeps the speculative path fast (DESIGN.md, "what fast means here"):
   draft token, so it is fed together with the pending token in the next round's first draft forward (the
   catch-up token) — one forward of two tokens instead of an extra forward.
 
-A round reads as the paper's algorithm: :func:`draft_chain` (γ draft forwards), :func:`verify_chain` (one target
-forward), :func:`accept_chain` (the acceptance test and the round's host sync), then :func:`commit_chain` (roll both
-caches back to what was accepted).
+The draft model is a :class:`ModelDrafter` of the one chain verifier (:func:`helpers.specdec.chain.generate_chain`):
+a round reads as the paper's algorithm, :func:`draft_chain` (γ draft forwards), one target forward, the acceptance
+test, and both caches rolled back to what was accepted.
 The autoregressive baseline uses the same runtime and cache discipline (one token per forward, last logits
 only) so that the comparison measures speculation, not implementation quality.
 """
@@ -29,11 +29,12 @@ from __future__ import annotations
 import torch
 
 from helpers.models.runtime import cached_decoder, resolve_runtime
+from helpers.specdec.chain import Drafter, generate_chain
 from helpers.specdec.core import (GenerationResult, GenerationStats, PhaseClock, accept, check_draft,
                                   check_generation, eos_ids, finish_row, make_generator, sample)
 
-__all__ = ["GenerationResult", "GenerationStats", "accept_greedy", "accept_sampling", "autoregressive_generate",
-           "accept_chain", "commit_chain", "draft_chain", "prefill_pair", "speculative_generate", "verify_chain"]
+__all__ = ["GenerationResult", "GenerationStats", "ModelDrafter", "accept_greedy", "accept_sampling",
+           "autoregressive_generate", "draft_chain", "speculative_generate"]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -122,35 +123,40 @@ def draft_chain(draft_cache, draft_pending: torch.Tensor, gamma: int, temperatur
     return torch.cat(drafts, dim=1), None if temperature == 0 else torch.stack(distributions, dim=1)
 
 
-def verify_chain(target_cache, pending: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
-    """ONE target forward over the pending token and the drafts: the logits (1, γ+1, V) the acceptance test reads.
-    Without drafts this is a plain decode step (``last_only``, as the autoregressive baseline calls it)."""
-    return target_cache.extend(torch.cat([pending, drafts], dim=1), last_only=drafts.shape[1] == 0)
+class ModelDrafter(Drafter):
+    """A separate draft model with its own KV cache, rolled back by length after every round.
 
+    Its cache lags the committed tokens by ``self.pending``: after a rejection only the next token; when every
+    draft was accepted the draft never saw the last draft token, so it is fed together with the next token in the
+    next round's first draft forward (the catch-up token) — one forward of two tokens instead of an extra one."""
 
-def accept_chain(target_logits: torch.Tensor, drafts: torch.Tensor, draft_probs: torch.Tensor | None,
-                 temperature: float, generator=None) -> tuple[int, list[int], torch.Tensor]:
-    """The acceptance test and the round's one host sync: (accepted drafts, the tokens the round emits, the next
-    token as a (1, 1) device tensor)."""
-    if temperature > 0 and draft_probs is None:  # no drafts this round
-        draft_probs = target_logits.new_empty(1, 0, target_logits.shape[-1])
-    k, next_token = accept(target_logits, drafts, draft_probs, temperature, generator)
-    host = torch.cat([k, drafts[0], next_token]).tolist()
-    accepted = host[0]
-    return accepted, host[1:1 + accepted] + [host[-1]], next_token.view(1, 1)
+    def __init__(self, draft, gamma: int, runtime: str, *, compile: bool | str = False,
+                 stop_below: float | None = None):
+        self.draft, self.gamma, self.runtime, self.compile, self.stop_below = draft, gamma, runtime, compile, stop_below
+        self.cache, self.pending, self.forwards = None, None, 0
 
+    def start(self, input_ids: torch.Tensor, capacity: int, hidden=None) -> None:
+        self.cache = cached_decoder(self.draft, self.runtime, capacity, compile=self.compile)
+        if input_ids.shape[1] > 1:
+            self.cache.extend(input_ids[:, :-1])
+            self.forwards += 1
+        self.pending = input_ids[:, -1:]
 
-def commit_chain(target_cache, draft_cache, drafts: torch.Tensor, accepted: int, next_token: torch.Tensor,
-                 draft_pending: torch.Tensor) -> torch.Tensor:
-    """Keep what was accepted in both caches; return the tokens the draft cache still has to see."""
-    drafted = drafts.shape[1]
-    target_cache.rollback(drafted - accepted)  # it saw pending + γ_r drafts, keeps pending + the accepted ones
-    if drafted == 0:
-        return torch.cat([draft_pending, next_token], dim=1)
-    if accepted < drafted:  # the draft saw draft_pending + d1..d(γ_r - 1)
-        draft_cache.rollback(drafted - 1 - accepted)
-        return next_token
-    return torch.cat([drafts[:, -1:], next_token], dim=1)  # all accepted: the last draft is the catch-up token
+    def propose(self, pending, limit: int, temperature: float, generator=None):
+        drafts, draft_probs = draft_chain(self.cache, self.pending, min(self.gamma, limit), temperature, generator,
+                                          self.stop_below)
+        self.forwards += drafts.shape[1]
+        return drafts, draft_probs
+
+    def commit(self, drafts, accepted: int, next_token, emitted, hidden=None) -> None:
+        drafted = drafts.shape[1]
+        if drafted == 0:  # the draft saw nothing this round
+            self.pending = torch.cat([self.pending, next_token], dim=1)
+        elif accepted < drafted:  # it saw self.pending + d1..d(γ_r - 1)
+            self.cache.rollback(drafted - 1 - accepted)
+            self.pending = next_token
+        else:  # all accepted: the last draft is the catch-up token
+            self.pending = torch.cat([drafts[:, -1:], next_token], dim=1)
 
 
 def _check_options(gamma, stop_below) -> None:
@@ -162,20 +168,6 @@ def _check_options(gamma, stop_below) -> None:
                          f"number in [0, 1], got {stop_below!r}")
 
 
-def prefill_pair(target_cache, draft_cache, input_ids: torch.Tensor, stats: GenerationStats) -> torch.Tensor:
-    """Prefill both caches with all but the last prompt token, which becomes round 1's pending token (Algorithm 2
-    verifies the pending token's position together with the drafts). Returns the pending token (1, 1)."""
-    if input_ids.shape[1] > 1:
-        context = input_ids[:, :-1]
-        target_cache.extend(context)
-        stats.target_forwards += 1
-        if draft_cache is not None:
-            draft_cache.extend(context)
-            stats.draft_forwards += 1
-    return input_ids[:, -1:]
-
-
-@torch.inference_mode()
 def speculative_generate(
     target,
     draft,
@@ -207,33 +199,7 @@ def speculative_generate(
     check_generation(target, input_ids, max_new_tokens, temperature)
     check_draft(target, draft)
     _check_options(gamma, stop_below)
-    eos, generator = eos_ids(target, eos_token_id), make_generator(seed, input_ids.device)
     stats = GenerationStats(runtime=resolve_runtime(runtime, target, draft), compiled=compile)
-    clock = PhaseClock(input_ids.device, time_phases)
-    # never more than prompt + max_new_tokens tokens in a cache: a round drafts at most the tokens still due
-    capacity = input_ids.shape[1] + max_new_tokens
-    target_cache = cached_decoder(target, stats.runtime, capacity, compile=compile)
-    draft_cache = cached_decoder(draft, stats.runtime, capacity, compile=compile)
-    pending = draft_pending = prefill_pair(target_cache, draft_cache, input_ids, stats)
-    stats.time_prefill_s = clock.lap()
-
-    tokens: list[int] = []
-    while True:
-        # never draft past the budget: the round also emits one token from the target
-        clock.mark()
-        drafts, draft_probs = draft_chain(draft_cache, draft_pending, min(gamma, max_new_tokens - len(tokens) - 1),
-                                          temperature, generator, stop_below)
-        stats.draft_forwards += drafts.shape[1]
-        stats.time_draft_s += clock.lap()
-        logits = verify_chain(target_cache, pending, drafts)
-        stats.target_forwards += 1
-        stats.time_verify_s += clock.lap()
-        accepted, emitted, pending = accept_chain(logits, drafts, draft_probs, temperature, generator)
-        draft_pending = commit_chain(target_cache, draft_cache, drafts, accepted, pending, draft_pending)
-        stats.record_round(accepted, drafts.shape[1])
-        if finish_row(tokens, emitted, max_new_tokens, eos):
-            break
-
-    stats.time_total_s = clock.now() - clock.start
-    stats.new_tokens = len(tokens)
-    return GenerationResult(torch.tensor(tokens, dtype=torch.long), stats.finish())
+    drafter = ModelDrafter(draft, gamma, stats.runtime, compile=compile, stop_below=stop_below)
+    return generate_chain(target, drafter, input_ids, max_new_tokens, temperature, seed, stats=stats,
+                          eos_token_id=eos_token_id, time_phases=time_phases, compile=compile)

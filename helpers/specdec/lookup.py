@@ -32,12 +32,11 @@ from __future__ import annotations
 
 import torch
 
-from helpers.models.runtime import cached_decoder, resolve_runtime
-from helpers.specdec.core import (GenerationResult, GenerationStats, PhaseClock, check_generation,
-                                  check_positive_int, eos_ids, finish_row, make_generator, vocab_size)
-from helpers.specdec.linear import accept_chain, prefill_pair, verify_chain
+from helpers.models.runtime import resolve_runtime
+from helpers.specdec.chain import Drafter, generate_chain
+from helpers.specdec.core import GenerationResult, GenerationStats, check_generation, check_positive_int
 
-__all__ = ["NgramIndex", "prompt_lookup_generate"]
+__all__ = ["LookupDrafter", "NgramIndex", "prompt_lookup_generate"]
 
 
 class NgramIndex:
@@ -106,7 +105,31 @@ def next_draft_length(current: int, drafted: int, accepted: int, num_draft: int)
     return max(1, min(num_draft, max(accepted + 1, current // 2)))
 
 
-@torch.inference_mode()
+class LookupDrafter(Drafter):
+    """Drafts copied from the context: the tokens that followed the latest earlier occurrence of the current suffix
+    (:class:`NgramIndex`), ``num_draft`` of them, or an adapted length (:func:`next_draft_length`). As a drafting
+    distribution a copied token is a point mass, so the acceptance test keeps draft d with probability q(d) and on
+    a rejection samples from q with d removed, renormalised: exactly the target's law."""
+
+    def __init__(self, vocab: int, ngram: int = 3, num_draft: int = 8, adaptive: bool = False, min_ngram: int = 1):
+        self.vocab, self.ngram, self.num_draft, self.adaptive, self.min_ngram = vocab, ngram, num_draft, adaptive, min_ngram
+        self.length = num_draft
+        self.index = None
+
+    def start(self, input_ids, capacity: int, hidden=None) -> None:
+        self.index = NgramIndex(self.ngram, input_ids[0].tolist())
+
+    def propose(self, pending, limit: int, temperature: float, generator=None):
+        proposal = self.index.propose(min(self.length, limit), self.min_ngram)
+        drafts = torch.tensor([proposal], dtype=torch.long, device=pending.device)
+        return drafts, _point_masses(drafts, self.vocab, temperature)
+
+    def commit(self, drafts, accepted: int, next_token, emitted, hidden=None) -> None:
+        if self.adaptive:
+            self.length = next_draft_length(self.length, drafts.shape[1], accepted, self.num_draft)
+        self.index.add(emitted)
+
+
 def prompt_lookup_generate(
     target,
     input_ids: torch.Tensor,
@@ -134,38 +157,10 @@ def prompt_lookup_generate(
     """
     check_generation(target, input_ids, max_new_tokens, temperature)
     _check_lookup_options(ngram, num_draft, min_ngram)
-    eos, generator = eos_ids(target, eos_token_id), make_generator(seed, input_ids.device)
     stats = GenerationStats(runtime=resolve_runtime(runtime, target), compiled=compile)
-    clock = PhaseClock(input_ids.device, time_phases)
-    cache = cached_decoder(target, stats.runtime, input_ids.shape[1] + max_new_tokens, compile=compile)
-    pending = prefill_pair(cache, None, input_ids, stats)  # the last prompt token is round 1's pending token
-    index = NgramIndex(ngram, input_ids[0].tolist())
-    draft_length = num_draft
-    stats.time_prefill_s = clock.lap()
-
-    tokens: list[int] = []
-    while True:
-        clock.mark()
-        proposal = index.propose(min(draft_length, max_new_tokens - len(tokens) - 1), min_ngram)
-        drafts = torch.tensor([proposal], dtype=torch.long, device=input_ids.device)
-        stats.time_draft_s += clock.lap()
-        # no match: a plain decode step, exactly the autoregressive baseline's work
-        logits = verify_chain(cache, pending, drafts)
-        stats.target_forwards += 1
-        stats.time_verify_s += clock.lap()
-        accepted, emitted, pending = accept_chain(logits, drafts, _point_masses(drafts, vocab_size(target), temperature),
-                                                  temperature, generator)
-        cache.rollback(len(proposal) - accepted)  # the target saw pending + drafts, keeps pending + accepted
-        if adaptive:
-            draft_length = next_draft_length(draft_length, len(proposal), accepted, num_draft)
-        stats.record_round(accepted, len(proposal))
-        if finish_row(tokens, emitted, max_new_tokens, eos):
-            break
-        index.add(emitted)
-
-    stats.time_total_s = clock.now() - clock.start
-    stats.new_tokens = len(tokens)
-    return GenerationResult(torch.tensor(tokens, dtype=torch.long), stats.finish())
+    drafter = LookupDrafter(target.get_output_embeddings().weight.shape[0], ngram, num_draft, adaptive, min_ngram)
+    return generate_chain(target, drafter, input_ids, max_new_tokens, temperature, seed, stats=stats,
+                          eos_token_id=eos_token_id, time_phases=time_phases, compile=compile)
 
 
 def _point_masses(drafts: torch.Tensor, vocab: int, temperature: float) -> torch.Tensor | None:

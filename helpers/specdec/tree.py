@@ -46,7 +46,6 @@ import torch
 from helpers.models.runtime import cached_decoder, resolve_runtime
 from helpers.specdec.core import (GenerationResult, GenerationStats, PhaseClock, check_draft, check_generation,
                                   eos_ids, finish_row, make_generator, probs)
-from helpers.specdec.linear import prefill_pair
 
 __all__ = ["TreeRound", "TreeStats", "tree_generate", "tree_shape"]
 
@@ -265,7 +264,12 @@ def tree_generate(
     budget = budget if temperature == 0 else None  # sampling keeps every drafted candidate (module docstring)
     target_cache, draft_cache = _tree_caches(target, draft, runtime, input_ids, max_new_tokens,
                                              max_nodes(depth, widths, budget, tree))
-    pending = int(prefill_pair(target_cache, draft_cache, input_ids, stats))
+    if input_ids.shape[1] > 1:  # both caches get all but the last prompt token, round 1's pending token
+        for cache in (target_cache, draft_cache):
+            cache.extend(input_ids[:, :-1])
+        stats.target_forwards += 1
+        stats.draft_forwards += 1
+    pending = int(input_ids[0, -1])
     draft_pending = [pending]  # committed tokens not yet in the draft cache (the last one is `pending`)
     stats.time_prefill_s = clock.lap()
 
