@@ -4,6 +4,8 @@ once for the notebook and :mod:`helpers.gpu_measure`; the measurement of what th
 summaries the notebook prints."""
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
 import torch
 
 from helpers.experiments.common import LoadedModels, check_budget, seed_and_threads, took
@@ -128,3 +130,241 @@ def measure(params: dict, store, progress: bool = True) -> None:
     for name in (BY_SOURCE, SAMPLED):
         measure_best(params, store, models, best, name, prompt_rows, source_rows, progress=progress)
     models.clear()
+
+
+# ------------------------------------------------------------------------------------------- what the notebook prints
+
+TABLE_COLUMNS = {"target": "Target", "draft": "Draft", "gamma": "γ", "alpha": "α", "acceptance_rate": "acc. rate",
+                 "mean_accepted_per_round": "acc./round", "speedup": "speedup", "eq5": "Eq. 5", "tokens_per_s": "tok/s",
+                 "ar_tokens_per_s": "AR tok/s", "c": "c", "verify_ratio": "T_V/T_T"}
+ASSISTED_COLUMNS = {"assisted_tokens_per_s": "assisted tok/s", "speedup_vs_assisted": "vs assisted"}
+
+
+def sweep_table(frame, device_label: str):
+    """The handout's Table 1 with more columns (assisted generation's where it ran), the device in front."""
+    columns = TABLE_COLUMNS | (ASSISTED_COLUMNS if "assisted_tokens_per_s" in frame else {})
+    table = frame[list(columns)].rename(columns=columns)
+    table.insert(0, "device", device_label)
+    return table
+
+
+def verify_slopes(frame) -> dict:
+    """T_V/T_T per extra draft token, fitted per pair (each pair's ratios share one T_T, the pairs' do not):
+    :func:`helpers.stats.line_fit`, unclamped."""
+    from helpers.stats import line_fit
+
+    return {pair: line_fit(group["gamma"], group["verify_ratio"]).slope
+            for pair, group in frame.groupby("pair", observed=True)}
+
+
+def prefill_share(frame):
+    """Whether the prefill was timed as a phase (not on CUDA, where that would need a sync per phase), and its
+    share of each speculative run's time."""
+    timed = bool((frame["device"] != "cuda").all()) if "device" in frame else True
+    return timed, frame["time_prefill_s"] / frame["time_s"]
+
+
+def print_cost_check(frame, costs_by_pair, cost_claims, cost_context_tokens: int, first_target: str,
+                     rows_06) -> tuple[bool, object]:
+    """Eq. 5's sides pair by pair, what each pair's cost terms were timed under, and notebook 06's verify ratio
+    beside them (printed); returns :func:`prefill_share`."""
+    print(costs_by_pair.drop(columns=["target", "draft"]).round(3).to_string(index=False))
+    cost_prompt = costs_by_pair["cost prompt"].iloc[0]
+    prefill_timed, share = prefill_share(frame)
+    print(f"\nEq. 5 leaves out the prefill ("
+          + (f"{share.min():.0%}-{share.max():.0%} of a speculative run's time" if prefill_timed else
+             "not timed separately on this device") + ") "
+          f"and per-round work outside the model; measured above Eq. 5 in {cost_claims['above']} of "
+          f"{cost_claims['rows']} rows, below in {cost_claims['below']}; every pair's rows on one side: "
+          f"{cost_claims['sides_by_pair']}")
+    for target in cost_claims["shared_targets"]:
+        mine = costs_by_pair[costs_by_pair["target"] == target]
+        print(f"{target}: the same runtime ({mine['runtime'].iloc[0]}) and context ({cost_prompt}, "
+              f"{cost_context_tokens} tokens for {first_target}'s tokenizer) for its {len(mine)} pairs, yet T_T "
+              f"{' vs '.join(f'{t:.2f}' for t in mine['T_T (ms)'])} ms ({cost_claims['tt_spread']:.0%} apart) and T_V "
+              f"at gamma={mine['gamma'].iloc[0]} {' vs '.join(f'{t:.2f}' for t in mine['T_V (ms)'])} ms "
+              f"({cost_claims['tv_spread']:.0%} apart): timing variation between the runs")
+    print("measured / Eq. 5 per pair: " + "; ".join(f"{r['pair']} {r['ratio low']:.2f}-{r['ratio high']:.2f} (T_T "
+                                                    f"{r['T_T (ms)']:.2f} ms)" for _, r in costs_by_pair.iterrows()))
+    if cost_claims["above"] == 0:
+        print(f"no row lies above Eq. 5: all {cost_claims['rows']} below it, as the prefill and per-round work alone "
+              "would put them")
+    else:
+        print("the pair whose T_T was timed lowest lies above Eq. 5 most often (a low T_T inflates c and T_V/T_T, so "
+              f"Eq. 5 comes out low): {cost_claims['low_tt_above']}")
+    if cost_claims["shared_targets"]:
+        print(f"the ratio ranges of the pairs sharing a target overlap, so their {cost_claims['tt_spread']:.0%} T_T "
+              f"difference does not show in the ratios: {cost_claims['ratios_overlap']}")
+    _print_verify_06(rows_06)
+    for pair in cost_claims["tt_over_ar_step"]:
+        print(f"{pair}: its isolated T_T exceeds the AR generation's own time per token, prefill included: timed in a "
+              "slow phase")
+    return prefill_timed, share
+
+
+def _print_verify_06(rows_06) -> None:
+    """Notebook 06's T(2)/T(1) (§4.2's verify timing of the same kind of ratio), where its rows have it."""
+    if "measure" not in rows_06 or not (rows_06["measure"] == "verify").any():
+        return
+    for model_06, group in rows_06[rows_06["measure"] == "verify"].groupby("model"):
+        medians = group.set_index("new_tokens")["time_s_median"]
+        if {1, 2} <= set(medians.index):
+            print(f"notebook 06's T(2)/T(1) for {model_06}: {medians[2] / medians[1]:.2f}, timed with transformers' "
+                  f"own forward (helpers.generation.sweeps.measure_verify) after a random prefix of "
+                  f"{int(group['prefix_len'].iloc[0])} tokens, medians, in another run: not this notebook's T_V(1)/T_T")
+
+
+def print_best(best) -> None:
+    """The best configuration of the sweep, and against assisted generation where the peer ran at its gamma."""
+    print(f"best configuration: {best['pair']}, gamma = {int(best['gamma'])}: {best['speedup']:.2f}x over AR "
+          f"({best['tokens_per_s']:.1f} vs {best['ar_tokens_per_s']:.1f} tok/s), alpha = {best['alpha']:.3f}, "
+          f"{best['mean_accepted_per_round']:.2f} accepted drafts per round, c = {best['c']:.3f}, "
+          f"T_V/T_T = {best['verify_ratio']:.2f}; Eq. 5 predicts {best['eq5']:.2f}x")
+    if pd.notna(best.get("speedup_vs_assisted")):  # the peer ran at this gamma
+        print(f"  against transformers' assisted generation at the same gamma: {best['speedup_vs_assisted']:.2f}x; "
+              f"its default schedule: {best['assisted_default_tokens_per_s']:.1f} tok/s")
+
+
+def assisted_over_ar(frame):
+    """transformers' assisted generation over OUR AR baseline on the same prompts, per row where it ran (empty
+    where it did not): below ~1, "vs assisted" mostly compares the runtimes, not the two algorithms."""
+    if "assisted_tokens_per_s" not in frame or not frame["assisted_tokens_per_s"].notna().any():
+        return pd.Series(dtype=float)
+    peer_rows = frame.dropna(subset=["assisted_tokens_per_s"])
+    return peer_rows["assisted_tokens_per_s"] / peer_rows["ar_tokens_per_s"]
+
+
+def print_assisted(frame, ratio) -> bool:
+    """Assisted generation's tokens/s per pair against our AR (printed); True when it is no faster than our AR."""
+    peer_rows = frame.dropna(subset=["assisted_tokens_per_s"])
+    for pair, group in peer_rows.groupby("pair", observed=True):
+        print(f"{pair}: assisted generation {group['assisted_tokens_per_s'].min():.1f}-"
+              f"{group['assisted_tokens_per_s'].max():.1f} tok/s against our AR {group['ar_tokens_per_s'].iloc[0]:.1f} "
+              f"tok/s: {(group['assisted_tokens_per_s'] / group['ar_tokens_per_s']).min():.2f}-"
+              f"{(group['assisted_tokens_per_s'] / group['ar_tokens_per_s']).max():.2f}x of our AR")
+    no_gain = bool(ratio.max() < 1.05)  # assisted no faster than our plain decoding
+    print(f"assisted generation / our AR: {ratio.min():.2f}-{ratio.max():.2f}x -> "
+          + ("no faster than our AR: 'vs assisted' measures the runtimes more than the algorithms" if no_gain
+             else "faster than our AR"))
+    return no_gain
+
+
+def alpha_deviation(frame) -> dict:
+    """Per pair: the largest distance of a gamma's alpha from the pair's pooled alpha, in standard errors."""
+    out = {}
+    for pair, group in frame.groupby("pair", observed=True):
+        tests = group["accepted"] + group["rejections"]
+        pooled = group["accepted"].sum() / tests.sum()
+        out[pair] = float(((group["alpha"] - pooled) / np.sqrt(pooled * (1 - pooled) / tests)).abs().max())
+    return out
+
+
+def verify_trend(frame, slopes: dict) -> str:
+    """The report's sentence on T_V/T_T over gamma, pair by pair, from :func:`verify_slopes`."""
+    def phrase(pair, slope):
+        span = frame.loc[frame["pair"] == pair, "verify_ratio"]
+        return (f"{'grows' if slope > 0.01 else 'does not grow measurably'} with gamma for {pair} (fitted slope "
+                f"{slope:+.3f} per draft token, range {span.min():.2f}-{span.max():.2f})")
+
+    return "; it ".join(phrase(pair, slope) for pair, slope in slopes.items())
+
+
+def cost_numbers(costs_by_pair, cost_claims) -> dict:
+    """The numbers behind the sentence about the cost terms (worded by :func:`helpers.specdec.sweeps.cost_check`)."""
+    shared = bool(cost_claims["shared_targets"])
+    return {
+        "cost_shared": int(shared), "cost_targets": ", ".join(cost_claims["shared_targets"]),
+        "cost_tt_spread_pct": int(round(100 * cost_claims["tt_spread"])) if shared else 0,
+        "cost_tv_spread_pct": int(round(100 * cost_claims["tv_spread"])) if shared else 0,
+        "cost_sides_by_pair": int(cost_claims["sides_by_pair"]), "cost_low_tt_above": int(cost_claims["low_tt_above"]),
+        "cost_ratios_overlap": int(cost_claims["ratios_overlap"]),
+        "cost_ratio_ranges": "; ".join(f"{r['draft']}: {r['ratio low']:.2f}-{r['ratio high']:.2f} with the "
+                                       f"target step timed at {r['T_T (ms)']:.2f} ms" for _, r in costs_by_pair.iterrows()),
+        "cost_slow_count": len(cost_claims["tt_over_ar_step"]),
+        "cost_slow_pairs": "; ".join(cost_claims["tt_over_ar_step"]),
+    }
+
+
+def print_source_claims(by_source, checks: dict) -> None:
+    """The per-source prose's checks (:func:`helpers.specdec.sweeps.source_claims`), printed."""
+    from helpers.specdec.sweeps import correlation_word
+
+    expected, measured_order, fast, slow = checks["expected"], checks["measured_order"], checks["fast"], checks["slow"]
+    print(f"order of alpha: {' > '.join(measured_order)}; expected {' > '.join(expected)}: "
+          f"{'as expected' if measured_order == expected else 'NOT as expected'}")
+    for a, b, overlap in checks["order_swaps"]:
+        print(f"departure: {b} above {a} (expected the reverse); alpha intervals {a} "
+              f"{by_source.loc[a, 'alpha_low']:.2f}-{by_source.loc[a, 'alpha_high']:.2f}, {b} "
+              f"{by_source.loc[b, 'alpha_low']:.2f}-{by_source.loc[b, 'alpha_high']:.2f}: "
+              + ("overlap, within the prompt-to-prompt noise" if overlap else "separated, beyond the noise"))
+    print(f"fastest source: {fast} ({by_source.loc[fast, 'speedup']:.2f}x, 95% CI {by_source.loc[fast, 'speedup_low']:.2f}-"
+          f"{by_source.loc[fast, 'speedup_high']:.2f}, alpha {by_source.loc[fast, 'alpha']:.3f}); slowest: {slow} "
+          f"({by_source.loc[slow, 'speedup']:.2f}x, 95% CI {by_source.loc[slow, 'speedup_low']:.2f}-"
+          f"{by_source.loc[slow, 'speedup_high']:.2f}, alpha {by_source.loc[slow, 'alpha']:.3f}); their speedup intervals "
+          f"{'do not overlap' if checks['separated'] else 'overlap'}, their alpha intervals "
+          f"{'do not overlap' if checks['alpha_separated'] else 'overlap'}")
+    print(f"over the {len(by_source)} sources: alpha and speedup rank them {'alike' if checks['same_order'] else 'differently'}"
+          f" (rank correlation {checks['rank_correlation']:.2f}, Pearson {checks['correlation']:.2f}); the speedup intervals "
+          f"of {checks['overlapping_pairs']} of {checks['source_pairs']} pairs of sources overlap")
+    print(f"over the {checks['prompts']} prompts: rank correlation of a prompt's speedup with its alpha "
+          f"{checks['prompt_alpha_rho']:.2f} ({correlation_word(checks['prompt_alpha_rho'])}), with its length "
+          f"{checks['prompt_length_rho']:.2f}, with its length at a given alpha (partial) "
+          f"{checks['prompt_length_partial_rho']:.2f} ({correlation_word(checks['prompt_length_partial_rho'])})")
+    print(f"the Wilson interval is narrower than the bootstrap over prompts for {checks['wilson_narrower']} of "
+          f"{len(by_source)} sources")
+
+
+def source_numbers(by_source, by_source_run: dict, checks: dict) -> dict:
+    """The report's numbers of the per-source study."""
+    from helpers.specdec.sweeps import correlation_word
+
+    fast, slow, measured_order = checks["fast"], checks["slow"], checks["measured_order"]
+    return {
+        "source_overall_speedup": float(by_source_run["speedup"]), "source_overall_alpha": float(by_source_run["alpha"]),
+        "fast_source": fast, "fast_source_speedup": float(by_source.loc[fast, "speedup"]),
+        "fast_source_alpha": float(by_source.loc[fast, "alpha"]),
+        "slow_source": slow, "slow_source_speedup": float(by_source.loc[slow, "speedup"]),
+        "slow_source_alpha": float(by_source.loc[slow, "alpha"]),
+        "sources_alpha_order": " > ".join(measured_order),
+        "sources_order_as_expected": "follows" if measured_order == checks["expected"] else "does not follow",
+        "sources_order_swaps": len(checks["order_swaps"]),
+        "sources_swaps_within_noise": int(checks["swaps_within_noise"]),
+        "sources_order_departure": "; ".join(
+            f"{b} above {a} (alpha intervals {by_source.loc[b, 'alpha_low']:.2f}-"
+            f"{by_source.loc[b, 'alpha_high']:.2f} and {by_source.loc[a, 'alpha_low']:.2f}-"
+            f"{by_source.loc[a, 'alpha_high']:.2f}, {'overlapping' if overlap else 'separated'})"
+            for a, b, overlap in checks["order_swaps"]) or "none",
+        "sources_separated": "do not overlap" if checks["separated"] else "overlap",
+        "sources_correlation": round(float(checks["correlation"]), 2),
+        "sources_rank_correlation": round(float(checks["rank_correlation"]), 2),
+        "sources_rank": "rank the sources alike" if checks["same_order"] else "rank the sources differently",
+        "sources_overlap": f"{checks['overlapping_pairs']} of {checks['source_pairs']}",
+        "sources_all_overlap": int(checks["overlapping_pairs"] == checks["source_pairs"]),
+        "source_prompt_points": checks["prompts"], "source_count": len(by_source),
+        "prompt_alpha_rho": round(checks["prompt_alpha_rho"], 2),
+        "prompt_alpha_word": correlation_word(checks["prompt_alpha_rho"]),
+        "prompt_length_partial_rho": round(checks["prompt_length_partial_rho"], 2),
+        "prompt_length_word": correlation_word(checks["prompt_length_partial_rho"]),
+    }
+
+
+def optimum_numbers(optimum: dict, handout_best) -> dict:
+    """The report's sentences on each pair's optimum, and which of two drafts peaks later (printed check)."""
+    numbers = {"pairs_summary": "; ".join(
+        f"{pair}: the speedup {o['shape']} (best gamma {o['gamma']}, {o['speedup']:.2f}x), alpha "
+        f"{o['alpha_range'][0]:.2f}-{o['alpha_range'][1]:.2f}, c = {o['c']:.3f}" for pair, o in optimum.items())}
+    numbers["optimum_inside"] = ("inside the sweep for every pair" if all(o["shape"] == "peaks inside the sweep"
+                                                                           for o in optimum.values())
+                                 else "not inside the sweep for every pair")
+    numbers["handout_best"] = f"{handout_best['pair']} at gamma {int(handout_best['gamma'])} ({handout_best['speedup']:.2f}x)"
+    if len(optimum) != 2:
+        return {**numbers, "drafts_tradeoff": 0}
+    (pair_a, opt_a), (pair_b, opt_b) = optimum.items()  # the CPU profile's two drafts; which one peaks later
+    numbers["later_peak"] = (f"{pair_b} peaks at a larger gamma than {pair_a}" if opt_b["gamma"] > opt_a["gamma"] else
+                             f"{pair_b} peaks at a smaller gamma than {pair_a}" if opt_b["gamma"] < opt_a["gamma"] else
+                             f"both pairs peak at the same gamma")
+    # the report's "opposite directions": the second draft costs more per token AND agrees more often
+    numbers["drafts_tradeoff"] = int(opt_b["c"] > opt_a["c"] and min(opt_b["alpha_range"]) > max(opt_a["alpha_range"]))
+    print(f"{pair_b}: c {opt_b['c']:.3f} vs {opt_a['c']:.3f}, alpha {min(opt_b['alpha_range']):.3f}.. vs "
+          f"..{max(opt_a['alpha_range']):.3f}: costs more and agrees more often: {bool(numbers['drafts_tradeoff'])}")
+    return numbers
