@@ -48,3 +48,20 @@ def test_runtime_resolution(qwen3):
         resolve_runtime("onnx", qwen3)
     with pytest.raises(ValueError, match="resolve the runtime"):
         cached_decoder(qwen3, "auto", 8)
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("last_only", [True, False])
+def test_return_hidden_gives_the_lm_heads_input_in_both_runtimes(qwen3, last_only):
+    """Medusa heads and a feature draft read the verify forward's hidden states: the final norm's output, the same
+    in both runtimes, and the LM head of it is the logits."""
+    ids = torch.randint(0, 50, (1, 9), generator=torch.Generator().manual_seed(2))
+    got = {}
+    for runtime in ("minimal", "transformers"):
+        decoder = cached_decoder(qwen3, runtime, capacity=16)
+        decoder.extend(ids[:, :4])
+        logits, hidden = decoder.extend(ids[:, 4:], last_only=last_only, return_hidden=True)
+        assert hidden.shape == (1, 1 if last_only else 5, 32)
+        torch.testing.assert_close(qwen3.lm_head(hidden), logits, rtol=1e-4, atol=1e-4)
+        got[runtime] = hidden
+    torch.testing.assert_close(got["minimal"], got["transformers"], rtol=1e-4, atol=1e-4)

@@ -237,7 +237,7 @@ class MiniQwen3(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, cache: KVCache | None = None, last_only: bool = False, *,
                 attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                tree_mask: torch.Tensor | None = None) -> torch.Tensor:
+                tree_mask: torch.Tensor | None = None, return_hidden: bool = False):
         """Logits for ``input_ids`` (batch, q), placed after the tokens already in ``cache``.
 
         Prefill is a call with the prompt, a decode step a call with one token per sequence; both extend the
@@ -247,7 +247,9 @@ class MiniQwen3(nn.Module):
         - ``position_ids`` (batch, q) or (q,): explicit positions (a tree's nodes sit at their depth), default
           each row's next positions;
         - ``tree_mask`` (q, q) or (batch, q, q) bool: which new tokens each new token sees (default causal);
-          (q, m) with m > q also covers the last m - q stored tokens (:meth:`KVCache.attention_mask`).
+          (q, m) with m > q also covers the last m - q stored tokens (:meth:`KVCache.attention_mask`);
+        - ``return_hidden``: ``(logits, hidden)``, with the hidden states the LM head reads (after the final norm),
+          the features that Medusa heads and a feature-level draft work on.
         """
         batch, seq = input_ids.shape
         device = input_ids.device
@@ -282,7 +284,8 @@ class MiniQwen3(nn.Module):
                                self.embed_tokens.weight.dtype)
         if positions.dim() == 2:  # per-row positions: broadcast over heads
             cos, sin = cos[:, None], sin[:, None]
-        if self.compiled_step is not None and cache is not None and cache.static_shapes and seq == 1:
+        if (self.compiled_step is not None and cache is not None and cache.static_shapes and seq == 1
+                and not return_hidden):
             # A decode step with the same shapes every call: the compiled graph writes through a slot tensor.
             if positions.dim() == 1:
                 cos, sin = cos.expand(batch, 1, 1, -1), sin.expand(batch, 1, 1, -1)
@@ -301,7 +304,8 @@ class MiniQwen3(nn.Module):
             cache.advance(seq)
         if last_only:
             x = x[:, -1:]
-        return self.lm_head(self.norm(x))
+        hidden = self.norm(x)
+        return (self.lm_head(hidden), hidden) if return_hidden else self.lm_head(hidden)
 
     def _step(self, input_ids, cos, sin, mask, buffers, slots):
         """One decode step over the whole static cache (what ``torch.compile`` traces)."""

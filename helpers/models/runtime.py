@@ -52,8 +52,9 @@ class TransformersDecoder:
         return self.lengths[0]
 
     def extend(self, input_ids: torch.Tensor, last_only: bool = True, *, attention_mask=None, position_ids=None,
-               tree_mask=None) -> torch.Tensor:
-        """Logits (batch, positions, vocab) for ``input_ids`` placed after each row's cached tokens."""
+               tree_mask=None, return_hidden: bool = False):
+        """Logits (batch, positions, vocab) for ``input_ids`` placed after each row's cached tokens; with
+        ``return_hidden`` also the last layer's hidden states after the final norm (what the LM head reads)."""
         if tree_mask is not None:
             raise NotImplementedError("tree masks need the minimal runtime (a Qwen3 model)")
         new = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(self.device).long()
@@ -62,11 +63,13 @@ class TransformersDecoder:
             position_ids = (start + new.cumsum(dim=1) - 1).clamp(min=0)
         self.mask = torch.cat([self.mask, new], dim=1)
         self.gaps = self.gaps or attention_mask is not None
-        logits = self.model(input_ids=input_ids, attention_mask=self.mask if self.gaps else None,
-                            position_ids=position_ids, past_key_values=self.cache, use_cache=True,
-                            logits_to_keep=1 if last_only else 0).logits
+        out = self.model(input_ids=input_ids, attention_mask=self.mask if self.gaps else None,
+                         position_ids=position_ids, past_key_values=self.cache, use_cache=True,
+                         logits_to_keep=1 if last_only else 0, output_hidden_states=return_hidden)
         self.lengths = [n + int(k) for n, k in zip(self.lengths, new.sum(dim=1).tolist())]
-        return logits
+        if return_hidden:  # transformers' last hidden state is the final norm's output
+            return out.logits, out.hidden_states[-1][:, -1:] if last_only else out.hidden_states[-1]
+        return out.logits
 
     def rollback(self, tokens) -> None:
         """Row ``b`` forgets its last ``tokens[b]`` tokens (an int: every row)."""
@@ -134,12 +137,12 @@ class MinimalDecoder:
         return self.cache.token_counts
 
     def extend(self, input_ids: torch.Tensor, last_only: bool = True, *, attention_mask=None, position_ids=None,
-               tree_mask=None) -> torch.Tensor:
+               tree_mask=None, return_hidden: bool = False):
         if (self.graphed is not None and attention_mask is None and position_ids is None and tree_mask is None
-                and self.graphed.graphable(input_ids)):
+                and not return_hidden and self.graphed.graphable(input_ids)):
             return self.graphed(input_ids, last_only=last_only)
         return self.model(input_ids, self.cache, last_only=last_only, attention_mask=attention_mask,
-                          position_ids=position_ids, tree_mask=tree_mask)
+                          position_ids=position_ids, tree_mask=tree_mask, return_hidden=return_hidden)
 
     def rollback(self, tokens) -> None:
         self.cache.rollback(tokens)
