@@ -1,0 +1,256 @@
+"""Notebook 11 (long-context self-speculation, MagicDec): its result rows from the parameters, and the analysis it
+prints.
+
+:func:`measure` builds every result-store configuration (one per (context, batch) point of the sweep, and the
+window study) and measures only what the store lacks (every point again with ``selfspec_remeasure``). The
+analysis functions take the notebook's frames and return what it prints (``text``) and the numbers the report
+quotes (``numbers``); the measurements themselves live in :mod:`helpers.experiments.selfspec_study`.
+"""
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from helpers.experiments.selfspec_study import against_one, byte_terms, compare_at, prefill_long, tied_with_best
+from helpers.specdec.analysis import predicted_speedup
+
+RESULTS = "11_long_context_self_speculation"
+# the notebook parameters the measurement reads (the notebook passes exactly these)
+PARAMETERS = ("device", "selfspec_model", "selfspec_dtype", "selfspec_contexts", "selfspec_batches", "selfspec_gamma",
+              "selfspec_window", "selfspec_sinks", "selfspec_new_tokens", "selfspec_repeats", "window_context",
+              "window_batch", "window_sizes", "selfspec_remeasure")
+
+
+def _base(params: dict) -> dict:
+    return {"model": params["selfspec_model"], "dtype": params["selfspec_dtype"], "device": params["device"],
+            "gamma": params["selfspec_gamma"], "sinks": params["selfspec_sinks"],
+            "new_tokens": params["selfspec_new_tokens"], "repeats": params["selfspec_repeats"]}
+
+
+def point_config(params: dict, context: int, batch: int) -> dict:
+    """The result-store configuration of one (context, batch) point of the sweep."""
+    return {"kind": "speedup", **_base(params), "context": context, "batch": batch, "window": params["selfspec_window"]}
+
+
+def window_config(params: dict) -> dict:
+    """The result-store configuration of the window study (one row holding every window)."""
+    return {"kind": "windows", **_base(params), "context": params["window_context"], "batch": params["window_batch"],
+            "windows": list(params["window_sizes"])}
+
+
+def load(params: dict) -> tuple:
+    """``(hf_model, model, tokenizer)``: the model as loaded, and the model file over the same weights (meta tensors
+    when rendering results only)."""
+    import torch
+
+    from helpers.models import load_model
+    from helpers.models.runtime import minimal_view
+
+    hf_model, tokenizer = load_model(params["selfspec_model"], device=params["device"],
+                                     dtype=getattr(torch, params["selfspec_dtype"]))
+    return hf_model, minimal_view(hf_model), tokenizer
+
+
+def measure(params: dict, store, progress: bool = True, *, models=None) -> dict:
+    """Measure what ``store(RESULTS)`` lacks and return ``{"sweep": one row per point with its byte terms,
+    "windows": one row per window}`` (DataFrames). For each context the largest batch still needed is prefilled once
+    and every batch decodes from copies of it. ``models``: :func:`load`'s triple when the caller has it. ``store``
+    is a factory ``store(result_name) -> ResultStore``; a ``store.budget`` (the GPU window's) is checked before a
+    prefill."""
+    from helpers.results import results_only, run_metadata
+
+    hf_model, model, tokenizer = models if models is not None else load(params)
+    results, budget = store(RESULTS), getattr(store, "budget", None)
+    rerun, room = params["selfspec_remeasure"], params["selfspec_new_tokens"] + params["selfspec_gamma"] + 1
+    meta = run_metadata(model_id=params["selfspec_model"], weights=hf_model.weights_label,
+                        dtype=params["selfspec_dtype"], device=params["device"], seed=0, load_average=os.getloadavg()[0])
+    settings = {key: params[f"selfspec_{key}"] for key in ("gamma", "window", "sinks", "repeats")}
+    points = []
+    bar = tqdm(total=len(params["selfspec_contexts"]) * len(params["selfspec_batches"]),
+               desc="(context, batch) points", disable=not progress)
+    for context in params["selfspec_contexts"]:
+        needed = [b for b in params["selfspec_batches"] if rerun or not results.has(point_config(params, context, b))]
+        state = None
+        if needed and not results_only():
+            if budget is not None:
+                budget.check(f"prefill of {max(needed)} x {context} tokens")
+            state = prefill_long(model, _prompts(tokenizer, max(needed), context), room=room)
+        for batch in params["selfspec_batches"]:
+            config = point_config(params, context, batch)
+            row = results.run(config, lambda: {key: value for key, value in compare_at(
+                state.copy(batch), max_new_tokens=params["selfspec_new_tokens"], **settings)[0].items()
+                if key not in config}, meta=meta, rerun=rerun)  # the settings are in the config
+            points.append({**row, **byte_terms(model, context, batch)})
+            bar.update()
+        del state
+    bar.close()
+    windows = results.run(window_config(params), lambda: {"rows": compare_at(
+        prefill_long(model, _prompts(tokenizer, params["window_batch"], params["window_context"]), room=room),
+        max_new_tokens=params["selfspec_new_tokens"], **settings, windows=tuple(params["window_sizes"]))},
+        meta=meta, rerun=rerun)
+    return {"sweep": pd.DataFrame(points), "windows": pd.DataFrame(windows["rows"])}
+
+
+def _prompts(tokenizer, batch: int, context: int):
+    from helpers.prompts import long_heldout_prompts
+
+    return long_heldout_prompts(tokenizer, batch, context)
+
+
+def _at(sweep: pd.DataFrame, context: int) -> pd.DataFrame:
+    return sweep[sweep.context == context].sort_values("batch")
+
+
+def sweep_summary(sweep: pd.DataFrame, contexts, gamma: int) -> dict:
+    """Section 3: the long-context, large-batch corner where MagicDec's mechanism should show (each speedup against
+    1 beyond its own repeat spread), how the speedup and c move with the batch at the longest and the shortest
+    context, Eq. 5's error, verification's cost, and what holds the speedup back (c against its floor, T_V/T_T).
+    Returns ``region`` (to display), ``long_ctx``, ``long_rows``, ``long_rises`` (section 5 reads them), ``text``
+    and ``numbers``."""
+    v = _sweep_values(sweep, contexts, gamma)
+    return {"region": v["region"], "long_ctx": v["long_ctx"], "long_rows": v["long_rows"],
+            "long_rises": v["long_rises"], "text": _sweep_text(v, contexts), "numbers": _sweep_numbers(v)}
+
+
+def _sweep_values(sweep: pd.DataFrame, contexts, gamma: int) -> dict:
+    sweep = sweep.copy()
+    long_ctx = max(c for c in contexts if c >= 2048) if max(contexts) >= 2048 else max(contexts)
+    short_ctx = min(contexts)
+    region = sweep[(sweep.context >= 2048) & (sweep.batch >= 8)].copy()
+    # against 1, beyond each point's own repeat spread ((max - min) / median of its per-repeat ratios): a speedup
+    # closer to 1 than that is within the noise, neither faster nor slower
+    region["full_vs_ar"] = [against_one(s, d) for s, d in zip(region.full_batch_speedup, region.full_batch_spread)]
+    region["run_vs_ar"] = [against_one(s, d) for s, d in zip(region.speedup, region.speedup_spread)]
+    long_rows, short_rows = _at(sweep, long_ctx), _at(sweep, short_ctx)
+    sweep["eq5_error_pct"] = 100 * (sweep.eq5_speedup / sweep.full_batch_speedup - 1)
+    # verification: its cost against a decode step, and how it moves with the batch at every context
+    verify_ends = {ctx: (_at(sweep, ctx).verify_ratio.iloc[0], _at(sweep, ctx).verify_ratio.iloc[-1]) for ctx in contexts}
+    round_cost = lambda r: gamma * r.draft_ratio + r.verify_ratio  # noqa: E731 - a round in target steps, T_D and T_V
+    # what holds the speedup back: the draft cannot cost less than a full step at the shortest context (same batch)
+    sweep["c_floor"] = [sweep[(sweep.context == short_ctx) & (sweep.batch == b)].ar_step_s.iloc[0] / t
+                        for b, t in zip(sweep.batch, sweep.ar_step_s)]
+    sweep["eq5_if_v1"] = predicted_speedup(gamma, sweep.alpha, sweep.draft_ratio, 1.0)
+    held_rows = sweep.loc[region.index]  # with the columns computed above
+    over_floor = held_rows.draft_ratio / held_rows.c_floor  # 1: the draft costs what a full step at short context does
+    return {"sweep": sweep, "region": region, "long_ctx": long_ctx, "short_ctx": short_ctx, "long_rows": long_rows,
+            "short_rows": short_rows, "count": lambda column, side: int((region[column] == side).sum()),
+            "run_above": ", ".join(f"{r.context}x{r.batch}" for r in region[region.run_vs_ar == "above"].itertuples()),
+            "run_above_long_only": sorted(set(region[region.run_vs_ar == "above"].context)) == [max(contexts)],
+            "long_rises": bool(long_rows.full_batch_speedup.iloc[-1] > long_rows.full_batch_speedup.iloc[0]),
+            "short_falls": bool(short_rows.full_batch_speedup.iloc[-1] < short_rows.full_batch_speedup.iloc[0]),
+            "worst": sweep.loc[sweep.eq5_error_pct.abs().idxmax()], "verify_ends": verify_ends,
+            "verify_above_step": bool(sweep.verify_ratio.min() > 1),
+            "verify_grows": all(last > first for first, last in verify_ends.values()),
+            "round_first": round_cost(long_rows.iloc[0]), "round_last": round_cost(long_rows.iloc[-1]),
+            "short_c_near_one": bool((short_rows.draft_ratio - 1).abs().max() <= 0.15),
+            "tail": sweep.full_batch_speedup / sweep.speedup, "held_rows": held_rows, "over_floor": over_floor,
+            "c_near_floor": bool(len(held_rows) and over_floor.median() <= 1.3),
+            "verify_costly": bool(len(held_rows) and held_rows.verify_ratio.min() >= 1.2),
+            "best": sweep.loc[sweep.full_batch_speedup.idxmax()]}
+
+
+def _sweep_text(v: dict, contexts) -> str:
+    region, count, sweep, worst, tail = v["region"], v["count"], v["sweep"], v["worst"], v["tail"]
+    long_ctx, short_ctx, long_rows, short_rows = v["long_ctx"], v["short_ctx"], v["long_rows"], v["short_rows"]
+    lines = [
+        f"context >= 2048 and batch >= 8: self-speculation {region.full_batch_speedup.min():.2f}x to "
+        f"{region.full_batch_speedup.max():.2f}x over batched AR at full batch; whole run {region.speedup.min():.2f}x to "
+        f"{region.speedup.max():.2f}x",
+        f"beyond each point's repeat spread: full batch {count('full_vs_ar', 'above')} of {len(region)} above 1, "
+        f"{count('full_vs_ar', 'within')} within the noise, {count('full_vs_ar', 'below')} below; whole run "
+        f"{count('run_vs_ar', 'above')} above ({v['run_above'] or 'none'}; only the "
+        f"{max(contexts)}-token points: {v['run_above_long_only']}), {count('run_vs_ar', 'within')} within, "
+        f"{count('run_vs_ar', 'below')} below",
+        f"context {long_ctx}: full-batch speedup {long_rows.full_batch_speedup.iloc[0]:.2f}x at batch "
+        f"{long_rows.batch.iloc[0]} -> {long_rows.full_batch_speedup.iloc[-1]:.2f}x at batch {long_rows.batch.iloc[-1]} "
+        f"(rises: {v['long_rises']}); context {short_ctx}: {short_rows.full_batch_speedup.iloc[0]:.2f}x -> "
+        f"{short_rows.full_batch_speedup.iloc[-1]:.2f}x (falls: {v['short_falls']})",
+        f"c = T_D/T_T at context {long_ctx}: {long_rows.draft_ratio.iloc[0]:.3f} (batch {long_rows.batch.iloc[0]}) -> "
+        f"{long_rows.draft_ratio.iloc[-1]:.3f} (batch {long_rows.batch.iloc[-1]}); at context {short_ctx}: "
+        f"{short_rows.draft_ratio.iloc[0]:.3f} -> {short_rows.draft_ratio.iloc[-1]:.3f}",
+        f"Eq. 5 with the measured terms: mean |error| {sweep.eq5_error_pct.abs().mean():.1f}%, worst "
+        f"{worst.eq5_error_pct:+.1f}% at context {worst.context}, batch {worst.batch}",
+        f"T_V/T_T over the grid: {sweep.verify_ratio.min():.2f} .. {sweep.verify_ratio.max():.2f} (above one decode step "
+        f"everywhere: {v['verify_above_step']}); batch {long_rows.batch.iloc[0]} -> {long_rows.batch.iloc[-1]}: "
+        + ", ".join(f"{ctx}: {first:.2f} -> {last:.2f}" for ctx, (first, last) in v["verify_ends"].items())
+        + f" (higher at the largest batch at every context: {v['verify_grows']})",
+        f"context {long_ctx}: a round costs gamma c + T_V/T_T = {v['round_first']:.2f} T_T at batch "
+        f"{long_rows.batch.iloc[0]} and {v['round_last']:.2f} at batch {long_rows.batch.iloc[-1]} (falls: "
+        f"{v['round_last'] < v['round_first']}): c falls from {long_rows.draft_ratio.iloc[0]:.2f} to "
+        f"{long_rows.draft_ratio.iloc[-1]:.2f} while T_V/T_T goes from {long_rows.verify_ratio.iloc[0]:.2f} to "
+        f"{long_rows.verify_ratio.iloc[-1]:.2f}",
+        f"context {short_ctx}: c {short_rows.draft_ratio.min():.2f} .. {short_rows.draft_ratio.max():.2f} over the "
+        f"batches (within 15% of a full step everywhere: {v['short_c_near_one']}) although KV/weights reaches "
+        f"{short_rows.kv_weight_ratio.max():.1f} at batch {short_rows.batch.iloc[-1]}",
+        f"the whole run is slower than the full batch by {tail.min():.2f}x .. {tail.max():.2f}x: the batch ran up to "
+        f"{sweep.straggler.max():.2f}x the rounds of its mean row, its slowest rows finishing on a shrinking batch"]
+    lines += [f"  L={r.context}, B={r.batch}: c = {r.draft_ratio:.2f} against its floor T_T({short_ctx}, B)/T_T(L, B) = "
+              f"{r.c_floor:.2f}; T_V/T_T = {r.verify_ratio:.2f}; with T_V = T_T Eq. 5 would give {r.eq5_if_v1:.2f}x"
+              for r in v["held_rows"].itertuples()]
+    lines.append(f"c / its floor at those points: {v['over_floor'].min():.2f} .. {v['over_floor'].max():.2f} (median "
+                 f"within 30%: {v['c_near_floor']}); T_V/T_T >= 1.2 there (verification costs more than a step): "
+                 f"{v['verify_costly']}")
+    return "\n".join(lines)
+
+
+def _sweep_numbers(v: dict) -> dict:
+    region, count, sweep, worst, tail, best = v["region"], v["count"], v["sweep"], v["worst"], v["tail"], v["best"]
+    long_rows, short_rows, held_rows, over_floor = v["long_rows"], v["short_rows"], v["held_rows"], v["over_floor"]
+    return {
+        "region_min": region.full_batch_speedup.min(), "region_max": region.full_batch_speedup.max(),
+        "region_run_min": region.speedup.min(), "region_run_max": region.speedup.max(),
+        "region_points": len(region), "region_full_above": count("full_vs_ar", "above"),
+        "region_full_within": count("full_vs_ar", "within"), "region_full_below": count("full_vs_ar", "below"),
+        "region_run_above": count("run_vs_ar", "above"), "region_run_within": count("run_vs_ar", "within"),
+        "region_run_below": count("run_vs_ar", "below"), "region_run_above_points": v["run_above"],
+        "region_run_above_long_only": int(v["run_above_long_only"]),
+        "region_full_spread_max": 100 * region.full_batch_spread.max(), "region_kv_min": region.kv_weight_ratio.min(),
+        "tail_min": tail.min(), "tail_max": tail.max(), "straggler_max": sweep.straggler.max(),
+        "long_ctx": v["long_ctx"], "short_ctx": v["short_ctx"], "long_first": long_rows.full_batch_speedup.iloc[0],
+        "long_last": long_rows.full_batch_speedup.iloc[-1], "short_first": short_rows.full_batch_speedup.iloc[0],
+        "short_last": short_rows.full_batch_speedup.iloc[-1], "first_batch": int(long_rows.batch.iloc[0]),
+        "last_batch": int(long_rows.batch.iloc[-1]), "long_rises": int(v["long_rises"]),
+        "short_falls": int(v["short_falls"]),
+        "c_long_first": long_rows.draft_ratio.iloc[0], "c_long_last": long_rows.draft_ratio.iloc[-1],
+        "c_short_first": short_rows.draft_ratio.iloc[0], "c_short_last": short_rows.draft_ratio.iloc[-1],
+        "v_long_last": long_rows.verify_ratio.iloc[-1], "v_short_last": short_rows.verify_ratio.iloc[-1],
+        "eq5_mean_error": sweep.eq5_error_pct.abs().mean(), "eq5_worst_error": worst.eq5_error_pct,
+        "eq5_worst_context": int(worst.context), "eq5_worst_batch": int(worst.batch),
+        "v_long_first": long_rows.verify_ratio.iloc[0], "v_short_first": short_rows.verify_ratio.iloc[0],
+        "v_above_step": int(v["verify_above_step"]), "v_grows": int(v["verify_grows"]),
+        "round_long_first": v["round_first"], "round_long_last": v["round_last"],
+        "round_falls": int(v["round_last"] < v["round_first"]),
+        "short_c_near_one": int(v["short_c_near_one"]), "short_kv_max": short_rows.kv_weight_ratio.max(),
+        "held_c_min": held_rows.draft_ratio.min(), "held_c_max": held_rows.draft_ratio.max(),
+        "held_floor_min": held_rows.c_floor.min(), "held_floor_max": held_rows.c_floor.max(),
+        "held_v_min": held_rows.verify_ratio.min(), "held_v_max": held_rows.verify_ratio.max(),
+        "held_if_v1_min": held_rows.eq5_if_v1.min(), "held_if_v1_max": held_rows.eq5_if_v1.max(),
+        "v_min": sweep.verify_ratio.min(), "v_max": sweep.verify_ratio.max(),
+        "best_speedup": best.full_batch_speedup, "best_context": int(best.context), "best_batch": int(best.batch),
+        "alpha_min": sweep.alpha.min(), "alpha_max": sweep.alpha.max(),
+        "c_near_floor": int(v["c_near_floor"]), "verify_costly": int(v["verify_costly"]),
+        "over_floor_min": over_floor.min(), "over_floor_max": over_floor.max()}
+
+
+def window_summary(windows: pd.DataFrame) -> dict:
+    """Section 4: α and c from the smallest to the largest window, the fastest window, and the windows within the
+    repeats' spread of it (the best window cannot be named among those)."""
+    best_window = windows.loc[windows.full_batch_speedup.idxmax()]
+    tied = pd.Series(tied_with_best(windows.full_batch_speedup, windows.full_batch_spread), index=windows.index)
+    tied_windows = windows[tied].window.tolist()
+    smallest, largest = windows.iloc[0], windows.iloc[-1]
+    text = (f"alpha {smallest.alpha:.3f} [{smallest.alpha_low:.3f}, {smallest.alpha_high:.3f}] at window "
+            f"{smallest.window} -> {largest.alpha:.3f} [{largest.alpha_low:.3f}, {largest.alpha_high:.3f}] at window "
+            f"{largest.window}; c {smallest.draft_ratio:.3f} -> {largest.draft_ratio:.3f}; fastest: window "
+            f"{best_window.window} at {best_window.full_batch_speedup:.2f}x (full batch); within the repeats' spread "
+            f"of it: windows {tied_windows} ({windows[tied].full_batch_speedup.min():.2f}x .. "
+            f"{best_window.full_batch_speedup:.2f}x)")
+    numbers = {"win_small": int(smallest.window), "win_large": int(largest.window), "win_alpha_small": smallest.alpha,
+               "win_alpha_large": largest.alpha, "win_c_small": smallest.draft_ratio,
+               "win_c_large": largest.draft_ratio, "win_best": int(best_window.window),
+               "win_best_speedup": best_window.full_batch_speedup, "win_tied": ", ".join(map(str, tied_windows)),
+               "win_tied_count": len(tied_windows), "win_tied_min": min(tied_windows),
+               "win_tied_max": max(tied_windows), "win_tied_low": windows[tied].full_batch_speedup.min()}
+    return {"text": text, "numbers": numbers}

@@ -1,0 +1,54 @@
+"""helpers.experiments.nb11: notebook 11's configurations and measurement find the committed CPU rows (nothing is
+measured), and the analysis returns the numbers the notebook prints, from those rows."""
+from __future__ import annotations
+
+import pytest
+
+from helpers.experiments import nb11
+from helpers.results import ResultStore
+from helpers.run_all import load_params
+
+
+@pytest.fixture(scope="module")
+def params():
+    found = load_params("cpu")
+    return {name: found[name] for name in nb11.PARAMETERS}
+
+
+@pytest.fixture(scope="module")
+def measured(params):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WORKBOOK_RESULTS_ONLY", "1")  # a missing row would raise instead of measuring
+        return nb11.measure(params, lambda name: ResultStore("cpu", name), progress=False)
+
+
+def test_configs_hold_the_settings(params):
+    point = nb11.point_config(params, 512, 4)
+    assert (point["kind"], point["context"], point["batch"], point["window"]) == ("speedup", 512, 4,
+                                                                                 params["selfspec_window"])
+    assert nb11.window_config(params)["windows"] == list(params["window_sizes"])
+
+
+def test_measure_finds_every_point_and_the_windows(params, measured):
+    sweep = measured["sweep"]
+    assert len(sweep) == len(params["selfspec_contexts"]) * len(params["selfspec_batches"])
+    assert "kv_weight_ratio" in sweep.columns and sweep.identical.all()
+    assert list(measured["windows"].window) == list(params["window_sizes"])
+
+
+def test_sweep_summary(params, measured):
+    found = nb11.sweep_summary(measured["sweep"], params["selfspec_contexts"], params["selfspec_gamma"])
+    assert "eq5_error_pct" not in measured["sweep"].columns  # the notebook's frame is left as it was
+    numbers = found["numbers"]
+    assert numbers["long_ctx"] == found["long_ctx"] == 4096 and numbers["short_ctx"] == 512
+    assert numbers["region_points"] == len(found["region"]) == (
+        numbers["region_full_above"] + numbers["region_full_within"] + numbers["region_full_below"])
+    assert list(numbers)[0] == "region_min" and list(numbers)[-1] == "over_floor_max"
+    assert found["text"].startswith("context >= 2048 and batch >= 8")
+
+
+def test_window_summary(measured):
+    found = nb11.window_summary(measured["windows"])
+    numbers = found["numbers"]
+    assert numbers["win_best"] in [int(w) for w in numbers["win_tied"].split(", ")]
+    assert numbers["win_tied_min"] <= numbers["win_best"] <= numbers["win_tied_max"]
