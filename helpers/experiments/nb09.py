@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import numpy as np
+import pandas as pd
 import torch
 
 from helpers.experiments.common import check_budget, seed_and_threads
@@ -113,3 +115,202 @@ def measure(params: dict, store, progress: bool = True) -> None:
     batch_rows(params, results, pair)
     del pair
     free_memory()
+
+
+# ------------------------------------------------------------------------------------------- what the notebook prints
+
+HANDOUT_MODELS = ("Qwen/Qwen3-8B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-0.6B", "meta-llama/Llama-3.1-8B",
+                  "meta-llama/Llama-3.2-1B")
+HANDOUT_PAIRS = {"Qwen3-0.6B / Qwen3-8B": ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B"),
+                 "Qwen3-1.7B / Qwen3-8B": ("Qwen/Qwen3-1.7B", "Qwen/Qwen3-8B"),
+                 "Llama-3.2-1B / Llama-3.1-8B": ("meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B")}
+
+
+def print_handout_depths() -> dict[str, int]:
+    """Depth and weight bytes of the handout's models (printed); their layer counts."""
+    from helpers.memory import decode_weight_bytes, load_config, weight_bytes
+
+    layers = {}
+    for model_id in HANDOUT_MODELS:
+        config = load_config(model_id)
+        layers[model_id] = config.num_hidden_layers
+        print(f"{model_id:24s} {config.num_hidden_layers:3d} layers  {weight_bytes(config) / 1e9:5.2f} GB of bf16 weights, "
+              f"{decode_weight_bytes(config) / 1e9:5.2f} GB read per decode step "
+              + ("(tied embedding: read once, as the LM head)" if config.tie_word_embeddings
+                 else "(untied input embedding not read: one row per token)"))
+    return layers
+
+
+def print_draft_cost_ratios(layers: dict) -> tuple[dict, dict]:
+    """Per handout pair: the launch-bound c (draft layers / target layers) and the memory-bound c (the weight bytes
+    a decode step reads, :func:`helpers.memory.decode_weight_bytes`, weights only), printed."""
+    from helpers.memory import decode_weight_bytes, load_config
+
+    launch_c = {name: layers[d] / layers[t] for name, (d, t) in HANDOUT_PAIRS.items()}
+    bytes_c = {name: decode_weight_bytes(load_config(d)) / decode_weight_bytes(load_config(t))
+               for name, (d, t) in HANDOUT_PAIRS.items()}
+    for name, ratio in launch_c.items():
+        print(f"{name:28s} launch-bound c = draft layers / target layers {ratio:.2f} "
+              f"(gamma*c > 1 from gamma = {int(np.floor(1 / ratio)) + 1}); memory-bound c = weight bytes ratio "
+              f"{bytes_c[name]:.3f}")
+    return launch_c, bytes_c
+
+
+def compare_costs_with_07(rows_07, draft_name: str, tokenizer, T_T: float, T_D: float, c: float,
+                          cost_row: dict) -> dict:
+    """The same pair's cost terms in notebook 07 and here: what each was timed under, and whether context explains
+    the gap (printed); the report's numbers (``c07_available`` 0 without 07's rows of this draft)."""
+    from helpers.prompts import load_prompts
+
+    same_07 = rows_07[rows_07["draft"] == draft_name] if not rows_07.empty else rows_07
+    if not len(same_07):
+        return {"c07_available": 0}
+    r07 = same_07.iloc[0]  # 07 times the costs once per pair, on the cached context of its sweep's first prompt
+    first_07 = list(r07["prompt_ids"])[0]
+    text_07 = next((p["prompt"] for p in load_prompts() if p["id"] == first_07), None)
+    context_07 = len(tokenizer(text_07)["input_ids"]) if text_07 is not None else float("nan")
+    conditions = pd.DataFrame({
+        "notebook": ["07", "09"], "T_T (ms)": [1e3 * r07["T_T_s"], 1e3 * T_T], "T_D (ms)": [1e3 * r07["T_D_s"], 1e3 * T_D],
+        "c": [r07["c"], c], "context (tokens)": [context_07, cost_row["context_len"]],
+        "runtime": [r07.get("runtime"), cost_row.get("runtime")],
+        "stored at": [r07.get("timestamp"), cost_row.get("timestamp")]})
+    print(conditions.round(3).to_string(index=False))
+    # a longer cached context can only make a forward dearer (unknown context: assume it may explain the gap)
+    longer = conditions["context (tokens)"].idxmax() if conditions["context (tokens)"].notna().all() else None
+    context_explains = longer is None or bool(conditions["T_T (ms)"].idxmax() == longer
+                                              and conditions["T_D (ms)"].idxmax() == longer)
+    c_reason = ("the longer context is also the dearer forward (or a context is unknown), so context may explain part of "
+                "the gap" if context_explains
+                else "the measurement at the longer context is the cheaper one, so context does not explain the gap: "
+                     "it is timing variation between two runs on a shared machine")
+    print(f"c of {draft_name}: {r07['c']:.3f} in 07, {c:.3f} here ({abs(r07['c'] / c - 1):.0%} apart); same runtime: "
+          f"{conditions['runtime'].nunique() == 1}; {c_reason}")
+    return {"c07_same": float(r07["c"]), "c07_ctx": context_07 if text_07 is None else int(context_07),
+            "c09_ctx": int(cost_row["context_len"]),
+            "c07_tt_ms": 1e3 * float(r07["T_T_s"]), "c_reason": c_reason, "c07_available": 1}
+
+
+def source_run(by_source_07, rows_07, dear_draft: str):
+    """Alpha per prompt source from ONE run of notebook 07: its dedicated per-source run where it exists (more
+    prompts per source, one gamma), else the main gamma sweep pooled over its gammas: (sources, draft, run text)."""
+    from helpers.specdec.costs import alpha_by_source
+
+    if len(by_source_07):
+        src_row = by_source_07.iloc[0]
+        sources = alpha_by_source(by_source_07)
+        src_prompts = len(src_row["prompt_ids"])
+        return sources, src_row["draft"], (
+            f"notebook 07's per-source run ({src_prompts} prompts, {src_prompts // max(len(sources), 1)} per source, "
+            f"gamma = {int(src_row['gamma'])}, {src_row['draft']})")
+    sources = alpha_by_source(rows_07[rows_07["draft"] == dear_draft])
+    return sources, dear_draft, (
+        f"notebook 07's gamma sweep ({len(rows_07['prompt_ids'].iloc[0])} prompts, pooled over its "
+        f"{rows_07.loc[rows_07['draft'] == dear_draft, 'gamma'].nunique()} gammas, {dear_draft})")
+
+
+def other_draft_order(rows_07, other: str, src_draft: str, high_source: str) -> dict:
+    """Whether the other draft (07's gamma sweep, per gamma: the only run that has it) puts the sources in the same
+    order as ``src_draft``'s run (printed); the report's numbers."""
+    from helpers.specdec.costs import alpha_by_source
+
+    per_gamma_src = {int(g): alpha_by_source(grp).set_index("source")["alpha"]
+                     for g, grp in rows_07[rows_07["draft"] == other].groupby("gamma")}
+    if not per_gamma_src or not all(len(s) >= 2 for s in per_gamma_src.values()):
+        return {"q07_other_available": 0}
+    other_high = {s.idxmax() for s in per_gamma_src.values()}
+    other_top = other_high.pop() if len(other_high) == 1 else None
+
+    def span(source):
+        vals = [s[source] for s in per_gamma_src.values() if source in s]
+        return f"{min(vals):.2f}-{max(vals):.2f}"
+
+    order_differs = other_top is not None and other_top != high_source
+    other_text = (f"for {other} (07's gamma sweep, {len(per_gamma_src)} gammas) "
+                  + (f"{other_top} is highest at every gamma ({span(other_top)})" if other_top
+                     else "the highest source changes with gamma")
+                  + f" and {high_source} gives {span(high_source)}")
+    print(other_text + f" -> the order {'differs' if order_differs else 'does not differ'} from {src_draft}'s")
+    return {"q07_other_order_text": other_text, "q07_order_differs": int(order_differs), "q07_other_available": 1}
+
+
+def source_numbers(drafts_07: dict, rows_07, by_source_07) -> dict:
+    """Alpha per prompt source (:func:`source_run`) and whether the other draft agrees, printed; the report's
+    numbers."""
+    sources, src_draft, src_run = source_run(by_source_07, rows_07, drafts_07["dear"]["draft"])
+    if len(sources) < 2:
+        return {"q07_sources": 0, "q07_other_available": 0}
+    low, high = sources.iloc[0], sources.iloc[-1]
+    print(f"alpha per prompt source, {src_run}: " + ", ".join(f"{s.source} {s.alpha:.3f}" for s in sources.itertuples()))
+    numbers = {"q07_source_low": low["source"], "q07_source_low_alpha": low["alpha"],
+               "q07_source_high": high["source"], "q07_source_high_alpha": high["alpha"],
+               "q07_source_run": src_run, "q07_sources": 1}
+    cheap, dear = drafts_07["cheap"]["draft"], drafts_07["dear"]["draft"]
+    other = cheap if src_draft != cheap else dear
+    return numbers | other_draft_order(rows_07, other, src_draft, high["source"])
+
+
+def print_batch_trend(by_batch) -> dict:
+    """T_V/T_T, alpha and the decode speedup over the batch size (printed); the report's numbers."""
+    numbers = {}
+    for key, column in (("speedup", "speedup"), ("decode_speedup", "decode_speedup"), ("predicted", "predicted"),
+                        ("straggler", "straggler"), ("verify_ratio", "T_V/T_T")):
+        numbers.update({f"batch{int(b)}_{key}": value for b, value in zip(by_batch["batch_size"], by_batch[column])})
+    first_row, last_row = by_batch.iloc[0], by_batch.iloc[-1]
+    verify_grows = bool(last_row["T_V/T_T"] > first_row["T_V/T_T"])  # higher at the largest B than at B = 1
+    verify_monotone = bool(by_batch["T_V/T_T"].is_monotonic_increasing)  # and at every step in between?
+    verify_dip = by_batch.loc[by_batch["T_V/T_T"].idxmin()]
+    # each B runs on the first B prompts (prompts[:B]): a different prompt set per B, so alpha and the speedup mix
+    # prompt effects with batch effects
+    print("alpha per B (prompt set = the first B held-out prompts; rounds of the batch): "
+          + ", ".join(f"B={int(r.batch_size)}: {r.alpha:.3f} ({int(r.rounds)} rounds)" for r in by_batch.itertuples()))
+    print(f"T_V/T_T over B: " + ", ".join(f"{v:.2f}" for v in by_batch["T_V/T_T"])
+          + f" -> {'monotone' if verify_monotone else 'NOT monotone'}; higher at B={int(last_row['batch_size'])} than "
+          f"at B=1: " + str(verify_grows))
+    speedup_falls = bool(last_row["decode_speedup"] < first_row["decode_speedup"])
+    print(f"B={int(first_row['batch_size'])} -> B={int(last_row['batch_size'])}: T_V/T_T {first_row['T_V/T_T']:.2f} -> "
+          f"{last_row['T_V/T_T']:.2f} ({'higher at the largest B' if verify_grows else 'NOT higher at the largest B'}"
+          f"{'' if verify_monotone else ', not monotone'}); decode speedup "
+          f"{first_row['decode_speedup']:.2f} -> {last_row['decode_speedup']:.2f} "
+          f"({'falls' if speedup_falls else 'does NOT fall'}); straggler factor up to {by_batch['straggler'].max():.2f}")
+    return numbers | {
+        "batch_verify_monotone": int(verify_monotone), "batch_verify_min": float(verify_dip["T_V/T_T"]),
+        "batch_verify_min_b": int(verify_dip["batch_size"]),
+        "batch_alpha_text": ", ".join(f"{a:.3f}" for a in by_batch["alpha"]),
+        "batch_alpha_min": float(by_batch["alpha"].min()), "batch_alpha_max": float(by_batch["alpha"].max()),
+        "batch_sizes_text": ", ".join(str(int(b)) for b in by_batch["batch_size"]),
+        "batch1_rounds": int(by_batch["rounds"].iloc[0]),
+        "batch_verify_grows": int(verify_grows), "batch_speedup_falls": int(speedup_falls),
+        "batch_first": int(first_row["batch_size"]), "batch_last": int(last_row["batch_size"])}
+
+
+def accounting_numbers(accounting, verdicts: dict, tolerance: float, largest_loss: str, factors: list) -> dict:
+    """The report's numbers of the batch accounting (:func:`helpers.specdec.analysis.batch_accounting`)."""
+    outside, above = verdicts["below"], verdicts["above"]
+    within = sorted(verdicts["below_within"] + verdicts["above_within"])
+    first_b, last_b = accounting.iloc[0], accounting.iloc[-1]
+    numbers = {"batch_bracketed": int(not outside and not above),
+               "batch_outside": ", ".join(str(b) for b in outside) or "none",
+               "batch_outside_count": len(outside), "batch_above": ", ".join(str(b) for b in above) or "none",
+               "batch_above_count": len(above), "batch_within": ", ".join(str(b) for b in within) or "none",
+               "batch_within_count": len(within), "bound_tolerance_pct": 100 * tolerance,
+               "batch_largest_loss": largest_loss.replace("_", " ")}
+    for key in factors + ["eq5_over_straggler"]:
+        numbers.update({f"acc_{key}_first": float(first_b[key]), f"acc_{key}_last": float(last_b[key])})
+    return numbers | {"acc_b_first": int(first_b["B"]), "acc_b_last": int(last_b["B"]),
+                      "acc_overhead_min": float(accounting["overhead"].min()),
+                      "acc_overhead_max": float(accounting["overhead"].max())}
+
+
+def kv_draft_ratios(gpu_name: str, context_len: int) -> tuple[float, float]:
+    """Qwen3-0.6B / Qwen3-8B memory-bound c with the KV cache of ``context_len`` tokens (batch 1, roofline of
+    ``gpu_name``): as a decode step pays it (an untied input embedding not read) and counting every parameter
+    (notebook 08's roofline-table convention)."""
+    from helpers.gpu_specs import gpu_spec, roofline_seconds
+    from helpers.memory import load_config
+    from helpers.specdec.analysis import decode_roofline_seconds
+
+    gpu = gpu_spec(gpu_name)
+    q06, q8 = load_config("Qwen/Qwen3-0.6B"), load_config("Qwen/Qwen3-8B")
+    decode = (decode_roofline_seconds(q06, gpu, 1, 1, context_len) / decode_roofline_seconds(q8, gpu, 1, 1, context_len))
+    every = roofline_seconds(q06, gpu, 1, 1, context_len) / roofline_seconds(q8, gpu, 1, 1, context_len)
+    return decode, every
