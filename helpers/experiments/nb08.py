@@ -1,0 +1,268 @@
+"""Notebook 08 (handout §4.5): §4.4's best and worst configurations read from notebook 07's rows, the host cost per
+layer fitted from measured step times (notebook 07's models, notebook 12's equal-size drafts), and the roofline
+model's predictions on two GPUs: the analysis and the summaries the notebook prints (it measures nothing)."""
+from __future__ import annotations
+
+import pandas as pd
+
+from helpers.gpu_specs import best_and_worst, collect_results, describe_ties, layer_cost_fit, roofline_seconds, \
+    run_to_run_spread
+from helpers.memory import load_config
+from helpers.models import model_config
+from helpers.paths import REPO_ROOT
+
+
+def profile_rows(notebook: str, profile: str, *, say: str = "") -> pd.DataFrame:
+    """A notebook's rows of every profile from this run's output root, else (printing ``say``) the committed ones
+    (e.g. this notebook validated alone in a fresh output root)."""
+    runs = collect_results(notebook)
+    if runs.empty or not (runs["profile"] == profile).any():
+        runs = collect_results(notebook, root=REPO_ROOT)
+        if say:
+            print(say)
+    return runs
+
+
+def sweep_rows(profile: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Notebook 07's sweep rows of every profile, and this profile's (an error without them)."""
+    runs = profile_rows("07_speculative_decoding", profile, say=f"no notebook 07 results for profile {profile!r} in "
+                        "this run's output root: using the committed ones")
+    own = runs[runs["profile"] == profile] if not runs.empty else runs
+    if own.empty:
+        raise FileNotFoundError(f"no notebook 07 results for profile {profile!r}: run notebook 07 first "
+                                f"(python -m helpers.run_all --profile {profile} --only 07)")
+    return runs, own
+
+
+def tie_tolerance(own: pd.DataFrame) -> float:
+    """The run-to-run spread of the timings (the same target's T_T, timed once per pair under the same
+    conditions); 0 where no target was timed twice."""
+    spread = run_to_run_spread(own[own["status"] == "ok"])
+    return 0.0 if spread != spread else spread
+
+
+def print_best_worst(own: pd.DataFrame, tolerance: float) -> pd.DataFrame:
+    """The best and the worst configuration among the rows with a handout gamma, and what is tied with each."""
+    chosen = best_and_worst(own, tolerance=tolerance)  # among the rows flagged handout_gamma (gamma in {2, 3, 5, 7})
+    for _, row in chosen.iterrows():
+        print(f"{row['which']}: {describe_ties(row['ties'])}, within {tolerance:.1%} (run-to-run T_T spread) of the "
+              f"{row['which']} -> " + ("a single configuration" if row["n_tied"] == 1 else
+                                       f"{row['n_tied']} configurations, indistinguishable in one run"))
+    return chosen
+
+
+def measured_best_worst(chosen: pd.DataFrame, runs: pd.DataFrame, own: pd.DataFrame) -> tuple[pd.DataFrame, list]:
+    """The best and worst configurations on every device that ran them (printed), and those devices."""
+    measured = chosen[["which", "target", "draft", "gamma"]].merge(runs[runs["status"] == "ok"],
+                                                                   on=["target", "draft", "gamma"])
+    measured = measured[["which", "device_name", "target", "draft", "gamma", "alpha", "c", "speedup"]]
+    devices = sorted(measured["device_name"].unique())
+    print(measured.round(3).to_string(index=False))
+    print(f"\n§4.4 rows: {len(own)} configurations on {own['device_name'].iloc[0]}; devices with the best/worst rows: "
+          f"{', '.join(devices)}" + ("" if len(devices) > 1 else
+                                     " (no second device has run them: no measured GPU comparison yet)"))
+    return measured, devices
+
+
+def best_worst_numbers(own: pd.DataFrame, chosen: pd.DataFrame, devices: list, tolerance: float) -> dict:
+    best, worst = chosen.iloc[0], chosen.iloc[1]
+    return {"n_configs": len(own), "source_device": own["device_name"].iloc[0],
+            "best_cfg": f"{best['draft']}, gamma={best['gamma']}", "best_speedup": best["speedup"],
+            "best_alpha": best["alpha"], "worst_cfg": f"{worst['draft']}, gamma={worst['gamma']}",
+            "worst_speedup": worst["speedup"], "worst_alpha": worst["alpha"],
+            "devices_with_results": ", ".join(devices), "tie_tolerance_pct": 100 * tolerance,
+            "best_ties": describe_ties(best["ties"]), "worst_ties": describe_ties(worst["ties"]),
+            "best_tied": int(best["n_tied"] > 1), "worst_tied": int(worst["n_tied"] > 1)}
+
+
+def print_fit_a(ok_rows: pd.DataFrame, context_len: int) -> tuple[pd.DataFrame, dict]:
+    """Fit A: the host time per forward (a + b * layers) over notebook 07's models (their median T_T and T_D); on a
+    GPU only what the roofline leaves over. Printed; returns the per-model frame and the fit."""
+    from helpers.gpu_specs import gpu_spec
+
+    costs = pd.concat([ok_rows[["target", "T_T_s"]].set_axis(["model", "seconds"], axis=1),
+                       ok_rows[["draft", "T_D_s"]].set_axis(["model", "seconds"], axis=1)]).groupby("model")["seconds"].median()
+    fit = pd.DataFrame({"layers": [model_config(m).num_hidden_layers for m in costs.index],
+                        "hidden": [model_config(m).hidden_size for m in costs.index], "measured (ms)": costs * 1e3})
+    if ok_rows["device"].iloc[0] == "cuda":  # on a GPU the measured time also holds the roofline time
+        live = gpu_spec(ok_rows["device_name"].iloc[0])
+        fit["measured (ms)"] -= [roofline_seconds(model_config(m), live, 1, 1, context_len) * 1e3 for m in costs.index]
+    fit07 = layer_cost_fit(fit["layers"], fit["measured (ms)"] / 1e3, names=fit.index)
+    fit["fit (ms)"] = (fit07["fixed_s"] + fit07["per_layer_s"] * fit["layers"]) * 1e3
+    fit["residual"] = fit07["residuals"]["residual"]
+    print(fit.round(3).to_string())
+    print(f"\nfit A, notebook 07's {fit07['points']} models on {ok_rows['device_name'].iloc[0]}: a = "
+          f"{fit07['fixed_s'] * 1e3:.3f} ms per forward, b = {fit07['per_layer_s'] * 1e3:.3f} ms per layer (runtime: "
+          f"{', '.join(sorted(ok_rows['runtime'].unique()))})"
+          + ("; the least-squares intercept was negative and is clipped to 0" if fit07["clipped"] else "")
+          + f"; largest residual {fit07['max_abs_residual']:.0%}")
+    return fit, fit07
+
+
+def print_fit_b(profile: str, fit: pd.DataFrame) -> dict | None:
+    """Fit B over notebook 12's drafts of EQUAL size and different depth (printed, and its line against the 07
+    models in ``fit["fit B (ms)"]``); None without two depths among its rows."""
+    runs12 = profile_rows("12_draft_design", profile)
+    rows12 = runs12[(runs12["profile"] == profile) & (runs12.get("status", "ok") == "ok")] if not runs12.empty else runs12
+    family = rows12[rows12["draft"].astype(str).str.fullmatch(r".*-\d+x\d+")] if "draft" in rows12 else rows12
+    if len(family) < 2 or family["draft"].map(lambda d: model_config(d).num_hidden_layers).nunique() < 2:
+        print("no notebook 12 results for this profile: fit A only (its sensitivity cannot be shown)")
+        return None
+    fam = pd.DataFrame({"layers": [model_config(d).num_hidden_layers for d in family["draft"]],
+                        "T_D (ms)": [r["T_D"] * 1e3 for r in family["costs"]]}, index=family["draft"].to_numpy())
+    fit12 = layer_cost_fit(fam["layers"], fam["T_D (ms)"] / 1e3, names=fam.index)
+    print(fit12["residuals"].round(3).to_string())
+    print(f"fit B, notebook 12's {fit12['points']} equal-size drafts on {family['device_name'].iloc[0]}: a = "
+          f"{fit12['fixed_s'] * 1e3:.3f} ms per forward, b = {fit12['per_layer_s'] * 1e3:.3f} ms per layer, r2 "
+          f"{fit12['r2']:.3f}, largest residual {fit12['max_abs_residual']:.0%}")
+    fit["fit B (ms)"] = (fit12["fixed_s"] + fit12["per_layer_s"] * fit["layers"]) * 1e3  # the 07 models it did not see
+    print(fit[["layers", "measured (ms)", "fit B (ms)"]].round(3).to_string())
+    return fit12
+
+
+def host_numbers(fit: pd.DataFrame, fit07: dict, fit12: dict | None, device_name: str) -> dict:
+    """The report's numbers of the two host-cost fits."""
+    d2 = fit07["residuals"]["residual"]
+    worst_point = d2.abs().idxmax()
+    return {"host_fixed_ms": fit07["fixed_s"] * 1e3, "host_per_layer_ms": fit07["per_layer_s"] * 1e3,
+            "host_device": device_name, "host_points": fit07["points"],
+            "host_clipped": int(fit07["clipped"]), "host_worst_model": str(worst_point),
+            "host_worst_measured_ms": float(fit.loc[worst_point, "measured (ms)"]),
+            "host_worst_fit_ms": float(fit.loc[worst_point, "fit (ms)"]),
+            "host_worst_residual_pct": 100 * abs(float(d2[worst_point])),
+            "host_alt": int(fit12 is not None),
+            "host2_fixed_ms": fit12["fixed_s"] * 1e3 if fit12 else 0.0,
+            "host2_per_layer_ms": fit12["per_layer_s"] * 1e3 if fit12 else 0.0,
+            "host2_points": fit12["points"] if fit12 else 0, "host2_r2": fit12["r2"] if fit12 else 0.0,
+            "host2_max_residual_pct": 100 * fit12["max_abs_residual"] if fit12 else 0.0,
+            # fit B's line at the depth of notebook 07's target, against that target's measured step
+            "host2_cpu_target_ms": float(fit["fit B (ms)"].max()) if fit12 else 0.0,
+            "cpu_target_ms": float(fit.loc[fit["layers"].idxmax(), "measured (ms)"]),
+            "cpu_target_layers": int(fit["layers"].max())}
+
+
+def _host_and_roofline(model_id: str, fixed_s: float, per_layer_s: float, compare: dict, context_len: int):
+    """A model's host time per forward under a fit, and its roofline step time on each compared GPU (ms)."""
+    config = load_config(model_id)
+    host_ms = (fixed_s + per_layer_s * config.num_hidden_layers) * 1e3
+    roof_ms = {gpu["gpu"]: roofline_seconds(config, gpu, 1, 1, context_len) * 1e3 for gpu in compare.values()}
+    return config, host_ms, roof_ms
+
+
+def print_host_bound(host_fits: dict, model_ids: list, compare: dict, fast, slow, context_len: int,
+                     host_device: str) -> dict:
+    """The "+ host cost" regime's assumption in numbers: this device's per-layer time applied to the GPUs unchanged,
+    per fit and model (printed: which GPUs it makes host-bound); the report's numbers."""
+    numbers = {}
+    for name, (fixed_s, per_layer_s) in host_fits.items():  # fit B: the same per model, in one line each
+        if name == "A":
+            continue
+        for model_id in model_ids:
+            _, host_ms, roof_ms = _host_and_roofline(model_id, fixed_s, per_layer_s, compare, context_len)
+            bound = [g for g, t in roof_ms.items() if host_ms > t]
+            print(f"fit {name}: {model_id}: host {host_ms:.2f} ms per forward -> host-bound on "
+                  f"{', '.join(bound) or 'neither GPU'}")
+            if model_id == model_ids[0]:
+                numbers.update({"host2_target_ms": host_ms, "host2_target_bound_fast": int(fast["gpu"] in bound),
+                                "host2_target_bound_slow": int(slow["gpu"] in bound)})
+    print("fit A:")
+    host_bound = {}
+    for model_id in model_ids:
+        config, host_ms, roof_ms = _host_and_roofline(model_id, *host_fits["A"], compare, context_len)
+        host_bound[model_id] = {g: host_ms > t for g, t in roof_ms.items()}
+        print(f"{model_id} ({config.num_hidden_layers} layers): host {host_ms:.1f} ms per forward, assumed from "
+              f"{host_device}; roofline " + ", ".join(f"{g} {t:.2f} ms" for g, t in roof_ms.items())
+              + " -> host-bound on " + (", ".join(g for g, b in host_bound[model_id].items() if b) or "neither GPU"))
+        if model_id == model_ids[0]:
+            numbers.update({"host_target_ms": host_ms, "roof_target_fast_ms": roof_ms[fast["gpu"]],
+                            "roof_target_slow_ms": roof_ms[slow["gpu"]], "host_target_layers": config.num_hidden_layers,
+                            "host_target_bound_fast": int(host_bound[model_id][fast["gpu"]]),
+                            "host_target_bound_slow": int(host_bound[model_id][slow["gpu"]])})
+    for key in ("host2_target_ms", "host2_target_bound_fast", "host2_target_bound_slow"):
+        numbers.setdefault(key, 0.0 if key.endswith("ms") else 0)
+    all_host_bound = all(all(b.values()) for b in host_bound.values())
+    print("every Qwen3 model host-bound on both GPUs under this assumption:", all_host_bound)
+    return numbers | {"host_all_bound": int(all_host_bound)}
+
+
+def column(gpu: str, regime: str) -> str:
+    """The prediction table's column of one GPU and regime."""
+    return f"{gpu}, {regime} (model)"
+
+
+def prediction_numbers(predicted: pd.DataFrame, regimes: dict, compare: dict, fast, slow) -> dict:
+    """Does §4.4's best stay ahead of its worst in the prediction, and is the host-cost prediction lower on the
+    faster-memory GPU (printed); the report's numbers."""
+    from helpers.gpu_specs import gpu_spec
+
+    keeps = {regime: bool(predicted.loc[0, column(fast["gpu"], regime)] >= predicted.loc[1, column(fast["gpu"], regime)])
+             for regime in regimes}
+    print("does §4.4's best stay ahead of its worst in the prediction?", keeps)
+    numbers = {}
+    for i, which in enumerate(["best", "worst"]):
+        for gpu_name in compare:
+            key = gpu_spec(gpu_name)["gpu"].replace(" ", "")
+            for regime, short in (("roofline only", "roof"), ("+ host cost", "host")):
+                numbers[f"pred_{which}_{key}_{short}"] = predicted.loc[i, column(gpu_name, regime)]
+                if regime == "+ host cost" and "+ host cost B" in regimes:
+                    numbers[f"pred_{which}_{key}_host2"] = predicted.loc[i, column(gpu_name, "+ host cost B")]
+        numbers[f"pred_{which}_pair"] = predicted.loc[i, "handout pair"]
+        numbers[f"pred_{which}_alpha"] = predicted.loc[i, "alpha (borrowed)"]
+    gap = [r[column(slow['gpu'], '+ host cost')] - r[column(fast['gpu'], '+ host cost')] for _, r in predicted.iterrows()]
+    host_cmp = (f"lower on the {fast['gpu']} than on the {slow['gpu']}" if min(gap) > 1e-3 else
+                "the same on both GPUs (the host time exceeds even the slower GPU's memory time: both are host-bound)"
+                if max(gap) <= 1e-3 else f"no higher on the {fast['gpu']} than on the {slow['gpu']}")
+    print("with the host cost, the predicted speedup is", host_cmp)
+    return numbers | {
+        "host_gpu_cmp": host_cmp, "rank_roof": "stays ahead of" if keeps["roofline only"] else "falls behind",
+        "rank_host": "stays ahead of" if keeps["+ host cost"] else "falls behind",
+        "rank_host2": ("stays ahead of" if keeps["+ host cost B"] else "falls behind") if "+ host cost B" in keeps
+        else "(not computed)",
+        "rank_host_fits_agree": int("+ host cost B" not in keeps or keeps["+ host cost"] == keeps["+ host cost B"])}
+
+
+def prediction_grid(predict, compare: dict, drafts: list, gammas: list, regimes: dict, alpha_for: dict,
+                    target: str) -> pd.DataFrame:
+    """The model over every handout draft and gamma on each GPU: c and the speedup per regime (``predict``:
+    ``(target, draft, gamma, gpu, host) -> eq5_prediction``)."""
+    grid = []
+    for gpu_name, gpu in compare.items():
+        for draft_id in drafts:
+            for gamma in gammas:
+                row = {"GPU": gpu_name, "draft": draft_id.split("/")[1], "gamma": gamma,
+                       "alpha (borrowed)": alpha_for[draft_id]}
+                for regime, host in regimes.items():
+                    p = predict(target, draft_id, gamma, gpu, host)
+                    row[f"c, {regime}"], row[f"speedup, {regime} (model)"] = p["c"], p["speedup"]
+                grid.append(row)
+    return pd.DataFrame(grid)
+
+
+def grid_numbers(model: pd.DataFrame, gpus: list, regimes: dict) -> dict:
+    """The smallest c per GPU and regime, and whether the host-cost prediction is below 1 everywhere, per fit and
+    GPU (printed); the report's numbers."""
+    from helpers.gpu_specs import gpu_spec
+
+    numbers = {}
+    for gpu_name in gpus:
+        part = model[model["GPU"] == gpu_name]
+        key = gpu_spec(gpu_name)["gpu"].replace(" ", "")
+        numbers[f"c_{key}_roof"] = part["c, roofline only"].min()
+        numbers[f"c_{key}_host"] = part["c, + host cost"].min()
+    below_one = {}  # the claim "with the host cost, speculation is slower than plain decoding" per fit and GPU
+    for regime in [r for r in regimes if r != "roofline only"]:
+        for gpu_name in gpus:
+            values = model.loc[model["GPU"] == gpu_name, f"speedup, {regime} (model)"]
+            below_one[(regime, gpu_name)] = (float(values.min()), float(values.max()))
+            print(f"{regime}, {gpu_name}: predicted {values.min():.2f}-{values.max():.2f}x -> "
+                  + ("slower than plain decoding everywhere" if values.max() < 1 else
+                     "faster than plain decoding everywhere" if values.min() > 1 else "slower or faster by configuration"))
+    always_slower = {r: all(below_one[(r, g)][1] < 1 for g in gpus) for r in dict.fromkeys(r for r, _ in below_one)}  # fits in order
+    print("host-cost prediction below 1 for every configuration on both GPUs, per fit:", always_slower)
+    numbers.update({"host_always_slower": int(always_slower.get("+ host cost", False)),
+                    "host2_always_slower": int(always_slower.get("+ host cost B", False)),
+                    "host_slower_fits_agree": int(len(set(always_slower.values())) == 1)})
+    for (regime, gpu_name), (low, high) in below_one.items():
+        key = gpu_spec(gpu_name)["gpu"].replace(" ", "") + ("_host2" if regime.endswith("B") else "_host")
+        numbers[f"grid_low_{key}"], numbers[f"grid_high_{key}"] = low, high
+    return numbers
