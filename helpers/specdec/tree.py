@@ -47,7 +47,7 @@ from helpers.models.runtime import cached_decoder, resolve_runtime
 from helpers.specdec.core import (GenerationResult, GenerationStats, PhaseClock, check_draft, check_generation,
                                   eos_ids, finish_row, make_generator, probs)
 
-__all__ = ["TreeRound", "TreeStats", "tree_generate", "tree_shape"]
+__all__ = ["ModelTreeDrafter", "TreeDrafter", "TreeRound", "TreeStats", "generate_tree", "tree_generate", "tree_shape"]
 
 TREES = ("dynamic", "static")
 DYNAMIC_DEFAULTS = {"depth": 5, "topk": 4, "budget": 16}  # a dynamic tree's shape where the caller names none
@@ -204,23 +204,89 @@ def max_nodes(depth: int, widths: tuple[int, ...], budget: int | None, tree: str
 
 def _check_tree_pair(target, draft) -> str:
     check_draft(target, draft)
+    return tree_runtime(target, draft)
+
+
+def tree_runtime(*models) -> str:
+    """Trees need the minimal runtime: tree masks and in-place compaction exist only in the workbook's model file."""
     try:
-        return resolve_runtime("minimal", target, draft)
+        return resolve_runtime("minimal", *models)
     except ValueError as err:
-        raise ValueError(f"tree_generate needs tree attention masks and in-place cache compaction, which only the "
+        raise ValueError(f"tree speculation needs tree attention masks and in-place cache compaction, which only the "
                          f"workbook's model file implements (Qwen3 models): {err}") from None
 
 
-def _tree_caches(target, draft, runtime: str, input_ids: torch.Tensor, max_new_tokens: int, nodes_room: int):
-    """Both caches, with room for one round's tree nodes on top of the sequence (they occupy slots until the round's
-    compaction)."""
+def _cache_capacity(target, input_ids: torch.Tensor, max_new_tokens: int, nodes_room: int) -> int:
+    """Cache slots for the sequence plus one round's tree nodes (they occupy slots until the round's compaction)."""
     capacity = input_ids.shape[1] + max_new_tokens + nodes_room + 1
     limit = target.config.max_position_embeddings
     if capacity > limit:
         raise ValueError(f"the prompt ({input_ids.shape[1]}) + max_new_tokens ({max_new_tokens}) + one round's "
                          f"{nodes_room} tree nodes need {capacity} cache slots, past the model's context of {limit}; "
                          "lower max_new_tokens or the tree's size")
-    return cached_decoder(target, runtime, capacity), cached_decoder(draft, runtime, capacity)
+    return capacity
+
+
+class TreeDrafter:
+    """What the tree verifier needs from a drafting method (a base class, as :class:`~helpers.specdec.chain.Drafter`
+    is for chains): ``depth`` (the most levels a round drafts) and ``nodes_room`` (the most nodes); ``start`` sees
+    the prompt; ``propose_tree`` returns the round's :class:`_Tree` under the pending token, with, when sampling,
+    the draft distribution each expanded node's children were drawn from (``draft_probs``); ``commit_tree`` hears
+    the accepted path and the next token (and the target's hidden states at every node, with ``needs_hidden``)."""
+
+    needs_hidden = False
+    forwards = 0
+    depth = 0
+    nodes_room = 0
+
+    def start(self, input_ids: torch.Tensor, capacity: int, hidden: torch.Tensor | None = None) -> None:
+        pass
+
+    def propose_tree(self, pending: int, root_position: int, depth: int, temperature: float, generator) -> "_Tree":
+        raise NotImplementedError
+
+    def commit_tree(self, nodes: "_Tree", path: list[int], next_token: int, hidden: torch.Tensor | None) -> None:
+        pass
+
+
+class ModelTreeDrafter(TreeDrafter):
+    """A separate draft model expanding a whole tree level per forward (tree mask over the round's stored nodes);
+    its cache keeps the accepted path in place afterwards."""
+
+    def __init__(self, draft, runtime: str, tree: str, depth: int, widths: tuple[int, ...], budget: int | None):
+        self.draft, self.runtime, self.tree, self.depth, self.widths, self.budget = (draft, runtime, tree, depth,
+                                                                                     widths, budget)
+        self.nodes_room = max_nodes(depth, widths, budget, tree)
+        self.table = AcceptanceTable(max(widths))
+        self.cache = self.pending = self.start_length = None
+        self.forwards, self.greedy = 0, True
+
+    def start(self, input_ids: torch.Tensor, capacity: int, hidden=None) -> None:
+        self.cache = cached_decoder(self.draft, self.runtime, capacity)
+        if input_ids.shape[1] > 1:
+            self.cache.extend(input_ids[:, :-1])
+            self.forwards += 1
+        self.pending = [int(input_ids[0, -1])]  # committed tokens not yet in the draft cache (the last: pending)
+
+    def propose_tree(self, pending: int, root_position: int, depth: int, temperature: float, generator) -> "_Tree":
+        self.start_length, self.greedy = self.cache.length, temperature == 0
+        nodes = _Tree(tokens=[pending])
+        if depth:
+            _draft_tree(nodes, self.cache, self.pending, root_position, depth, self.widths, self.tree,
+                        self.budget if self.greedy else None, temperature, generator, self.table)
+            self.forwards += depth
+        return nodes
+
+    def commit_tree(self, nodes: "_Tree", path: list[int], next_token: int, hidden=None) -> None:
+        self.table.record(nodes, _children(nodes), path, self.greedy)
+        if self.cache.length == self.start_length:  # a round without drafts: the draft saw nothing
+            self.pending = self.pending + [next_token]
+            return
+        # the draft stored its pending tokens, then the expanded nodes; it keeps the path's expanded nodes
+        written = [node for node in path[1:] if node in nodes.draft_slot]
+        keep = list(range(len(self.pending))) + [len(self.pending) + nodes.draft_slot[n] for n in written]
+        self.cache.cache.compact([self.start_length], [keep])
+        self.pending = [nodes.tokens[n] for n in path[1 + len(written):]] + [next_token]
 
 
 def _gumbel_topk(log_probs: torch.Tensor, k: int, generator) -> torch.Tensor:
@@ -258,38 +324,40 @@ def tree_generate(
     check_generation(target, input_ids, max_new_tokens, temperature)
     depth, widths, budget = tree_shape(tree, depth, topk, budget)
     runtime = _check_tree_pair(target, draft)
+    drafter = ModelTreeDrafter(draft, runtime, tree, depth, widths, budget if temperature == 0 else None)
+    return generate_tree(target, drafter, input_ids, max_new_tokens, temperature, seed,
+                         stats=TreeStats(runtime=runtime, tree=tree), eos_token_id=eos_token_id,
+                         time_phases=time_phases, record_rounds=record_rounds)
+
+
+@torch.inference_mode()
+def generate_tree(target, drafter: TreeDrafter, input_ids: torch.Tensor, max_new_tokens: int,
+                  temperature: float = 0.0, seed: int | None = None, *, stats: "TreeStats", eos_token_id=None,
+                  time_phases: bool = True, record_rounds: bool = False) -> GenerationResult:
+    """The one tree verifier: any tree drafter's rounds, each verified in ONE target forward with a tree mask
+    (lossless: greedy follows the target's argmax down the tree; sampling is recursive rejection sampling)."""
+    check_generation(target, input_ids, max_new_tokens, temperature)
     eos, generator = eos_ids(target, eos_token_id), make_generator(seed, input_ids.device)
-    stats = TreeStats(runtime=runtime, tree=tree)
     clock = PhaseClock(input_ids.device, time_phases)
-    budget = budget if temperature == 0 else None  # sampling keeps every drafted candidate (module docstring)
-    target_cache, draft_cache = _tree_caches(target, draft, runtime, input_ids, max_new_tokens,
-                                             max_nodes(depth, widths, budget, tree))
-    if input_ids.shape[1] > 1:  # both caches get all but the last prompt token, round 1's pending token
-        for cache in (target_cache, draft_cache):
-            cache.extend(input_ids[:, :-1])
-        stats.target_forwards += 1
-        stats.draft_forwards += 1
+    capacity = _cache_capacity(target, input_ids, max_new_tokens, drafter.nodes_room)
+    target_cache = cached_decoder(target, tree_runtime(target), capacity)
+    drafter.start(input_ids, capacity, _prefill_target(target_cache, input_ids, stats, drafter.needs_hidden))
     pending = int(input_ids[0, -1])
-    draft_pending = [pending]  # committed tokens not yet in the draft cache (the last one is `pending`)
     stats.time_prefill_s = clock.lap()
 
-    table, rounds, tokens = AcceptanceTable(max(widths)), [], []
+    rounds, tokens = [], []
     while True:
-        round_depth = min(depth, max_new_tokens - len(tokens) - 1)
-        root_position, draft_start = target_cache.length, draft_cache.length  # no padding in these caches
+        round_depth = min(drafter.depth, max_new_tokens - len(tokens) - 1)
+        root_position = target_cache.length  # the pending token's position (no padding in these caches)
         clock.mark()
-        nodes = _Tree(tokens=[pending])
-        if round_depth:
-            _draft_tree(nodes, draft_cache, draft_pending, root_position, round_depth, widths, tree, budget,
-                        temperature, generator, table)
-            stats.draft_forwards += round_depth
+        nodes = drafter.propose_tree(pending, root_position, round_depth, temperature, generator)
         stats.time_draft_s += clock.lap()
-        logits = verify_tree(target_cache, nodes, root_position)
+        logits, hidden = verify_tree(target_cache, nodes, root_position, drafter.needs_hidden)
         stats.target_forwards += 1
         stats.time_verify_s += clock.lap()
-        path, next_token = accept_tree(nodes, logits, temperature, generator, table)
-        draft_pending = commit_tree(target_cache, draft_cache, nodes, path, next_token, root_position, draft_start,
-                                    draft_pending)
+        path, next_token = accept_tree(nodes, logits, temperature, generator)
+        target_cache.cache.compact([root_position], [path])  # keep the accepted path in place
+        drafter.commit_tree(nodes, path, next_token, hidden)
         if record_rounds:
             rounds.append(TreeRound(list(nodes.tokens), list(nodes.parents), list(nodes.scores), path, next_token))
         stats.record_round(len(path) - 1, round_depth, proposed=len(nodes.tokens) - 1)
@@ -299,46 +367,44 @@ def tree_generate(
         pending = next_token
 
     stats.time_total_s = clock.now() - clock.start
-    stats.new_tokens = len(tokens)
+    stats.new_tokens, stats.draft_forwards = len(tokens), drafter.forwards
     result = GenerationResult(torch.tensor(tokens, dtype=torch.long), stats.finish())
     if record_rounds:
         result.rounds = rounds
     return result
 
 
-def verify_tree(target_cache, nodes: "_Tree", root_position: int) -> torch.Tensor:
-    """ONE target forward over the root and every node, each seeing the context and its own ancestors: (nodes, V)."""
+def _prefill_target(target_cache, input_ids: torch.Tensor, stats, hidden: bool):
+    """The target caches all but the last prompt token; their hidden states when the drafter reads them."""
+    if input_ids.shape[1] == 1:
+        return None
+    stats.target_forwards += 1
+    if hidden:
+        return target_cache.extend(input_ids[:, :-1], return_hidden=True)[1]
+    target_cache.extend(input_ids[:, :-1])
+    return None
+
+
+def verify_tree(target_cache, nodes: "_Tree", root_position: int, hidden: bool = False):
+    """ONE target forward over the root and every node, each seeing the context and its own ancestors: the logits
+    (nodes, V), and the hidden states (1, nodes, H) when asked (else None)."""
     device = target_cache.cache.device
     count = len(nodes.tokens)
     mask = torch.zeros(count, count, dtype=torch.bool)
     for node in range(count):
         mask[node, nodes.ancestors(node)] = True
     positions = root_position + torch.tensor(nodes.depths, device=device)
-    return target_cache.extend(torch.tensor([nodes.tokens], device=device), last_only=False,
-                               position_ids=positions[None], tree_mask=mask.to(device))[0]
+    out = target_cache.extend(torch.tensor([nodes.tokens], device=device), last_only=False,
+                              position_ids=positions[None], tree_mask=mask.to(device), return_hidden=hidden)
+    return (out[0][0], out[1]) if hidden else (out[0], None)
 
 
-def accept_tree(nodes: "_Tree", logits: torch.Tensor, temperature: float, generator,
-                table: "AcceptanceTable") -> tuple[list[int], int]:
-    """The accepted path from the root and the target's token after it; the acceptance table learns from it."""
+def accept_tree(nodes: "_Tree", logits: torch.Tensor, temperature: float, generator) -> tuple[list[int], int]:
+    """The accepted path from the root and the target's token after it."""
     children = _children(nodes)
-    path, next_token = (_walk_greedy(nodes, children, logits) if temperature == 0
-                        else _walk_sampling(nodes, children, logits, temperature, generator))
-    table.record(nodes, children, path, temperature == 0)
-    return path, next_token
-
-
-def commit_tree(target_cache, draft_cache, nodes: "_Tree", path: list[int], next_token: int, root_position: int,
-                draft_start: int, draft_pending: list[int]) -> list[int]:
-    """Keep the accepted path in both caches, in place; return the tokens the draft cache still has to see."""
-    target_cache.cache.compact([root_position], [path])
-    if draft_cache.length == draft_start:  # a round without drafts: the draft saw nothing
-        return draft_pending + [next_token]
-    # the draft stored draft_pending, then the expanded nodes; it keeps the path's expanded nodes
-    written = [node for node in path[1:] if node in nodes.draft_slot]
-    keep = list(range(len(draft_pending))) + [len(draft_pending) + nodes.draft_slot[n] for n in written]
-    draft_cache.cache.compact([draft_start], [keep])
-    return [nodes.tokens[n] for n in path[1 + len(written):]] + [next_token]
+    if temperature == 0:
+        return _walk_greedy(nodes, children, logits)
+    return _walk_sampling(nodes, children, logits, temperature, generator)
 
 
 def _draft_tree(nodes: _Tree, draft_cache, draft_pending: list[int], root_position: int, depth: int,
