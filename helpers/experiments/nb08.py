@@ -257,7 +257,8 @@ def grid_numbers(model: pd.DataFrame, gpus: list, regimes: dict) -> dict:
             print(f"{regime}, {gpu_name}: predicted {values.min():.2f}-{values.max():.2f}x -> "
                   + ("slower than plain decoding everywhere" if values.max() < 1 else
                      "faster than plain decoding everywhere" if values.min() > 1 else "slower or faster by configuration"))
-    always_slower = {r: all(below_one[(r, g)][1] < 1 for g in gpus) for r in dict.fromkeys(r for r, _ in below_one)}  # fits in order
+    fits = dict.fromkeys(r for r, _ in below_one)  # in order (a set printed in hash order)
+    always_slower = {r: all(below_one[(r, g)][1] < 1 for g in gpus) for r in fits}
     print("host-cost prediction below 1 for every configuration on both GPUs, per fit:", always_slower)
     numbers.update({"host_always_slower": int(always_slower.get("+ host cost", False)),
                     "host2_always_slower": int(always_slower.get("+ host cost B", False)),

@@ -1,0 +1,101 @@
+"""helpers.experiments.nb07/nb08/nb09 and .common: the configurations find the committed rows (nothing is measured
+again), the budget hooks work with and without a budget, and the summaries the notebooks print."""
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from helpers import paths
+from helpers.experiments import common, nb07, nb08, nb09
+from helpers.results import ResultStore
+
+
+@pytest.fixture(scope="module")
+def cpu_params():
+    return {"profile": "cpu", **yaml.safe_load((paths.PARAMS_DIR / "cpu.yaml").read_text())}
+
+
+def test_configurations_find_the_committed_rows(cpu_params):
+    prompt_rows, source_rows = nb07.prompt_sets(cpu_params)
+    by_pair = nb07.pair_configs(cpu_params, prompt_rows)
+    sweep = ResultStore("cpu", nb07.RESULT)
+    assert by_pair and all(sweep.has(c) for configs in by_pair.values() for c in configs)
+    frame = nb07.sweep_frame(lambda name: ResultStore("cpu", name), by_pair)
+    best = frame.loc[frame["speedup"].idxmax()]
+    for name in (nb07.BY_SOURCE, nb07.SAMPLED):
+        assert ResultStore("cpu", name).has(nb07.best_config(cpu_params, best, name, prompt_rows, source_rows))
+    assert all(ResultStore("cpu", nb09.RESULT).has(c) for c in nb09.configs(cpu_params))
+
+
+def test_notebook_params_and_describe_config():
+    namespace = {"profile": "cpu", "device": "cpu", "sd_gammas": [1, 2], "sd_help": len, "other": 1}
+    assert common.notebook_params(namespace, "sd_") == {"profile": "cpu", "device": "cpu", "sd_gammas": [1, 2]}
+    assert common.describe_config({"a": 1, "prompt_ids": [1], "b": [2], "c": "x"}) == "a=1, c=x"
+
+
+def test_budget_hooks_with_and_without_a_budget():
+    class Budget:
+        checked, took = [], []
+
+        def check(self, what):
+            self.checked.append(what)
+
+        def took(self, seconds):  # noqa: F811 - the budget's method, recorded
+            Budget.took_seconds = seconds
+
+    class Store:
+        budget = Budget()
+
+    common.check_budget(Store(), "x")
+    with common.took(Store()):
+        pass
+    assert Budget.checked == ["x"] and Budget.took_seconds >= 0
+    common.check_budget(object(), "x")  # a plain ResultStore has no budget: nothing happens
+    with common.took(object()):
+        pass
+
+
+def _sweep_frame():
+    return pd.DataFrame({"pair": ["a / b"] * 3, "gamma": [1, 2, 3], "verify_ratio": [1.1, 1.3, 1.5],
+                         "accepted": [40, 60, 70], "rejections": [10, 20, 30], "alpha": [0.8, 0.75, 0.7],
+                         "time_prefill_s": [0.1, 0.1, 0.2], "time_s": [1.0, 2.0, 2.0], "device": ["cpu"] * 3,
+                         "assisted_tokens_per_s": [np.nan, 9.0, 8.0], "ar_tokens_per_s": [10.0] * 3})
+
+
+def test_nb07_summaries():
+    frame = _sweep_frame()
+    assert nb07.verify_slopes(frame)["a / b"] == pytest.approx(0.2)
+    assert "grows with gamma for a / b (fitted slope +0.200" in nb07.verify_trend(frame, nb07.verify_slopes(frame))
+    timed, share = nb07.prefill_share(frame)
+    assert timed and list(share) == [0.1, 0.05, 0.1]
+    assert list(nb07.assisted_over_ar(frame)) == [0.9, 0.8]
+    assert nb07.assisted_over_ar(frame.drop(columns="assisted_tokens_per_s")).empty
+    pooled = 170 / 230
+    z = abs(0.8 - pooled) / np.sqrt(pooled * (1 - pooled) / 50)
+    assert nb07.alpha_deviation(frame)["a / b"] == pytest.approx(max(z, abs(0.7 - pooled) / np.sqrt(
+        pooled * (1 - pooled) / 100), abs(0.75 - pooled) / np.sqrt(pooled * (1 - pooled) / 80)))
+
+
+def test_nb09_batch_trend_and_depths(capsys):
+    by_batch = pd.DataFrame({"batch_size": [1, 2, 4], "speedup": [1.5, 1.3, 1.1], "decode_speedup": [1.6, 1.4, 1.0],
+                             "predicted": [1.7, 1.5, 1.2], "straggler": [1.0, 1.1, 1.3], "T_V/T_T": [1.2, 1.1, 1.6],
+                             "alpha": [0.7, 0.72, 0.71], "rounds": [10, 12, 14]})
+    numbers = nb09.print_batch_trend(by_batch)
+    assert numbers["batch_verify_grows"] == 1 and numbers["batch_verify_monotone"] == 0
+    assert numbers["batch_verify_min_b"] == 2 and numbers["batch_speedup_falls"] == 1 and numbers["batch4_speedup"] == 1.1
+    assert "NOT monotone" in capsys.readouterr().out
+    layers = nb09.print_handout_depths()
+    launch_c, bytes_c = nb09.print_draft_cost_ratios(layers)
+    assert launch_c["Qwen3-0.6B / Qwen3-8B"] == launch_c["Qwen3-1.7B / Qwen3-8B"]
+    decode, every = nb09.kv_draft_ratios("H100 SXM", 256)
+    assert bytes_c["Qwen3-0.6B / Qwen3-8B"] < decode and 0 < every < 1
+
+
+def test_nb08_tie_tolerance_and_grid():
+    rows = pd.DataFrame({"status": ["ok"] * 2, "target": ["t", "t"], "draft": ["a", "b"], "T_T_s": [1.0, 1.1]})
+    assert nb08.tie_tolerance(rows) == pytest.approx(0.1)
+    assert nb08.tie_tolerance(rows.iloc[:1]) == 0.0
+    assert nb08.column("H100 SXM", "roofline only") == "H100 SXM, roofline only (model)"
+    grid = nb08.prediction_grid(lambda t, d, g, gpu, host: {"c": 0.1, "speedup": g + host[0]}, {"G": None},
+                                ["org/d1"], [2, 3], {"roofline only": (0.0, 0.0)}, {"org/d1": 0.7}, "org/t")
+    assert list(grid["speedup, roofline only (model)"]) == [2, 3] and list(grid["draft"]) == ["d1", "d1"]
