@@ -237,7 +237,8 @@ class MiniQwen3(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, cache: KVCache | None = None, last_only: bool = False, *,
                 attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                tree_mask: torch.Tensor | None = None, return_hidden: bool = False):
+                tree_mask: torch.Tensor | None = None, return_hidden: bool = False,
+                inputs_embeds: torch.Tensor | None = None):
         """Logits for ``input_ids`` (batch, q), placed after the tokens already in ``cache``.
 
         Prefill is a call with the prompt, a decode step a call with one token per sequence; both extend the
@@ -249,10 +250,12 @@ class MiniQwen3(nn.Module):
         - ``tree_mask`` (q, q) or (batch, q, q) bool: which new tokens each new token sees (default causal);
           (q, m) with m > q also covers the last m - q stored tokens (:meth:`KVCache.attention_mask`);
         - ``return_hidden``: ``(logits, hidden)``, with the hidden states the LM head reads (after the final norm),
-          the features that Medusa heads and a feature-level draft work on.
+          the features that Medusa heads and a feature-level draft work on;
+        - ``inputs_embeds`` (batch, q, hidden): the first layer's input instead of the embeddings of ``input_ids``
+          (a feature-level draft feeds its own mix of features and token embeddings).
         """
-        batch, seq = input_ids.shape
-        device = input_ids.device
+        batch, seq = (input_ids if inputs_embeds is None else inputs_embeds).shape[:2]
+        device = (input_ids if inputs_embeds is None else inputs_embeds).device
         if cache is None:
             if attention_mask is not None or tree_mask is not None:
                 raise ValueError("attention_mask and tree_mask need a cache (model.new_cache(batch, capacity))")
@@ -285,7 +288,7 @@ class MiniQwen3(nn.Module):
         if positions.dim() == 2:  # per-row positions: broadcast over heads
             cos, sin = cos[:, None], sin[:, None]
         if (self.compiled_step is not None and cache is not None and cache.static_shapes and seq == 1
-                and not return_hidden):
+                and not return_hidden and inputs_embeds is None):
             # A decode step with the same shapes every call: the compiled graph writes through a slot tensor.
             if positions.dim() == 1:
                 cos, sin = cos.expand(batch, 1, 1, -1), sin.expand(batch, 1, 1, -1)
@@ -297,7 +300,7 @@ class MiniQwen3(nn.Module):
                                         cache.lengths_tensor()[:, None])
             cache.advance(1)
             return logits.clone() if cuda_graphs else logits  # the graph's output buffer is reused by its next replay
-        x = self.embed_tokens(input_ids)
+        x = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         for layer in self.layers:
             x = layer(x, cos, sin, mask, cache)
         if cache is not None:
