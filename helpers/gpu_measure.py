@@ -155,44 +155,10 @@ def _label(name: str, weights: str | None) -> str:
 
 
 def part_02(p: dict, store) -> None:
-    """Notebook 02, cells 3, 5, 10, 13: the same configs (keys and values) and sweep functions."""
-    from helpers.generation import sweeps as gb
-    from helpers.generation.loading import load_for_sweep
+    """Notebook 02: :func:`helpers.experiments.nb02.measure` (the input- and output-length sweeps, the models)."""
+    from helpers.experiments import nb02
 
-    device = torch.device(p["device"])
-    if p["gen_threads"] > 0:
-        torch.set_num_threads(p["gen_threads"])
-    threads = torch.get_num_threads()
-    dtype = getattr(torch, p["gen_dtype"])
-    cap = p["gen_max_seconds_per_batch"] if p["gen_max_seconds_per_batch"] > 0 else None
-    store = store("02_generation_benchmarks")
-    base = {"model": p["gen_sweep_model"], "weights": _label(p["gen_sweep_model"], p["gen_weights"]),
-            "dtype": p["gen_dtype"], "device": device.type, "threads": threads, "batch_size": p["gen_batch_size"],
-            "warmup": p["gen_warmup"], "repeats": p["gen_repeats"]}
-    input_configs = [{**base, "input_len": 2**n, "new_tokens": p["gen_input_new_tokens"]}
-                     for n in sorted(p["gen_input_exponents"])]
-    output_configs = [{**base, "input_len": p["gen_output_input_len"], "new_tokens": 2**n}
-                      for n in sorted(p["gen_output_exponents"])]
-    if not all(store.has(c) for c in input_configs + output_configs):
-        store.budget.check(f"loading {p['gen_sweep_model']}")
-        sweep = load_for_sweep(p["gen_sweep_model"], p["gen_weights"], device, dtype)
-        for configs, desc in ((input_configs, "input lengths"), (output_configs, "output lengths")):
-            gb.run_capped_generation_sweep(store, sweep.model, configs, meta=sweep.meta, warmup=p["gen_warmup"],
-                                           repeats=p["gen_repeats"], max_seconds_per_batch=cap, device=device,
-                                           desc=desc)
-        del sweep
-        free_memory()
-    for name in p["gen_models"]:
-        config = {**base, "model": name, "weights": _label(name, p["gen_weights"]),
-                  "input_len": p["gen_compare_input_len"], "new_tokens": p["gen_compare_new_tokens"]}
-        if store.has(config):
-            continue
-        store.budget.check(f"loading {name}")
-        loaded = load_for_sweep(name, p["gen_weights"], device, dtype)
-        gb.run_generation_sweep(store, loaded.model, [config], meta=loaded.meta, warmup=p["gen_warmup"],
-                                repeats=p["gen_repeats"], device=device, progress=False)
-        del loaded
-        free_memory()
+    nb02.measure(p, store, progress=False)
 
 
 def part_03(p: dict, store) -> None:

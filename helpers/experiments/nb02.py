@@ -1,0 +1,132 @@
+"""Notebook 02 (handout §1.3): generation time against the input length, the output length and the model. The
+configurations built from the notebook's ``gen_*`` parameters, written once for the notebook and
+:mod:`helpers.gpu_measure`; the measurement of what the result file lacks (the two capped sweeps of one model, one
+row per compared model); and the numbers the notebook's model comparison reports."""
+from __future__ import annotations
+
+import torch
+
+from helpers.experiments.common import check_budget
+from helpers.generation import sweeps as gb
+from helpers.generation.loading import load_for_sweep
+from helpers.hardware import resolve_device
+from helpers.results import free_memory
+
+RESULT = "02_generation_benchmarks"
+SWEEPS = {"input": "input lengths", "output": "output lengths"}  # sweep -> progress label
+
+
+def setup(params: dict) -> tuple[torch.device, int]:
+    """Seed and torch threads as the notebook's derived-values cell sets them: ``(device, threads in use)``."""
+    torch.manual_seed(0)
+    if params["gen_threads"] > 0:
+        torch.set_num_threads(params["gen_threads"])
+    return resolve_device(params["device"]), torch.get_num_threads()
+
+
+def time_cap(params: dict) -> float | None:
+    """Seconds per batch after which a sweep stops (None: every length is measured)."""
+    return params["gen_max_seconds_per_batch"] if params["gen_max_seconds_per_batch"] > 0 else None
+
+
+def base_config(params: dict, threads: int, label: str | None = None) -> dict:
+    """What every row of the notebook records besides lengths (``label``: the loaded sweep model's weights)."""
+    p = params
+    label = label or gb.expected_weights_label(p["gen_sweep_model"], p["gen_weights"])
+    return {"model": p["gen_sweep_model"], "weights": label, "dtype": p["gen_dtype"], "device": p["device"],
+            "threads": threads, "batch_size": p["gen_batch_size"], "warmup": p["gen_warmup"],
+            "repeats": p["gen_repeats"]}
+
+
+def sweep_configs(params: dict, base: dict, sweep: str) -> list[dict]:
+    """§1.3.1 (``sweep`` 'input': 2^n input tokens) or §1.3.2 ('output': 2^n new tokens), ascending."""
+    p = params
+    if sweep == "input":
+        return [{**base, "input_len": 2**n, "new_tokens": p["gen_input_new_tokens"]}
+                for n in sorted(p["gen_input_exponents"])]
+    return [{**base, "input_len": p["gen_output_input_len"], "new_tokens": 2**n}
+            for n in sorted(p["gen_output_exponents"])]
+
+
+def compare_config(params: dict, base: dict, name: str, label: str | None = None) -> dict:
+    """§1.3.3: model ``name`` at the comparison's input length and new tokens."""
+    p = params
+    return {**base, "model": name, "weights": label or gb.expected_weights_label(name, p["gen_weights"]),
+            "input_len": p["gen_compare_input_len"], "new_tokens": p["gen_compare_new_tokens"]}
+
+
+def _load(params: dict, store, name: str):
+    check_budget(store, f"loading {name}")
+    device = resolve_device(params["device"])
+    return load_for_sweep(name, params["gen_weights"], device, getattr(torch, params["gen_dtype"]))
+
+
+def measure_sweep(params: dict, store, sweep: str, threads: int, loaded, progress: bool = True) -> list[dict]:
+    """One capped sweep of the loaded sweep model (:func:`helpers.generation.sweeps.run_capped_generation_sweep`):
+    its rows, 'not run' rows past the time cap included."""
+    p, results = params, store(RESULT)
+    configs = sweep_configs(p, base_config(p, threads, loaded.label), sweep)
+    return gb.run_capped_generation_sweep(results, loaded.model, configs, meta=loaded.meta, warmup=p["gen_warmup"],
+                                          repeats=p["gen_repeats"], max_seconds_per_batch=time_cap(p),
+                                          device=resolve_device(p["device"]), desc=SWEEPS[sweep],
+                                          rerun=p.get("gen_rerun", False), progress=progress)
+
+
+def measure_compare(params: dict, store, name: str, threads: int, loaded) -> dict:
+    """The comparison's row of model ``name`` (loaded: ``loaded``)."""
+    p = params
+    config = compare_config(p, base_config(p, threads), name, loaded.label)
+    return gb.run_generation_sweep(store(RESULT), loaded.model, [config], meta=loaded.meta, warmup=p["gen_warmup"],
+                                   repeats=p["gen_repeats"], device=resolve_device(p["device"]), progress=False,
+                                   rerun=p.get("gen_rerun", False))[0]
+
+
+def measure(params: dict, store, progress: bool = True) -> None:
+    """Every configuration of the notebook the result file lacks, loading a model only when one of its rows is
+    missing (the GPU window; the notebook calls :func:`measure_sweep` and :func:`measure_compare` with the models
+    it shows). A capped sweep's 'not run' lengths are never stored, so the sweep model is loaded for them."""
+    p = params
+    _, threads = setup(p)
+    results = store(RESULT)
+    base = base_config(p, threads)
+    if not all(results.has(c) for sweep in SWEEPS for c in sweep_configs(p, base, sweep)):
+        loaded = _load(p, results, p["gen_sweep_model"])
+        for sweep in SWEEPS:
+            measure_sweep(p, store, sweep, threads, loaded, progress)
+        del loaded
+        free_memory()
+    for name in p["gen_models"]:
+        if not results.has(compare_config(p, base, name)):
+            loaded = _load(p, results, name)
+            measure_compare(p, store, name, threads, loaded)
+            del loaded
+            free_memory()
+
+
+# ------------------------------------------------------------------------------------------ what the notebook prints
+
+
+def first_timed_text(rows: list[dict], noise: list[int]) -> str:
+    """Whether the input lengths flagged as noise were the first configurations the sweep timed (a machine still
+    settling), from the rows' timestamps."""
+    timed = [r["input_len"] for r in sorted((r for r in rows if r["status"] == "ok"), key=lambda r: r["timestamp"])]
+    first = sorted(noise) == sorted(timed[:len(noise)])
+    return (f"The flagged points were {'the first' if first else 'not the first'} {len(noise)} configurations "
+            f"this sweep timed (row timestamps).")
+
+
+def compare_numbers(params: dict, measured, verdicts: dict, overlap_text: str) -> dict:
+    """The report's numbers of §1.3.3: the slowest against the fastest model (time, parameter and layer ratios),
+    the ordering, which features explain it (``verdicts``: :func:`helpers.generation.report.feature_verdicts`) and
+    the KV cache's share of the bytes a decode step reads."""
+    fastest, slowest = measured.iloc[0], measured.iloc[-1]
+    kv_shares = ", ".join(f"{v:.0%} for {k}" for k, v in zip(measured["model"], measured["KV share of bytes"]))
+    return dict(genVocabVerdict=verdicts["verdicts"]["vocab"]["text"],
+                genKvVerdict=verdicts["verdicts"]["KV heads"]["text"], genKvShares=kv_shares,
+                genCmpTimeRatio=slowest["time"] / fastest["time"],
+                genCmpParamRatio=slowest["parameters"] / fastest["parameters"],
+                genCmpLayerRatio=slowest["layers"] / fastest["layers"],
+                genCmpFastest=fastest["model"], genCmpSlowest=slowest["model"],
+                genCmpOrder=", ".join(measured["model"]), genCmpExplainedBy=verdicts["explained_by"],
+                genCmpOverlapText=overlap_text, genCmpInputLen=params["gen_compare_input_len"],
+                genCmpNewTokens=params["gen_compare_new_tokens"])

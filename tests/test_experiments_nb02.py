@@ -1,0 +1,67 @@
+"""helpers.experiments.nb02: notebook 02's configurations find the committed rows without loading a model, a
+budget is checked before a load, and the comparison's numbers and the noise sentence come from the rows."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from helpers.experiments import nb02
+from helpers.results import ResultStore
+from helpers.run_all import load_params
+
+
+@pytest.fixture
+def params():
+    return load_params("cpu")
+
+
+def test_committed_rows_are_found(params):
+    store = ResultStore("cpu", nb02.RESULT)
+    base = nb02.base_config(params, params["gen_threads"])
+    assert base["weights"] == "random" and base["device"] == "cpu"
+    inputs = nb02.sweep_configs(params, base, "input")
+    assert [c["input_len"] for c in inputs] == [2**n for n in sorted(params["gen_input_exponents"])]
+    assert store.has(inputs[0]) and store.has(nb02.sweep_configs(params, base, "output")[0])
+    assert all(store.has(nb02.compare_config(params, base, name)) for name in params["gen_models"])
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Budget:
+    def check(self, what):
+        raise _Stop(what)
+
+
+class _EmptyStore:
+    budget = _Budget()
+
+    def has(self, config):
+        return False
+
+
+def test_measure_checks_the_budget_before_loading(params):
+    with pytest.raises(_Stop, match=f"loading {params['gen_sweep_model']}"):
+        nb02.measure(params, lambda name: _EmptyStore(), progress=False)
+
+
+def test_time_cap(params):
+    assert nb02.time_cap({**params, "gen_max_seconds_per_batch": 0.0}) is None
+    assert nb02.time_cap({**params, "gen_max_seconds_per_batch": 4.0}) == 4.0
+
+
+def test_first_timed_text():
+    rows = [{"input_len": n, "status": "ok", "timestamp": t} for n, t in ((1, "b"), (2, "a"), (4, "c"))]
+    assert "were the first 1 configurations" in nb02.first_timed_text(rows, [2])
+    assert "were not the first 1" in nb02.first_timed_text(rows, [4])
+
+
+def test_compare_numbers(params):
+    measured = pd.DataFrame({"model": ["a", "b"], "time": [1.0, 3.0], "parameters": [2.0, 4.0], "layers": [4, 8],
+                             "KV share of bytes": [0.1, 0.25]})
+    verdicts = {"verdicts": {"vocab": {"text": "v"}, "KV heads": {"text": "k"}}, "explained_by": "layers"}
+    numbers = nb02.compare_numbers(params, measured, verdicts, "apart")
+    assert numbers["genCmpTimeRatio"] == 3.0 and numbers["genCmpParamRatio"] == 2.0
+    assert numbers["genCmpOrder"] == "a, b" and numbers["genKvShares"] == "10% for a, 25% for b"
+    assert numbers["genCmpFastest"] == "a" and numbers["genCmpSlowest"] == "b"
