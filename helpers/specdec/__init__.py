@@ -11,6 +11,8 @@
 - ``batched``: greedy speculative decoding of a ragged batch with per-row acceptance, and the batched AR loop;
 - ``medusa``: :class:`MedusaHeads` and :func:`medusa_generate`, drafts from heads on the target's last hidden state
   (a chain or a static tree);
+- ``feature_draft``: :class:`FeatureDraft` and :func:`eagle_generate`, a one-layer draft in the target's feature
+  space (EAGLE-style), decoded by the target's own LM head;
 - ``selfspec``: :func:`self_speculative_generate`, the model drafting for itself over a StreamingLLM view of its
   own cache (long-context self-speculation, MagicDec);
 - ``analysis``: the Eq. 4/5 model (expected tokens per round, speedup, optimal gamma, alpha estimates,
@@ -19,11 +21,12 @@
 from helpers.specdec.batched import batched_autoregressive_generate, batched_speculative_generate
 from helpers.specdec.core import GenerationResult, GenerationStats, accept
 from helpers.specdec.linear import accept_greedy, accept_sampling, autoregressive_generate, speculative_generate
+from helpers.specdec.feature_draft import FeatureDraft, eagle_generate
 from helpers.specdec.lookup import prompt_lookup_generate
 from helpers.specdec.medusa import MedusaHeads, medusa_generate
 from helpers.specdec.selfspec import self_speculative_generate
 from helpers.specdec.tree import tree_generate
 
-__all__ = ["GenerationResult", "GenerationStats", "MedusaHeads", "accept", "accept_greedy", "accept_sampling",
+__all__ = ["FeatureDraft", "GenerationResult", "GenerationStats", "MedusaHeads", "accept", "accept_greedy", "accept_sampling",
            "autoregressive_generate", "batched_autoregressive_generate", "batched_speculative_generate",
-           "medusa_generate", "prompt_lookup_generate", "self_speculative_generate", "speculative_generate", "tree_generate"]
+           "eagle_generate", "medusa_generate", "prompt_lookup_generate", "self_speculative_generate", "speculative_generate", "tree_generate"]

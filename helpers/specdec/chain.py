@@ -69,13 +69,15 @@ def accept_chain(target_logits: torch.Tensor, drafts: torch.Tensor, draft_probs:
 
 
 def _prefill(target_cache, input_ids: torch.Tensor, stats: GenerationStats, hidden: bool):
-    """The target caches all but the last prompt token (round 1's pending token); its hidden states when asked."""
+    """The target caches all but the last prompt token (round 1's pending token); with ``hidden``, returns their
+    hidden states (1, prompt_len - 1, H) for the drafter."""
     if input_ids.shape[1] == 1:
         return None
     stats.target_forwards += 1
-    out = target_cache.extend(input_ids[:, :-1], return_hidden=True) if hidden else target_cache.extend(
-        input_ids[:, :-1])
-    return out[1] if hidden else None
+    if hidden:
+        return target_cache.extend(input_ids[:, :-1], last_only=False, return_hidden=True)[1]
+    target_cache.extend(input_ids[:, :-1])
+    return None
 
 
 @torch.inference_mode()

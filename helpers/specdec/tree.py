@@ -380,7 +380,7 @@ def _prefill_target(target_cache, input_ids: torch.Tensor, stats, hidden: bool):
         return None
     stats.target_forwards += 1
     if hidden:
-        return target_cache.extend(input_ids[:, :-1], return_hidden=True)[1]
+        return target_cache.extend(input_ids[:, :-1], last_only=False, return_hidden=True)[1]
     target_cache.extend(input_ids[:, :-1])
     return None
 

@@ -1,0 +1,156 @@
+"""A feature-level draft (EAGLE, Li et al. 2024; survey §5.2): one decoder layer that drafts in the target's own
+feature space.
+
+The target's feature f_t is the hidden state its LM head reads at position t. The draft takes the pair
+(f_t, embedding of token t+1), mixes it to the target's width (``fc``), runs one decoder layer over its own KV
+cache of such pairs, and outputs a prediction of f_{t+1}; the target's own LM head turns that into p(token t+2).
+Drafting γ tokens is γ steps of that layer, each feeding back its own predicted feature. The target's embedding
+and LM head are shared and frozen, so the draft stores only ``fc`` and its layer.
+
+Nothing is recomputed for it: the verify forward returns the target's features at [pending, d1..dγ]
+(``return_hidden``), and after a round the draft's cache keeps only the pairs built from true features; the pairs
+of the accepted tokens (true features, now known) are fed in the next round's first draft step, together.
+
+``FeatureDrafter`` drafts a chain; with ``stop_below`` a round stops as soon as the draft's probability of its
+own token falls below the threshold, and drops a first draft that is already below it (a plain decode step then),
+so that where its drafts fail it backs off to autoregressive decoding. Verified by the one chain verifier: lossless.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from helpers.models.qwen3 import DecoderConfig, MiniQwen3
+from helpers.models.runtime import minimal_supported, minimal_view, resolve_runtime
+from helpers.specdec.chain import Drafter, generate_chain
+from helpers.specdec.core import GenerationResult, GenerationStats, check_generation, check_positive_int, sample
+
+__all__ = ["FeatureDraft", "eagle_generate"]
+
+
+def _layer_config(target) -> DecoderConfig:
+    """One layer of the target's width and attention shape (any Qwen3 or Llama config)."""
+    config = target.config
+    heads = config.num_attention_heads
+    return DecoderConfig(
+        vocab_size=config.vocab_size, hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+        num_layers=1, num_heads=heads, num_kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+        head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
+        max_seq_len=config.max_position_embeddings,
+        rope_theta=(getattr(config, "rope_parameters", None) or {}).get("rope_theta", getattr(config, "rope_theta",
+                                                                                             1_000_000.0)),
+        rms_norm_eps=config.rms_norm_eps)
+
+
+class FeatureDraft(nn.Module):
+    """A feature-level draft for ``target`` (randomly initialised; from the target's last layer when the target is
+    a Qwen3 the workbook's model file implements). ``forward(features, tokens, cache)`` returns the draft's logits
+    (through the target's LM head) and its predicted next features."""
+
+    def __init__(self, target):
+        super().__init__()
+        config = _layer_config(target)
+        hidden = config.hidden_size
+        self.fc = nn.Linear(2 * hidden, hidden, bias=False)
+        self.body = MiniQwen3(config)
+        self.body.norm = nn.Identity()  # the layer predicts the feature itself; the target's LM head reads it
+        with torch.no_grad():  # start as "feature + token embedding", the residual stream a layer expects
+            self.fc.weight.copy_(torch.cat([torch.eye(hidden), torch.eye(hidden)], dim=1))
+        if minimal_supported(target):
+            self.body.layers[0].load_state_dict(minimal_view(target).layers[-1].state_dict())
+        weight = target.get_output_embeddings().weight
+        self.to(device=weight.device, dtype=weight.dtype)
+        self.body.embed_tokens = target.get_input_embeddings()  # shared and frozen
+        self.body.lm_head = target.get_output_embeddings()
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        """What the draft owns (``fc`` and its layer): the shared embedding and LM head are the target's."""
+        shared = ("body.embed_tokens.", "body.lm_head.")
+        return {k: v for k, v in self.state_dict().items() if not k.startswith(shared)}
+
+    def new_cache(self, capacity: int):
+        return self.body.new_cache(1, capacity)
+
+    def forward(self, features: torch.Tensor, tokens: torch.Tensor, cache=None, last_only: bool = False):
+        """``features`` (B, T, H) at positions t and ``tokens`` (B, T) at t+1 -> (logits for t+2, features of t+1)."""
+        mixed = self.fc(torch.cat([features, self.body.embed_tokens(tokens)], dim=-1))
+        return self.body(None, cache, last_only=last_only, inputs_embeds=mixed, return_hidden=True)
+
+
+class FeatureDrafter(Drafter):
+    """Drafts a chain at the feature level (module docstring). Its cache holds one entry per committed position
+    t >= 1, built from the pair (true f_{t-1}, token t); ``self.features``/``self.tokens`` are the pairs not yet
+    fed, the last one always (f before pending, pending)."""
+
+    needs_hidden = True
+
+    def __init__(self, draft: FeatureDraft, gamma: int, stop_below: float | None = None):
+        self.draft, self.gamma, self.stop_below = draft, gamma, stop_below
+        self.cache = self.features = self.tokens = None
+        self.fed, self.forwards = 0, 0
+
+    def start(self, input_ids, capacity: int, hidden=None) -> None:
+        self.cache = self.draft.new_cache(capacity)
+        if hidden is None:  # a one-token prompt: no feature yet, round 1 drafts nothing
+            self.features, self.tokens = None, None
+        else:
+            self.features, self.tokens = hidden, input_ids[:, 1:]
+
+    def propose(self, pending, limit: int, temperature: float, generator=None):
+        self.fed = 0
+        count = min(self.gamma, limit)
+        if self.features is None or count < 1:
+            return pending.new_empty(1, 0), None
+        drafts, distributions = [], []
+        features, tokens = self.features, self.tokens
+        for step in range(count):
+            logits, predicted = self.draft(features, tokens, self.cache, last_only=True)
+            self.forwards += 1
+            self.fed += features.shape[1]
+            token, distribution = sample(logits[:, -1], temperature, generator)
+            if self.stop_below is not None and self._unsure(logits[:, -1], token, distribution, temperature):
+                if step == 0:  # not even one confident guess: a plain decode step this round
+                    return pending.new_empty(1, 0), None
+                break
+            drafts.append(token)
+            distributions.append(distribution)
+            features, tokens = predicted, token
+        return torch.cat(drafts, dim=1), None if temperature == 0 else torch.stack(distributions, dim=1)
+
+    def _unsure(self, logits, token, distribution, temperature) -> bool:
+        confidence = (torch.softmax(logits.float(), dim=-1).amax() if temperature == 0
+                      else distribution[0, token[0, 0]])
+        return confidence.item() < self.stop_below
+
+    def commit(self, drafts, accepted: int, next_token, emitted, hidden=None) -> None:
+        pending_pairs = self.features.shape[1] if self.features is not None else 0
+        if self.fed:  # keep the pending pairs' entries (true features); drop those built from predictions
+            self.cache.rollback(self.fed - pending_pairs)
+            self.features, self.tokens = None, None
+        features, tokens = hidden[:, :accepted + 1], torch.cat([drafts[:, :accepted], next_token], dim=1)
+        if self.features is not None:  # nothing was fed this round: the old pairs still wait
+            features, tokens = torch.cat([self.features, features], 1), torch.cat([self.tokens, tokens], 1)
+        self.features, self.tokens = features, tokens
+
+
+def eagle_generate(target, draft: FeatureDraft, input_ids: torch.Tensor, max_new_tokens: int,
+                   temperature: float = 0.0, seed: int | None = None, *, gamma: int = 5, tree=None,
+                   stop_below: float | None = None, eos_token_id=None, time_phases: bool = True,
+                   runtime: str = "auto") -> GenerationResult:
+    """Speculative decoding with a feature-level draft: γ drafts per round from the target's own features (a chain;
+    ``tree`` is reserved for a dynamic tree and must be None). Exact greedy output at temperature 0, the target's
+    distribution above. ``stop_below``: the confidence-based stop (module docstring)."""
+    check_generation(target, input_ids, max_new_tokens, temperature)
+    if not isinstance(draft, FeatureDraft):
+        raise ValueError(f"draft must be a helpers.specdec.FeatureDraft, got {type(draft).__name__}")
+    if draft.body.lm_head is not target.get_output_embeddings():
+        raise ValueError("this feature draft was built for another model: it shares its embedding and LM head; "
+                         "build or load it with this target (FeatureDraft(target) or load_feature_draft)")
+    check_positive_int("gamma", gamma, "draft tokens per round")
+    if tree is not None:
+        raise ValueError("eagle_generate drafts a chain; tree=None (feature-draft trees are not implemented)")
+    if stop_below is not None and not (isinstance(stop_below, (int, float)) and 0 <= stop_below <= 1):
+        raise ValueError(f"stop_below must be None or a probability in [0, 1], got {stop_below!r}")
+    stats = GenerationStats(runtime=resolve_runtime(runtime, target))
+    return generate_chain(target, FeatureDrafter(draft, gamma, stop_below), input_ids, max_new_tokens, temperature,
+                          seed, stats=stats, eos_token_id=eos_token_id, time_phases=time_phases)

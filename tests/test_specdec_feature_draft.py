@@ -1,0 +1,106 @@
+"""helpers.specdec.feature_draft: a one-layer draft in the target's feature space, verified by the one chain
+verifier; lossless (greedy equality on random models and prompts, the sampling law)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from helpers.specdec import FeatureDraft, GenerationStats, autoregressive_generate, eagle_generate
+from helpers.specdec.chain import generate_chain
+from helpers.specdec.feature_draft import FeatureDrafter
+from distribution_checks import chi_square_pvalue, exact_joint, tv_tolerance
+from tiny_models import PEAK, tiny_qwen3
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_qwen3(5, vocab_size=48, head_scale=PEAK)
+
+
+def test_the_draft_shares_embedding_and_head_and_stores_its_layer(target):
+    draft = FeatureDraft(target)
+    assert draft.body.lm_head is target.get_output_embeddings()
+    assert draft.body.embed_tokens is target.get_input_embeddings()
+    state = draft.trainable_state()
+    assert "fc.weight" in state and any(k.startswith("body.layers.0.") for k in state)
+    assert not any("embed_tokens" in k or "lm_head" in k for k in state)
+    features = torch.randn(1, 4, target.config.hidden_size)
+    logits, predicted = draft(features, torch.tensor([[1, 2, 3, 4]]))
+    assert logits.shape == (1, 4, 48) and predicted.shape == features.shape
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("options", [dict(gamma=3), dict(gamma=5, stop_below=0.6), dict(gamma=1)],
+                         ids=["g3", "g5-stop", "g1"])
+def test_greedy_equals_autoregressive(target, seed, options):
+    generator = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(0, 48, (1, int(torch.randint(1, 10, (1,), generator=generator))), generator=generator)
+    draft = FeatureDraft(target)
+    reference = autoregressive_generate(target, prompt, 24, eos_token_id=-1).tokens
+    result = eagle_generate(target, draft, prompt, 24, eos_token_id=-1, **options)
+    assert torch.equal(result.tokens, reference)
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("gamma", [1, 3])
+def test_the_drafter_state_is_built_from_true_features_only(target, gamma):
+    """After a generation, the draft's cache plus its pending pairs give exactly what one fresh draft forward over
+    every (true feature f_{t-1}, token t) pair of the final sequence gives: nothing predicted stays behind."""
+    prompt = torch.tensor([[3, 14, 15, 9, 2, 6]])
+    draft = FeatureDraft(target)
+    with torch.no_grad():
+        draft.fc.weight.add_(torch.randn(draft.fc.weight.shape, generator=torch.Generator().manual_seed(2)) * 0.2)
+    drafter = FeatureDrafter(draft, gamma)
+    result = generate_chain(target, drafter, prompt, 17, stats=GenerationStats(runtime="minimal"), eos_token_id=-1)
+    sequence = torch.cat([prompt[0], result.tokens])[None]
+    features = target(input_ids=sequence, output_hidden_states=True).hidden_states[-1]
+    fresh = draft(features[:, :-1], sequence[:, 1:])[0][:, -1]  # every pair, the last ending at the final token
+    incremental = draft(drafter.features, drafter.tokens, drafter.cache, last_only=True)[0][:, -1]
+    torch.testing.assert_close(incremental, fresh, rtol=1e-4, atol=1e-4)
+
+
+def test_transformers_runtime_and_short_budgets(target):
+    prompt = torch.tensor([[5, 9, 2, 7]])
+    reference = autoregressive_generate(target, prompt, 16, eos_token_id=-1).tokens
+    draft = FeatureDraft(target)
+    result = eagle_generate(target, draft, prompt, 16, eos_token_id=-1, runtime="transformers")
+    assert torch.equal(result.tokens, reference) and result.stats.runtime == "transformers"
+    for budget in (1, 2, 3):
+        assert torch.equal(eagle_generate(target, draft, prompt, budget, eos_token_id=-1).tokens, reference[:budget])
+    eos = int(reference[3])
+    stop = reference[: int((reference == eos).nonzero()[0]) + 1]
+    assert torch.equal(eagle_generate(target, draft, prompt, 16, eos_token_id=eos, gamma=4).tokens, stop)
+
+
+def test_sampling_follows_the_target():
+    vocab, temperature, samples = 16, 1.0, 2000
+    model = tiny_qwen3(10, vocab_size=vocab, num_hidden_layers=1, head_scale=PEAK)
+    draft = FeatureDraft(model)
+    with torch.no_grad():
+        draft.fc.weight.add_(torch.randn(draft.fc.weight.shape, generator=torch.Generator().manual_seed(1)) * 0.3)
+    prompt = torch.tensor([[3, 1, 4]])
+    expected = exact_joint(model, prompt, temperature).ravel()
+    expected /= expected.sum()
+    counts, accepted = np.zeros(vocab * vocab), 0
+    for seed in range(samples):
+        result = eagle_generate(model, draft, prompt, 3, temperature=temperature, seed=seed, gamma=2)
+        x1, x2 = result.tokens[:2].tolist()
+        counts[x1 * vocab + x2] += 1
+        accepted += result.stats.accepted
+    assert 0.1 * samples < accepted < 1.8 * samples
+    assert 0.5 * np.abs(counts / samples - expected).sum() <= tv_tolerance(expected, samples)
+    assert chi_square_pvalue(counts, expected, samples) > 1e-3
+
+
+def test_bad_inputs_are_named(target):
+    draft = FeatureDraft(target)
+    prompt = torch.tensor([[1, 2]])
+    with pytest.raises(ValueError, match="built for another model"):
+        eagle_generate(tiny_qwen3(6, vocab_size=48), draft, prompt, 4)
+    with pytest.raises(ValueError, match="gamma"):
+        eagle_generate(target, draft, prompt, 4, gamma=0)
+    with pytest.raises(ValueError, match="FeatureDraft"):
+        eagle_generate(target, object(), prompt, 4)
+    with pytest.raises(ValueError, match="token ids"):
+        eagle_generate(target, draft, torch.tensor([[1.0, 2.0]]), 4)
