@@ -78,10 +78,9 @@ def cost_row(params: dict, store, pair: Pair) -> dict:
     """T_T, T_D, T_V(gamma) on the cached first prompt (stored row, or measured)."""
     from helpers.specdec.costs import measure_costs
 
-    context = torch.tensor(pair.prompts[:1], device=params["device"])
-    return store.run(cost_config(params), lambda: measure_costs(
-        pair.target, pair.draft, context, params["analysis_gammas"], repeats=params["analysis_timing_repeats"]),
-        meta=pair.meta)
+    return store.run(cost_config(params), lambda: measure_costs(  # the tensor only where it measures (no GPU: meta)
+        pair.target, pair.draft, torch.tensor(pair.prompts[:1], device=params["device"]), params["analysis_gammas"],
+        repeats=params["analysis_timing_repeats"]), meta=pair.meta)
 
 
 def sweep_row(params: dict, store, pair: Pair) -> dict:
