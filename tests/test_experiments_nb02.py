@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from budget_stub import Stop, empty_stores
 from helpers.experiments import nb02
 from helpers.results import ResultStore
 from helpers.run_all import load_params
@@ -25,25 +26,9 @@ def test_committed_rows_are_found(params):
     assert all(store.has(nb02.compare_config(params, base, name)) for name in params["gen_models"])
 
 
-class _Stop(Exception):
-    pass
-
-
-class _Budget:
-    def check(self, what):
-        raise _Stop(what)
-
-
-class _EmptyStore:
-    budget = _Budget()
-
-    def has(self, config):
-        return False
-
-
 def test_measure_checks_the_budget_before_loading(params):
-    with pytest.raises(_Stop, match=f"loading {params['gen_sweep_model']}"):
-        nb02.measure(params, lambda name: _EmptyStore(), progress=False)
+    with pytest.raises(Stop, match=f"loading {params['gen_sweep_model']}"):
+        nb02.measure(params, empty_stores, progress=False)
 
 
 def test_time_cap(params):

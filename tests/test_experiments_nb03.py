@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from budget_stub import Stop, empty_stores
 from helpers.experiments import nb03
 from helpers.results import ResultStore, config_key
 from helpers.run_all import load_params
@@ -37,32 +38,9 @@ def test_measure_finds_every_committed_row_without_loading(params, monkeypatch):
     assert set(only) == {"cold_start", "sweep", "matmul_share"} and not only["sweep"]
 
 
-class _Stop(Exception):
-    pass
-
-
-class _Budget:
-    def __init__(self):
-        self.asked = []
-
-    def check(self, what):
-        self.asked.append(what)
-        raise _Stop(what)
-
-
-class _EmptyStore:
-    """No rows; a budget that refuses everything (as the GPU window's store near its deadline)."""
-
-    budget = _Budget()
-
-    def has(self, config):
-        return False
-
-
 def test_measure_checks_the_budget_before_loading(params):
-    store = _EmptyStore()
-    with pytest.raises(_Stop, match="loading cpu/Llama-3.1-8B"):
-        nb03.measure(params, lambda name: store, progress=False)
+    with pytest.raises(Stop, match="loading cpu/Llama-3.1-8B"):
+        nb03.measure(params, empty_stores, progress=False)
 
 
 def test_stored_returns_the_last_row(tmp_path, monkeypatch):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from budget_stub import Stop, empty_stores
 from helpers.experiments import nb06
 from helpers.memory import load_config
 from helpers.results import ResultStore
@@ -27,27 +28,11 @@ def test_measure_finds_every_committed_row_without_loading(params, monkeypatch):
     assert {r["weights"] for r in rows["forward"]} == {"random"} and rows["verify"][0]["weights"] == "cpu-pair"
 
 
-class _Stop(Exception):
-    pass
-
-
-class _Budget:
-    def check(self, what):
-        raise _Stop(what)
-
-
-class _EmptyStore:
-    budget = _Budget()
-
-    def has(self, config):
-        return False
-
-
 def test_measure_checks_the_budget_before_loading(params):
-    with pytest.raises(_Stop, match=f"loading {params['fp_model']}"):
-        nb06.measure_forward(params, lambda name: _EmptyStore(), progress=False)
-    with pytest.raises(_Stop, match=f"loading {params['fp_verify_model']}"):
-        nb06.measure_verify(params, lambda name: _EmptyStore(), progress=False)
+    with pytest.raises(Stop, match=f"loading {params['fp_model']}"):
+        nb06.measure_forward(params, empty_stores, progress=False)
+    with pytest.raises(Stop, match=f"loading {params['fp_verify_model']}"):
+        nb06.measure_verify(params, empty_stores, progress=False)
 
 
 def test_configs_carry_the_loaded_label(params):
