@@ -22,15 +22,10 @@ import transformers
 
 from helpers import paths
 from helpers.hardware import device_info
+from helpers.profile_env import RESULTS_ONLY_ENV, results_only  # noqa: F401 (public here too: callers import them)
 
 STATUS_OK = "ok"
 STATUS_OOM = "oom"
-RESULTS_ONLY_ENV = "WORKBOOK_RESULTS_ONLY"  # set to 1: render committed rows, never measure (e.g. GPU rows on a CPU)
-
-
-def results_only() -> bool:
-    """True when ``WORKBOOK_RESULTS_ONLY`` is set (not empty, not 0): a missing row is an error, not a measurement."""
-    return os.environ.get(RESULTS_ONLY_ENV, "").strip() not in ("", "0")
 
 
 class MissingResultError(RuntimeError):
