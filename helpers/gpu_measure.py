@@ -33,6 +33,7 @@ no model for configurations already measured. The CUDA graphs are captured expli
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import shutil
 import sys
@@ -40,13 +41,12 @@ import time
 from pathlib import Path
 
 import torch
-import yaml
 
-from helpers import models, paths
+from helpers import paths
 from helpers.experiments import gpu_costs
 from helpers.experiments.gpu_costs import (CPU_PAIRS, DECODE_MODES, EQ5_ALPHAS, EQ5_CONTEXT, EQ5_DTYPE, EQ5_GAMMAS,
                                           EQ5_REPEATS, HANDOUT_PAIRS)
-from helpers.results import ResultStore, free_memory, run_metadata
+from helpers.budget import Budget, BudgetExhausted, BudgetStore
 
 PARTS = ("06", "eq5", "graphs", "02", "03", "12", "07", "09")  # the window's priority order
 PART_FILES = {  # the result files each part writes (at most 8 come back per command)
@@ -62,151 +62,26 @@ PART_FILES = {  # the result files each part writes (at most 8 come back per com
 MAX_FILES = 8
 MAX_FILE_BYTES = 16 * 2**20
 
-# --dry-run: the same code on the CPU with the CPU profile's small models, shrunk to a few tokens
-DRY_OVERRIDES = {
-    "gen_input_exponents": [0, 1, 2, 3], "gen_output_exponents": [0, 1, 2], "gen_input_new_tokens": 2,
-    "gen_output_input_len": 4, "gen_compare_input_len": 4, "gen_compare_new_tokens": 2, "gen_warmup": 0,
-    "gen_repeats": 1, "gen_batch_size": 2, "gen_models": ["cpu/Qwen3-1.7B"], "gen_max_seconds_per_batch": 0.0,
-    "kvb_long_prompt_tokens": 16, "kvb_max_new_tokens": 4, "kvb_no_cache_cap": 4, "kvb_no_cache_cap_long": 4,
-    "kvb_repeats": 1, "kvb_max_repeats": 1, "kvb_cold_repeats": 1,
-    "fp_seq_len": 8, "fp_batch_sizes": [1, 2], "fp_warmup": 0, "fp_trials": 1, "fp_verify_prefix": 8,
-    "fp_verify_tokens": [1, 3],
-    "sd_pairs": [["cpu-pair/target", "cpu-pair/draft"]], "sd_gammas": [1, 2, 3, 5, 7], "sd_prompt_count": 2,
-    "sd_source_prompt_count": 4, "sd_max_new_tokens": 4, "sd_peer_gammas": [2], "sd_repeats": 1,
-    "analysis_gammas": [1, 2], "analysis_prompt_count": 1, "analysis_prompt_len": 8, "analysis_new_tokens": 4,
-    "analysis_timing_repeats": 1, "analysis_generation_repeats": 1, "analysis_batch_sizes": [1, 2],
-    "analysis_batch_new_tokens": 4, "analysis_batch_repeats": 1,
-    "design_drafts": ["cpu-pair/draft-1x240", "cpu-pair/draft-2x192", "cpu-pair/draft-2x192-shared",
-                      "cpu-pair/draft-2l"], "design_gammas": [1, 2], "design_prompts": 2,
-    "design_new_tokens": 4, "design_repeats": 1, "scale_model": "cpu/Qwen3-0.6B", "scale_depths": [2, 1],
-    "scale_repeats": 1,
-}
+# --dry-run: params/dry-run.yaml over the CPU profile, and these eq5/graphs settings
 DRY_EQ5 = {"pairs": [["cpu/Qwen3-8B", "cpu/Qwen3-0.6B"]], "gammas": [2, 3], "context": 8, "repeats": 1,
            "dtype": "float32",
            "cpu_pairs": [["cpu-pair/target", "cpu-pair/draft"]]}
 
 
-class BudgetExhausted(Exception):
-    """Raised before a measurement that would not finish inside ``--budget-s``."""
-
-
-class Budget:
-    """Seconds left for this command; a new measurement starts only when ``margin`` plus twice the longest one so
-    far still fit (the next length of a sweep costs about twice the last)."""
-
-    def __init__(self, seconds: float | None, margin: float = 30.0):
-        self.deadline = None if not seconds else time.monotonic() + seconds
-        self.margin = margin
-        self.longest = 0.0
-
-    def left(self) -> float:
-        return float("inf") if self.deadline is None else self.deadline - time.monotonic()
-
-    def check(self, what: str) -> None:
-        need = self.margin + 2 * self.longest
-        if self.left() < need:
-            raise BudgetExhausted(f"budget: stopped before {what} ({self.left():.0f} s left, {need:.0f} s needed); "
-                                  "run the same command again to resume")
-
-    def took(self, seconds: float) -> None:
-        self.longest = max(self.longest, seconds)
-
-
-class BudgetStore(ResultStore):
-    """A :class:`ResultStore` that checks the budget before measuring a configuration it does not hold yet."""
-
-    budget = Budget(None)
-    measured = 0
-    after_row = None  # called after every row written (the window refreshes its archive: a kill loses no row)
-
-    def append(self, config, metrics, meta, status="ok"):
-        row = super().append(config, metrics, meta, status)
-        if BudgetStore.after_row is not None:
-            BudgetStore.after_row()
-        return row
-
-    def run(self, config, fn, *, meta, rerun=False):
-        if not rerun and self.has(config):
-            return super().run(config, fn, meta=meta)
-        self.budget.check(f"{self.notebook}: {_short(config)}")
-        start = time.monotonic()
-        row = super().run(config, fn, meta=meta, rerun=rerun)
-        self.budget.took(time.monotonic() - start)
-        BudgetStore.measured += 1
-        print(f"  measured {self.notebook}: {_short(config)} ({time.monotonic() - start:.1f} s)", flush=True)
-        return row
-
-
-def _short(config: dict) -> str:
-    keep = {k: v for k, v in config.items() if k not in ("prompt_ids",) and not isinstance(v, (list, dict))}
-    return ", ".join(f"{k}={v}" for k, v in list(keep.items())[:8])
-
-
-def _label(name: str, weights: str | None) -> str:
-    """The weights label a model will get from :func:`helpers.generation.loading.load_for_sweep` (without loading)."""
-    if name.startswith(models.ANALOG_PREFIX):
-        return "random"
-    if name.startswith(models.PAIR_PREFIX) or weights == "cpu-pair":
-        return "cpu-pair"
-    return weights or "pretrained"
-
-
 # ------------------------------------------------------------------------------------------------------ parts
 
-
-def part_02(p: dict, store) -> None:
-    """Notebook 02: :func:`helpers.experiments.nb02.measure` (the input- and output-length sweeps, the models)."""
-    from helpers.experiments import nb02
-
-    nb02.measure(p, store, progress=False)
+PART_MODULES = {"02": "nb02", "03": "nb03", "06": "nb06", "07": "nb07", "09": "nb09", "12": "nb12"}
 
 
-def part_03(p: dict, store) -> None:
-    """Notebook 03: :func:`helpers.experiments.nb03.measure` (cold start, the four paired sweeps, the matmul share)."""
-    from helpers.experiments import nb03
-
-    nb03.measure(p, store, progress=False)
-
-
-def part_06(p: dict, store) -> None:
-    """Notebook 06: :func:`helpers.experiments.nb06.measure` (forward time vs batch, CUDA events on a GPU; the verify
-    step)."""
-    from helpers.experiments import nb06
-
-    nb06.measure(p, store, progress=False)
-
-
-def part_07(p: dict, store) -> None:
-    """Notebook 07: the sweep per pair, the per-source study and the sampled run of the best configuration."""
-    from helpers.experiments import nb07
-
-    nb07.measure(p, store)
-
-
-def part_09(p: dict, store) -> None:
-    """Notebook 09: cost terms, the gamma sweep and the batched points of its pair."""
-    from helpers.experiments import nb09
-
-    nb09.measure(p, store)
-
-
-def part_eq5(p: dict, store, eq5: dict) -> None:
-    """T_T, T_D, T_V(gamma) of each handout pair in bf16, random weights, eager and as CUDA graphs (Eq. 5 per pair;
-    the Qwen3-8B decode step against the HBM roofline)."""
-    gpu_costs.measure_eq5(p, store(gpu_costs.COSTS), eq5, eq5["pairs"], "random", fatal=(BudgetExhausted,))
-
-
-def part_graphs(p: dict, store, eq5: dict) -> None:
-    """The CPU pair on the GPU: its cost terms eager and as graphs, then end to end with graphs against AR."""
-    gpu_costs.measure_graphs(p, store, eq5, fatal=(BudgetExhausted,))
-
-
-def part_12(p: dict, store) -> None:
-    """Notebook 12: depth at the handout's scale (random weights; on a GPU the launch-bound regime), then every
-    draft of the family against the target (:func:`helpers.experiments.nb12.measure`, as the notebook calls it)."""
-    from helpers.experiments import nb12
-
-    nb12.measure(p, store, progress=False)
+def run_part(part: str, params: dict, store, eq5: dict) -> None:
+    """Measure a part's missing rows: a notebook's own ``helpers.experiments.nbNN.measure`` (its configurations are
+    written once, there), or the eq5/graphs cost terms (:mod:`helpers.experiments.gpu_costs`)."""
+    if part == "eq5":  # the handout pairs in bf16, random weights, eager and as CUDA graphs
+        gpu_costs.measure_eq5(params, store(gpu_costs.COSTS), eq5, eq5["pairs"], "random", fatal=(BudgetExhausted,))
+    elif part == "graphs":  # the CPU pair on the GPU: cost terms eager and as graphs, then end to end
+        gpu_costs.measure_graphs(params, store, eq5, fatal=(BudgetExhausted,))
+    else:
+        importlib.import_module(f"helpers.experiments.{PART_MODULES[part]}").measure(params, store, progress=False)
 
 
 # ------------------------------------------------------------------------------------------------------ driver
@@ -214,14 +89,14 @@ def part_12(p: dict, store) -> None:
 
 def profile_params(profile: str, dry_run: bool) -> tuple[dict, dict]:
     """``(notebook parameters, eq5/graphs settings)``: ``params/<profile>.yaml``; with ``dry_run`` the CPU profile's
-    small models on the CPU shrunk by :data:`DRY_OVERRIDES`, under the profile name ``<profile>-dryrun``."""
+    small models on the CPU shrunk by ``params/dry-run.yaml``, under the profile name ``<profile>-dryrun``."""
     from helpers.run_all import load_params
 
     eq5 = {"pairs": HANDOUT_PAIRS, "gammas": EQ5_GAMMAS, "context": EQ5_CONTEXT, "repeats": EQ5_REPEATS,
            "alphas": EQ5_ALPHAS, "cpu_pairs": CPU_PAIRS, "dtype": EQ5_DTYPE, "modes": ["eager", "graphs"]}
     if not dry_run:  # as papermill runs a notebook: its defaults (the CPU profile), overridden by the profile's file
         return {**load_params("cpu"), **load_params(profile)}, eq5
-    params = {**load_params("cpu"), **DRY_OVERRIDES, "profile": f"{profile}-dryrun", "device": "cpu"}
+    params = {**load_params("cpu"), **load_params("dry-run"), "profile": f"{profile}-dryrun", "device": "cpu"}
     params["sd_dtype"] = "float32"
     return params, {**eq5, **DRY_EQ5}
 
@@ -294,8 +169,7 @@ def _run(params: dict, eq5: dict, parts: list, out: Path, dry_run: bool, budget_
     try:
         for part in parts:
             print(f"== part {part} ({time.monotonic() - start:.0f} s)", flush=True)
-            function = globals()[f"part_{part}"]
-            function(params, store, eq5) if part in ("eq5", "graphs") else function(params, store)
+            run_part(part, params, store, eq5)
             done.append(part)
     except BudgetExhausted as stop:
         stopped = str(stop)
