@@ -115,7 +115,7 @@ def test_figures_draw_every_draft(measured):
 
 def test_wilson_interval_is_exact_at_the_ends():
     """Regression: at 0 successes the lower bound came out as 7e-18, above the estimate 0."""
-    from helpers.specdec.sweeps import wilson_interval
+    from helpers.stats import wilson_interval
 
     assert wilson_interval(0, 23)[0] == 0.0 and wilson_interval(23, 23)[1] == 1.0
     low, high = wilson_interval(5, 10)

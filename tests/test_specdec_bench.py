@@ -1,4 +1,5 @@
-"""helpers.specdec.sweeps: the comparison loop, its rows and aggregates (tiny random models, no CPU pair)."""
+"""helpers.experiments.specdec_sweeps (and the specdec_bench CLI's table): the comparison loop, its rows and
+aggregates (tiny random models, no CPU pair)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,14 +7,15 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.specdec.analysis import predicted_speedup
-from helpers.specdec.bench import _pair_figures, _print_table
+from helpers.experiments.specdec_bench import _pair_figures, _print_table
+from helpers.experiments.specdec_figures import plot_by_source
+from helpers.experiments.specdec_sweeps import (alpha_for_speedup, assisted_generate, correlation_word, cost_check,
+                                                gamma_rows, measure_config, measure_pair, pair_optimum, select_sweep,
+                                                source_breakdown, source_claims, source_table, summarise,
+                                                sweep_configs)
 from helpers.prompts import select_prompts
-from helpers.specdec.figures import plot_by_source
-from helpers.specdec.sweeps import (alpha_for_speedup, assisted_generate, bootstrap_ratio_interval, gamma_rows,
-                                    correlation_word, cost_check, measure_config, measure_pair, pair_optimum,
-                                    select_sweep, source_breakdown, source_claims, source_table, summarise,
-                                    sweep_configs, wilson_interval)
+from helpers.specdec.analysis import predicted_speedup
+from helpers.stats import bootstrap_ratio_interval, wilson_interval
 
 
 @pytest.fixture(scope="module")
@@ -277,3 +279,14 @@ def test_source_claims_name_each_departure_from_the_expected_order():
     assert not source_claims(apart)["swaps_within_noise"]
     in_order = by_source.assign(alpha=[0.86, 0.80, 0.76, 0.72])
     assert source_claims(in_order)["order_swaps"] == [] and source_claims(in_order)["swaps_within_noise"]
+
+
+def test_specdec_benchmark_is_registered_from_its_experiment_module(capsys):
+    """``python -m helpers.bench specdec`` runs helpers.experiments.specdec_bench (moved out of the algorithms)."""
+    from helpers import bench
+    from helpers.experiments import specdec_bench
+
+    assert bench.BENCHMARKS["specdec"] is specdec_bench
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["specdec", "--help"])
+    assert exit_info.value.code == 0 and "--gammas" in capsys.readouterr().out

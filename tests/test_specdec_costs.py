@@ -1,11 +1,12 @@
-"""The measurement helpers behind notebook 09 run, return sane figures, and keep outputs lossless."""
+"""helpers.experiments.specdec_costs: the measurement helpers behind notebook 09 run, return sane figures, and keep
+outputs lossless."""
 import pandas as pd
 import pytest
 import torch
 
-from helpers.specdec.costs import (alpha_by_source, batch_table, compare_batched, compare_drafts, cost_terms,
-                                   draft_summary, interleaved_runs, last_level_cache_bytes, main_study_rows,
-                                   measure_costs, speedup_sweep)
+from helpers.experiments.specdec_costs import (alpha_by_source, batch_table, compare_batched, compare_drafts,
+                                               cost_terms, draft_summary, interleaved_runs, last_level_cache_bytes,
+                                               main_study_rows, measure_costs, speedup_sweep)
 from tiny_models import RAGGED_PROMPTS as PROMPTS
 
 

@@ -18,10 +18,11 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from helpers.experiments.specdec_costs import forward_time, measure_costs
+from helpers.experiments.specdec_sweeps import gamma_rows, measure_pair
 from helpers.models.registry import parameter_count
 from helpers.specdec.analysis import linear_verify_cost, optimal_gamma, pooled_alpha, predicted_speedup
-from helpers.specdec.costs import forward_time, measure_costs
-from helpers.specdec.sweeps import bootstrap_ratio_interval, gamma_rows, measure_pair, wilson_interval
+from helpers.stats import bootstrap_ratio_interval, wilson_interval
 
 
 def measure_draft(target, draft, cases: list[dict], gammas, max_new_tokens: int, *, repeats: int = 2,
@@ -182,7 +183,7 @@ def scale_latency(config, depths, *, device="cpu", dtype=torch.float32, context:
                   seed: int = 0, multiple: int = 128, progress: bool = False) -> list[dict]:
     """Decode-step time of random-weight models of ``config``'s parameter count at each depth in ``depths``
     (:func:`equal_size_config`), one at a time on ``device``: one new token after a cached ``context``, the mean of
-    ``repeats`` after warm-up (:func:`helpers.specdec.costs.forward_time`)."""
+    ``repeats`` after warm-up (:func:`helpers.experiments.specdec_costs.forward_time`)."""
     from helpers.models import random_model
     from helpers.results import free_memory
 

@@ -202,7 +202,7 @@ def measure_eq5(p: dict, store, eq5: dict, pairs, weights: str, fatal: tuple = (
     from helpers.models import PAIR_PREFIX
     from helpers.models.runtime import minimal_supported
     from helpers.results import free_memory
-    from helpers.specdec.costs import measure_costs
+    from helpers.experiments.specdec_costs import measure_costs
 
     for target_name, draft_name in pairs:
         label = "cpu-pair" if target_name.startswith(PAIR_PREFIX) else weights
@@ -228,7 +228,7 @@ def _measure_e2e(p: dict, graphs, eq5: dict, configs: list[dict], mode: str, pro
     from helpers.models import load_model
     from helpers.prompts import encode_prompts
     from helpers.results import free_memory
-    from helpers.specdec.sweeps import gamma_rows, measure_pair
+    from helpers.experiments.specdec_sweeps import gamma_rows, measure_pair
 
     dtype = getattr(torch, p["sd_dtype"])
     (target, tokenizer), (draft, _) = (load_model(configs[0]["target"], device=p["device"], dtype=dtype),
@@ -254,7 +254,7 @@ def measure_graphs(p: dict, store, eq5: dict, fatal: tuple = ()) -> None:
     graphs against AR with graphs (real alpha; lossless checked on every prompt). ``store`` is the factory."""
     from helpers.experiments import nb07
     from helpers.experiments.common import check_budget, took
-    from helpers.specdec.sweeps import sweep_configs
+    from helpers.experiments.specdec_sweeps import sweep_configs
 
     graphs = store(GRAPHS)
     measure_eq5(p, graphs, eq5, eq5["cpu_pairs"], "cpu-pair", fatal)

@@ -9,10 +9,10 @@ import pandas as pd
 import torch
 
 from helpers.experiments.common import LoadedModels, check_budget, seed_and_threads, took
+from helpers.experiments.specdec_costs import measure_costs, median_length_case
+from helpers.experiments.specdec_sweeps import gamma_rows, measure_config, measure_pair, select_sweep, sweep_configs
 from helpers.prompts import encode_prompts, load_prompts, select_prompts
 from helpers.results import config_key, run_metadata
-from helpers.specdec.costs import measure_costs, median_length_case
-from helpers.specdec.sweeps import gamma_rows, measure_config, measure_pair, select_sweep, sweep_configs
 
 RESULT = "07_speculative_decoding"  # the sweep (08 and 09 read it)
 BY_SOURCE = "07_speculative_decoding_by_source"  # the best configuration on the per-source prompt set
@@ -88,7 +88,7 @@ def measure_sweep(params: dict, store, models: LoadedModels, prompt_rows: list[d
 
 
 def sweep_frame(store, by_pair: dict):
-    """The sweep's rows that answer its configurations (:func:`helpers.specdec.sweeps.select_sweep`)."""
+    """The sweep's rows that answer its configurations (:func:`helpers.experiments.specdec_sweeps.select_sweep`)."""
     return select_sweep(store(RESULT).frame(), [config for configs in by_pair.values() for config in configs])
 
 
@@ -270,7 +270,8 @@ def verify_trend(frame, slopes: dict) -> str:
 
 
 def cost_numbers(costs_by_pair, cost_claims) -> dict:
-    """The numbers behind the sentence about the cost terms (worded by :func:`helpers.specdec.sweeps.cost_check`)."""
+    """The numbers behind the sentence about the cost terms (worded by
+    :func:`helpers.experiments.specdec_sweeps.cost_check`)."""
     shared = bool(cost_claims["shared_targets"])
     return {
         "cost_shared": int(shared), "cost_targets": ", ".join(cost_claims["shared_targets"]),
@@ -286,8 +287,8 @@ def cost_numbers(costs_by_pair, cost_claims) -> dict:
 
 
 def print_source_claims(by_source, checks: dict) -> None:
-    """The per-source prose's checks (:func:`helpers.specdec.sweeps.source_claims`), printed."""
-    from helpers.specdec.sweeps import correlation_word
+    """The per-source prose's checks (:func:`helpers.experiments.specdec_sweeps.source_claims`), printed."""
+    from helpers.experiments.specdec_sweeps import correlation_word
 
     expected, measured_order, fast, slow = checks["expected"], checks["measured_order"], checks["fast"], checks["slow"]
     print(f"order of alpha: {' > '.join(measured_order)}; expected {' > '.join(expected)}: "
@@ -316,7 +317,7 @@ def print_source_claims(by_source, checks: dict) -> None:
 
 def source_numbers(by_source, by_source_run: dict, checks: dict) -> dict:
     """The report's numbers of the per-source study."""
-    from helpers.specdec.sweeps import correlation_word
+    from helpers.experiments.specdec_sweeps import correlation_word
 
     fast, slow, measured_order = checks["fast"], checks["slow"], checks["measured_order"]
     return {

@@ -76,7 +76,7 @@ def load_pair(params: dict) -> Pair:
 
 def cost_row(params: dict, store, pair: Pair) -> dict:
     """T_T, T_D, T_V(gamma) on the cached first prompt (stored row, or measured)."""
-    from helpers.specdec.costs import measure_costs
+    from helpers.experiments.specdec_costs import measure_costs
 
     return store.run(cost_config(params), lambda: measure_costs(  # the tensor only where it measures (no GPU: meta)
         pair.target, pair.draft, torch.tensor(pair.prompts[:1], device=params["device"]), params["analysis_gammas"],
@@ -85,7 +85,7 @@ def cost_row(params: dict, store, pair: Pair) -> dict:
 
 def sweep_row(params: dict, store, pair: Pair) -> dict:
     """Greedy speculative decoding per gamma against AR on the held-out prompts (stored row, or measured)."""
-    from helpers.specdec.costs import speedup_sweep
+    from helpers.experiments.specdec_costs import speedup_sweep
 
     return store.run(sweep_config(params), lambda: speedup_sweep(
         pair.target, pair.draft, pair.prompts[:params["analysis_prompt_count"]], params["analysis_gammas"],
@@ -94,7 +94,7 @@ def sweep_row(params: dict, store, pair: Pair) -> dict:
 
 def batch_rows(params: dict, store, pair: Pair) -> list[dict]:
     """One batched point per batch size B, on the first B prompts (stored rows, or measured)."""
-    from helpers.specdec.costs import batched_point
+    from helpers.experiments.specdec_costs import batched_point
 
     return [store.run(batch_config(params, b), lambda b=b: batched_point(
         pair.target, pair.draft, pair.prompts[:b], params["analysis_batch_new_tokens"], params["analysis_batch_gamma"],
@@ -192,7 +192,7 @@ def compare_costs_with_07(rows_07, draft_name: str, tokenizer, T_T: float, T_D: 
 def source_run(by_source_07, rows_07, dear_draft: str):
     """Alpha per prompt source from ONE run of notebook 07: its dedicated per-source run where it exists (more
     prompts per source, one gamma), else the main gamma sweep pooled over its gammas: (sources, draft, run text)."""
-    from helpers.specdec.costs import alpha_by_source
+    from helpers.experiments.specdec_costs import alpha_by_source
 
     if len(by_source_07):
         src_row = by_source_07.iloc[0]
@@ -210,7 +210,7 @@ def source_run(by_source_07, rows_07, dear_draft: str):
 def other_draft_order(rows_07, other: str, src_draft: str, high_source: str) -> dict:
     """Whether the other draft (07's gamma sweep, per gamma: the only run that has it) puts the sources in the same
     order as ``src_draft``'s run (printed); the report's numbers."""
-    from helpers.specdec.costs import alpha_by_source
+    from helpers.experiments.specdec_costs import alpha_by_source
 
     per_gamma_src = {int(g): alpha_by_source(grp).set_index("source")["alpha"]
                      for g, grp in rows_07[rows_07["draft"] == other].groupby("gamma")}

@@ -18,7 +18,7 @@ import torch
 
 from helpers.specdec.analysis import predicted_speedup
 from helpers.specdec.selfspec import Prefilled, batched_decode, prefill, self_speculative_generate
-from helpers.specdec.sweeps import wilson_interval
+from helpers.stats import wilson_interval
 
 
 def byte_terms(model, context: int, batch: int) -> dict:

@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from helpers.specdec.costs import interleaved_runs
+from helpers.experiments.specdec_costs import interleaved_runs
 from helpers.specdec.linear import autoregressive_generate, speculative_generate
 from helpers.specdec.lookup import prompt_lookup_generate
 from helpers.specdec.tree import tree_generate
@@ -186,7 +186,7 @@ def forward_costs(target, draft, context: torch.Tensor, node_counts, draft_width
     ``T_V[n]`` (the target over n positions: the root and n - 1 nodes) and ``T_D[k]`` (the draft over k nodes of
     one tree level; k = 1 is a linear draft step). Multi-token costs are causal forwards: a tree mask costs the
     same to the rounding of these timers (the mask is built once per forward, not per layer)."""
-    from helpers.specdec.costs import forward_time
+    from helpers.experiments.specdec_costs import forward_time
 
     median = lambda model, n: float(np.median(forward_time(model, context, n, all_logits=n > 1,  # noqa: E731
                                                            repeats=repeats).samples))
@@ -407,11 +407,11 @@ def tied_with_fastest(rows, methods=DRAFT_MODEL_METHODS, *, decode: bool = False
     """Which methods the measurement cannot tell from the fastest, per method of ``methods`` (families) in
     :func:`compare_methods` rows: ``speedup`` over AR (pooled; prefill excluded when ``decode``, as Eq. 5 models),
     ``slower`` = its pooled seconds over the fastest's on the same prompts, and a paired percentile bootstrap
-    interval of that ratio over prompts (``low``, ``high``; :func:`helpers.specdec.sweeps.bootstrap_ratio_interval`:
+    interval of that ratio over prompts (``low``, ``high``; :func:`helpers.stats.bootstrap_ratio_interval`:
     prompts are the unit that varies, and resampling them carries both the timing noise and the prompt-to-prompt
     spread). ``tied`` when ``low <= 1``: a resampling of the prompts can make it as fast as the fastest. Sorted
     fastest first; the fastest is tied with itself."""
-    from helpers.specdec.sweeps import bootstrap_ratio_interval
+    from helpers.stats import bootstrap_ratio_interval
 
     frame = pd.DataFrame(rows)
     frame = frame.assign(time=frame.seconds - frame.prefill_s if decode else frame.seconds)

@@ -9,8 +9,9 @@ from helpers import plotting
 
 def plot_by_source(by_source, per_prompt, title: str):
     """Notebook 07's per-source figure: alpha with its bootstrap interval (left) and the speedup with its interval
-    and the per-prompt speedups as dots (right), one column per source of a :func:`~helpers.specdec.sweeps.
-    source_breakdown` frame, in its order. ``per_prompt``: the configuration's per-prompt rows."""
+    and the per-prompt speedups as dots (right), one column per source of a
+    :func:`~helpers.experiments.specdec_sweeps.source_breakdown` frame, in its order.
+    ``per_prompt``: the configuration's per-prompt rows."""
     fig, axes = plt.subplots(1, 2, figsize=plotting.figsize(0.4))
     order = list(by_source.index)
     points_all = pd.DataFrame(list(per_prompt)).assign(speedup=lambda d: d["ar_time_s"] / d["time_s"])

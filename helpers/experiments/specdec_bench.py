@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import torch
 
+from helpers.experiments.specdec_costs import measure_costs
+from helpers.experiments.specdec_sweeps import measure_pair, summarise
 from helpers.models import DRAFT_FAMILY, load_cpu_model, load_cpu_tokenizer
 from helpers.prompts import encode_prompts, load_prompts, select_prompts
 from helpers.specdec.analysis import predicted_speedup
-from helpers.specdec.costs import measure_costs
-from helpers.specdec.sweeps import measure_pair, summarise
 
 
 def add_arguments(parser) -> None:

@@ -26,8 +26,8 @@ integer ``gamma``). Columns, besides the metadata of ``run_metadata`` (device_na
   null (absent) when the peer was not run at that gamma (``measure_pair(peer_gammas=...)``);
 - ``handout_gamma`` (written by notebook 07): gamma is one of the handout's {2, 3, 5, 7} (the rows of its
   Table 1, among which §4.5 picks the best and worst configurations);
-- Eq. 5 terms measured on the device (:func:`helpers.specdec.costs.measure_costs`): ``T_T_s``, ``T_D_s``,
-  ``c`` = T_D/T_T, ``T_V_s`` and ``verify_ratio`` = T_V(gamma)/T_T;
+- Eq. 5 terms measured on the device (:func:`helpers.experiments.specdec_costs.measure_costs`): ``T_T_s``,
+  ``T_D_s``, ``c`` = T_D/T_T, ``T_V_s`` and ``verify_ratio`` = T_V(gamma)/T_T;
 - ``per_prompt``: a list with one dict per prompt (``prompt_id``, ``source``, ``prompt_tokens``,
   ``new_tokens``, ``ar_time_s``, ``time_s``, ``assisted_time_s``, ``accepted``, ``rejections``, ``rounds``,
   ``identical_to_ar``) for per-source breakdowns (:func:`source_breakdown`). Notebook 07 stores a row of the same
@@ -49,10 +49,10 @@ from tqdm.auto import tqdm
 
 from helpers.models import CPU_PAIR_DIR, PAIR_PREFIX
 from helpers.models.runtime import prepare_graphs
-from helpers.stats import bootstrap_ratio_interval, wilson_interval  # noqa: F401 - also imported from here
+from helpers.experiments.specdec_costs import interleaved_runs
 from helpers.specdec.analysis import pooled_alpha, pooled_speedup, predicted_speedup
-from helpers.specdec.costs import interleaved_runs
 from helpers.specdec.linear import GenerationStats, autoregressive_generate, speculative_generate
+from helpers.stats import bootstrap_ratio_interval, wilson_interval
 
 SD_STAT_COLUMNS = ("rounds", "proposed", "accepted", "rejections", "acceptance_rate", "alpha",
                    "mean_accepted_per_round", "tokens_per_round", "time_prefill_s", "time_draft_s",
@@ -118,8 +118,8 @@ def measure_pair(target, draft, cases: list[dict], gammas, max_new_tokens: int, 
     """AR, speculative decoding per gamma and (``peer``) assisted generation, prompt by prompt.
 
     For each prompt the methods run in interleaved rounds, ``repeats`` of them
-    (:func:`helpers.specdec.costs.interleaved_runs`), so a slow phase of a shared machine hits all of them alike; the
-    fastest run of each is kept. Every speculative or assisted run uses the same
+    (:func:`helpers.experiments.specdec_costs.interleaved_runs`), so a slow phase of a shared machine hits all of them
+    alike; the fastest run of each is kept. Every speculative or assisted run uses the same
     seed as the AR run (``seed``: private generators for ours, ``torch.manual_seed`` for transformers').
     One untimed warm-up of every method precedes the first prompt. ``peer_gammas``: the gammas of the peer
     (default: ``gammas``). ``compile``: ours and AR with compiled decode steps (``MiniQwen3.compile_decode``), or
