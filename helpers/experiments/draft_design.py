@@ -22,7 +22,7 @@ from helpers.experiments.specdec_costs import forward_time, measure_costs
 from helpers.experiments.specdec_sweeps import gamma_rows, measure_pair
 from helpers.models.registry import parameter_count
 from helpers.specdec.analysis import linear_verify_cost, optimal_gamma, pooled_alpha, predicted_speedup
-from helpers.stats import bootstrap_ratio_interval, wilson_interval
+from helpers.stats import bootstrap_ratio_interval, line_fit, wilson_interval
 
 
 def measure_draft(target, draft, cases: list[dict], gammas, max_new_tokens: int, *, repeats: int = 2,
@@ -134,7 +134,9 @@ def depth_latency(frame: pd.DataFrame, column: str = "T_D_ms") -> dict:
     ``max_residual_ms`` / ``max_residual_pct`` and ``monotone`` (time never falls as depth grows) say whether the
     line describes the points at all: a share read off a line through scattered points means little."""
     own = frame[~frame.shared_embedding] if "shared_embedding" in frame else frame
-    slope, intercept = np.polyfit(own.layers, own[column], 1)
+    # unclamped: a negative fixed cost or slope is what the points say, and the residuals below judge the line
+    fit = line_fit(own.layers, own[column], clamp="none")
+    slope, intercept = fit.slope, fit.intercept
     deep, shallow = own.loc[own.layers.idxmax()], own.loc[own.layers.idxmin()]
     by_depth = own.sort_values("layers")
     residuals = by_depth[column] - (intercept + slope * by_depth.layers)
