@@ -8,7 +8,10 @@ import torch
 import helpers.training as training
 from helpers.models import CPU_PAIR_DIR
 from helpers.models.corpus import is_heldout
+from helpers.specdec import autoregressive_generate, eagle_generate, medusa_generate
+from helpers.specdec.drafter_files import load_feature_draft, load_medusa_heads
 from helpers.training import cli, long_context
+from helpers.training import heads as training_heads
 from helpers.training.family import family_card_entry
 from tiny_models import tiny_qwen3
 
@@ -278,7 +281,7 @@ def test_command_line_keeps_every_flag_and_resolves_the_defaults(capsys):
     assert (mine.target_steps, mine.batch_size) == (7, 3)
 
 
-@pytest.mark.parametrize("stage", ["long", "drafts"])
+@pytest.mark.parametrize("stage", ["long", "drafts", "heads"])
 def test_a_later_stage_without_a_trained_pair_fails_before_any_work(stage, tmp_path):
     with pytest.raises(FileNotFoundError, match=f"--stage {stage} starts from the target"):
         training.main(["--stage", stage, "--out", str(tmp_path / "empty"), "--device", "cpu"])
@@ -332,3 +335,38 @@ def test_every_stage_runs_end_to_end_on_tiny_shapes(tokenizer, stream, tmp_path,
     assert family["models"]["draft-2x32-shared"]["trainable_parameters"] < family["models"]["draft-2x32-shared"][
         "parameters"]
     assert (tmp_path / "MODEL_CARD.md").read_text() == training.render_card(card)
+
+    card = training_heads.run_heads_stage(replace(settings, heads_steps=2), stream, stream, num_heads=2)
+    drafters = card["drafters"]
+    assert drafters["steps"] == 2 and len(drafters["heldout"]["medusa_top1_by_head"]) == 2
+    assert set(drafters["megabytes"]) == {"medusa", "eagle"} and "draft_family" in card
+    assert (tmp_path / "MODEL_CARD.md").read_text() == training.render_card(card)
+    target = training.load_saved(tmp_path / "target")
+    heads = load_medusa_heads(target, tmp_path / "medusa")
+    draft = load_feature_draft(target, tmp_path / "eagle")
+    prompt = torch.tensor([stream[:5].tolist()])
+    reference = autoregressive_generate(target, prompt, 6, eos_token_id=-1).tokens
+    assert torch.equal(medusa_generate(target, heads, prompt, 6, eos_token_id=-1).tokens, reference)
+    assert torch.equal(eagle_generate(target, draft, prompt, 6, eos_token_id=-1).tokens, reference)
+
+
+def test_drafter_losses_fall_with_training(tokenizer, stream):
+    """A few steps of stage 7 on a tiny target lower both drafters' losses (teacher forced)."""
+    from helpers.specdec import FeatureDraft, MedusaHeads
+    target = tiny(tokenizer, layers=2)
+    heads, draft = MedusaHeads(target, 2), FeatureDraft(target)
+    batch = training.batches(stream, 16, 4, seed=3)
+    fixed = next(batch)
+
+    def losses():
+        features, log_q = training_heads.teacher(target, fixed)
+        with torch.no_grad():
+            return (training_heads.medusa_loss(heads, features, log_q)[0].item(),
+                    training_heads.feature_loss(draft, features, log_q, fixed, token_weight=0.1,
+                                                feature_noise=0.0)[0].item())
+    before = losses()
+    training_heads.train_drafters(target, heads, draft, stream, steps=30, seq_len=16, batch_size=4, seed=0,
+                                  log=lambda message: None)
+    after = losses()
+    assert after[0] < before[0] and after[1] < before[1], (before, after)
+    assert not any(p.requires_grad for p in target.parameters())  # the target stayed frozen

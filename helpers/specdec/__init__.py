@@ -21,6 +21,7 @@
 from helpers.specdec.batched import batched_autoregressive_generate, batched_speculative_generate
 from helpers.specdec.core import GenerationResult, GenerationStats, accept
 from helpers.specdec.linear import accept_greedy, accept_sampling, autoregressive_generate, speculative_generate
+from helpers.specdec.drafter_files import load_feature_draft, load_medusa_heads
 from helpers.specdec.feature_draft import FeatureDraft, eagle_generate
 from helpers.specdec.lookup import prompt_lookup_generate
 from helpers.specdec.medusa import MedusaHeads, medusa_generate
@@ -29,4 +30,4 @@ from helpers.specdec.tree import tree_generate
 
 __all__ = ["FeatureDraft", "GenerationResult", "GenerationStats", "MedusaHeads", "accept", "accept_greedy", "accept_sampling",
            "autoregressive_generate", "batched_autoregressive_generate", "batched_speculative_generate",
-           "eagle_generate", "medusa_generate", "prompt_lookup_generate", "self_speculative_generate", "speculative_generate", "tree_generate"]
+           "eagle_generate", "load_feature_draft", "load_medusa_heads", "medusa_generate", "prompt_lookup_generate", "self_speculative_generate", "speculative_generate", "tree_generate"]

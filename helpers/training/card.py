@@ -74,7 +74,7 @@ library's source and `pydoc_data.topics` (Python {env['python']}). Load them wit
   Device: {env['device']}, {env['threads']} threads; seed {card['seed']}; torch {env['torch']},
   transformers {env['transformers']}. The step counts are fixed, so only the wall time depends on the machine.
 - **Stored** as bf16 safetensors ({card['stored_megabytes']:.1f} MB in all); loaded back as float32.
-{long_card_section(card)}{family_card_section(card)}- **Limits**: tiny models on a narrow corpus; they continue Python code, docstrings and documentation
+{long_card_section(card)}{family_card_section(card)}{drafters_card_section(card)}- **Limits**: tiny models on a narrow corpus; they continue Python code, docstrings and documentation
   prose, and nothing else well. Not for any use beyond timing and acceptance-rate experiments.
 """
 
@@ -122,5 +122,24 @@ def family_card_section(card: dict) -> str:
 | draft | layers | hidden | parameters | trained | held-out loss | decode ms/token | cost ratio | greedy agreement |
 |---|---|---|---|---|---|---|---|---|
 {rows}
+
+"""
+
+
+def drafters_card_section(card: dict) -> str:
+    """The card's section on the drafters that read the target's features (stage 7); '' before that stage."""
+    d = card.get("drafters")
+    if not d:
+        return ""
+    by_head = ", ".join(f"{a:.3f}" for a in d["heldout"]["medusa_top1_by_head"])
+    return f"""- **Drafting from the target itself** (notebook 13, `{COMMAND} --stage heads`): {d['num_heads']} Medusa
+  heads (`medusa/`, {d['megabytes']['medusa']:.2f} MB) and a one-layer feature draft (`eagle/`,
+  {d['megabytes']['eagle']:.2f} MB), trained together for {d['steps']} steps on the frozen target (batch
+  {d['batch_size']} x {d['seq_len']} tokens, {d['tokens']:,} tokens, seed {d['seed']}, {d['threads']} threads,
+  {d['seconds'] / 60:.1f} min): the heads by forward KL to the target's distribution k positions ahead (learning rate
+  {d['heads_lr']}), the feature draft by SmoothL1 on the next feature + {d['token_weight']} x cross-entropy against
+  the target's greedy token (learning rate {d['feature_lr']}, input-feature noise {d['feature_noise']}). Held-out
+  top-1 agreement with the target's argmax (teacher forced): Medusa head 1..{d['num_heads']}: {by_head}; the
+  feature draft's first step: {d['heldout']['feature_draft_top1_step1']:.3f}.
 
 """

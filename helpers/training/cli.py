@@ -9,6 +9,7 @@ import torch
 from helpers.models import CPU_PAIR_DIR, DRAFT_FAMILY
 from helpers.models.corpus import load_corpus
 from helpers.training.family import FAMILY_STEPS, train_draft_family
+from helpers.training.heads import run_heads_stage
 from helpers.training.long_context import run_long_stage
 from helpers.training.pair import train_pair
 from helpers.training.settings import Settings
@@ -32,14 +33,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=None, help="sequences per step (CPU 8, GPU 64)")
     parser.add_argument("--skip-target", action="store_true", help="reuse the target already in --out, redistil")
     parser.add_argument("--smoke", action="store_true", help=f"tiny step counts, writes to {SMOKE_DIR}")
-    parser.add_argument("--stage", choices=("pair", "long", "drafts"), default="pair",
+    parser.add_argument("--stage", choices=("pair", "long", "drafts", "heads"), default="pair",
                         help="'pair': tokenizer, target, drafts (default); 'long': fine-tune target-long from the "
-                             "target in --out (stage 5); 'drafts': distil notebook 12's draft family (stage 6)")
+                             "target in --out (stage 5); 'drafts': distil notebook 12's draft family (stage 6); "
+                             "'heads': Medusa heads and the feature draft on the frozen target (stage 7)")
     parser.add_argument("--draft-shape", action="append", default=None, metavar="LxW",
                         help="with --stage drafts: a draft of L layers and width W ('LxW-shared': with the target's "
                              "embedding, frozen); repeat for several (default: the family, "
                              + ", ".join(name.removeprefix("draft-") for name in DRAFT_FAMILY) + ")")
     parser.add_argument("--long-steps", type=int, default=None, help="stage 5 optimiser steps (default 240)")
+    parser.add_argument("--heads-steps", type=int, default=None, help="stage 7 optimiser steps (default 800)")
     return parser
 
 
@@ -54,14 +57,15 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         batch_size=args.batch_size or (64 if device.type == "cuda" else 8), threads=args.threads,
         target_steps=args.target_steps or (20 if smoke else 2400),
         draft_steps=args.draft_steps or (10 if smoke else FAMILY_STEPS if args.stage == "drafts" else 2500),
-        long_steps=args.long_steps or (4 if smoke else 240), smoke=smoke, skip_target=args.skip_target,
+        long_steps=args.long_steps or (4 if smoke else 240), smoke=smoke,
+        heads_steps=args.heads_steps or (4 if smoke else 800), skip_target=args.skip_target,
         draft_shapes=tuple(args.draft_shape) if args.draft_shape else None,
     )
 
 
 def require_trained_pair(stage: str, out: Path) -> None:
     """Stages 5 and 6 start from the target in ``out``: say so before loading anything."""
-    if stage in ("long", "drafts") and not (out / "card.json").exists():
+    if stage in ("long", "drafts", "heads") and not (out / "card.json").exists():
         raise FileNotFoundError(f"--stage {stage} starts from the target in {out}; train the pair first "
                                 "(no --stage)")
 
@@ -84,4 +88,6 @@ def main(argv: list[str] | None = None) -> dict:
         return run_long_stage(settings, train_ids, heldout_ids)
     if args.stage == "drafts":
         return train_draft_family(settings, tokenizer, train_ids, heldout_ids)
+    if args.stage == "heads":
+        return run_heads_stage(settings, train_ids, heldout_ids)
     return train_pair(settings, corpus, tokenizer, train_ids, heldout_ids)

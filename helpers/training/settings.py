@@ -21,6 +21,7 @@ class Settings:
     target_steps: int = 2400
     draft_steps: int = 2500
     long_steps: int = 240
+    heads_steps: int = 800  # stage 7: Medusa heads and the feature draft, trained together
     smoke: bool = False  # tiny step counts and evaluation sets: an end-to-end check
     skip_target: bool = False  # reuse the target in ``out``, redistil the drafts
     draft_shapes: tuple[str, ...] | None = None  # stage 6's specs (None: the shipped family)

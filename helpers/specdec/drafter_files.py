@@ -1,0 +1,60 @@
+"""Trained drafters on disk: Medusa heads and a feature draft store only their own weights (bf16 safetensors, the
+target's embedding and LM head are the target's) and a small config; loading attaches them to a target."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from helpers.models import CPU_PAIR_DIR
+from helpers.specdec.feature_draft import FeatureDraft
+from helpers.specdec.medusa import MedusaHeads
+
+__all__ = ["MEDUSA_DIR", "FEATURE_DRAFT_DIR", "load_feature_draft", "load_medusa_heads", "save_drafter"]
+
+MEDUSA_DIR = CPU_PAIR_DIR / "medusa"  # the CPU pair's heads (python -m helpers.training --stage heads)
+FEATURE_DRAFT_DIR = CPU_PAIR_DIR / "eagle"
+WEIGHTS, CONFIG = "weights.safetensors", "config.json"
+
+
+def save_drafter(drafter, out_dir: Path) -> None:
+    """Write ``drafter``'s own weights in bf16 and its config to ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if isinstance(drafter, MedusaHeads):
+        state, config = drafter.state_dict(), {"kind": "medusa", "num_heads": drafter.num_heads}
+    elif isinstance(drafter, FeatureDraft):
+        state, config = drafter.trainable_state(), {"kind": "feature_draft"}
+    else:
+        raise ValueError(f"save_drafter saves MedusaHeads or a FeatureDraft, got {type(drafter).__name__}")
+    save_file({k: v.detach().to("cpu", torch.bfloat16).contiguous() for k, v in state.items()}, out_dir / WEIGHTS)
+    (out_dir / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+
+
+def _read(path: Path, kind: str, target) -> tuple[dict, dict]:
+    if not (path / WEIGHTS).exists():
+        raise FileNotFoundError(f"{path / WEIGHTS} is missing: train it with `python -m helpers.training --stage heads`")
+    config = json.loads((path / CONFIG).read_text())
+    if config.get("kind") != kind:
+        raise ValueError(f"{path} holds a {config.get('kind')!r} drafter, not a {kind!r} one")
+    weight = target.get_output_embeddings().weight
+    return config, {k: v.to(weight.device, weight.dtype) for k, v in load_file(path / WEIGHTS).items()}
+
+
+def load_medusa_heads(target, path: Path | None = None) -> MedusaHeads:
+    """The Medusa heads in ``path`` (default: the CPU pair's) on ``target``, in eval mode."""
+    config, state = _read(Path(path or MEDUSA_DIR), "medusa", target)
+    heads = MedusaHeads(target, config["num_heads"])
+    heads.load_state_dict(state)
+    return heads.eval()
+
+
+def load_feature_draft(target, path: Path | None = None) -> FeatureDraft:
+    """The feature draft in ``path`` (default: the CPU pair's) on ``target``, in eval mode."""
+    _, state = _read(Path(path or FEATURE_DRAFT_DIR), "feature_draft", target)
+    draft = FeatureDraft(target)
+    missing, unexpected = draft.load_state_dict(state, strict=False)
+    if unexpected or any(not k.startswith(("body.embed_tokens.", "body.lm_head.")) for k in missing):
+        raise ValueError(f"{path} does not fit this target's feature draft: missing {missing}, unexpected {unexpected}")
+    return draft.eval()
