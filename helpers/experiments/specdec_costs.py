@@ -57,19 +57,17 @@ def draft_time_in_round(target, draft, context: torch.Tensor, gamma: int, *, war
     draft_cache.extend(context)
     block, ids = context[:, -1:].repeat(1, gamma + 1), context[:, -1:]
 
+    def verify():  # untimed: the draft back at the context, then a target forward that leaves the caches as a round
+        draft_cache.rollback(draft_cache.length - length)
+        target_cache.extend(block, last_only=False)
+        target_cache.rollback(gamma + 1)
+
     def drafts():
         for _ in range(gamma):
             draft_cache.extend(ids)
 
-    samples = []
-    for index in range(warmup + repeats):
-        target_cache.extend(block, last_only=False)  # untimed: it leaves the caches as a verification does
-        target_cache.rollback(gamma + 1)
-        seconds = measure(drafts, warmup=0, repeats=1, device=device).samples[0]
-        draft_cache.rollback(gamma)
-        if index >= warmup:
-            samples.append(seconds / gamma)
-    return statistics.fmean(samples)
+    timing = measure(drafts, setup=verify, warmup=warmup, repeats=repeats, device=device, statistic="mean")
+    return timing.summary / gamma
 
 
 def median_length_case(cases: list[dict]) -> dict:
@@ -151,27 +149,25 @@ def interleaved_runs(runs: dict, repeats: int, *, warmup: int = 0, device=None) 
     """``{key: (seconds, results)}``: every ``runs[key]()`` called ``repeats`` times in interleaved rounds by
     :func:`helpers.timing.measure_interleaved` (the workbook's one interleaved timer: a drift in machine load hits
     every run alike), with the wall seconds of each call and what it returned, in call order."""
-    results = {key: [] for key in runs}
-    timings = measure_interleaved({key: (lambda key=key: results[key].append(runs[key]())) for key in runs},
-                                  repeats=repeats, warmup=warmup, device=device)
-    return {key: (timings[key].samples, results[key][warmup:]) for key in runs}
+    timings = measure_interleaved(runs, repeats=repeats, warmup=warmup, device=device, keep_results=True)
+    return {key: (timings[key].samples, list(timings[key].results)) for key in runs}
 
 
-def _least_disturbed_pair(run_a, run_b, repeats: int):
-    """Run ``run_a`` and ``run_b`` alternately ``repeats`` times (:func:`interleaved_runs`); the fastest result of
-    each by its own timer (``stats.time_total_s``).
+def least_disturbed_pair(run_a, run_b, repeats: int):
+    """Run ``run_a`` and ``run_b`` alternately ``repeats`` times (:func:`helpers.timing.measure_interleaved`); the
+    fastest result of each by the generator's own clock (``stats.time_total_s``, the timer's ``own_clock``).
 
     On a shared machine the least-disturbed run is closest to the true cost, and alternating makes both see
     the same phases of load, so their ratio is meaningful even when the load drifts."""
-    runs = interleaved_runs({"a": run_a, "b": run_b}, repeats)
-    fastest = lambda runs: min(runs, key=lambda r: r.stats.time_total_s)  # noqa: E731
-    return fastest(runs["a"][1]), fastest(runs["b"][1])
+    timings = measure_interleaved({"a": run_a, "b": run_b}, repeats=repeats, statistic="min", keep_results=True,
+                                  own_clock=lambda result: result.stats.time_total_s)
+    return timings["a"].fastest_result(), timings["b"].fastest_result()
 
 
 def speedup_sweep(target, draft, prompts, gammas, max_new_tokens: int, *, repeats: int = 2) -> dict:
     """Single-sequence greedy AR vs speculative decoding over ``prompts`` for each gamma.
 
-    For every gamma and prompt, AR and speculative decoding run alternately (see ``_least_disturbed_pair``).
+    For every gamma and prompt, AR and speculative decoding run alternately (see ``least_disturbed_pair``).
     Returns ``{"ar": {...}, "gammas": {gamma: {...}}}``: summed seconds, the end-to-end speedup and the
     decode-only speedup (prefill excluded: what Eq. 5 models), alpha (maximum likelihood over every round of
     every prompt), tokens per round, and whether every output equals the AR output (greedy speculative
@@ -184,7 +180,7 @@ def speedup_sweep(target, draft, prompts, gammas, max_new_tokens: int, *, repeat
     autoregressive_generate(target, inputs[0], 4, eos_token_id=eos)  # warm-up
     out = {"gammas": {}}
     for gamma in gammas:
-        pairs = [_least_disturbed_pair(
+        pairs = [least_disturbed_pair(
             lambda x=x: autoregressive_generate(target, x, max_new_tokens, eos_token_id=eos),
             lambda x=x: speculative_generate(target, draft, x, max_new_tokens, gamma, eos_token_id=eos,
                                              time_phases=not cuda), repeats) for x in inputs]
