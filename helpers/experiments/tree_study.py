@@ -4,7 +4,9 @@ dynamic trees, prompt lookup — on the same prompts, interleaved, with τ next 
 A method is a small dict (a *spec*) so that a result row can carry it: ``{"method": "ar"}``,
 ``{"method": "linear", "gamma": 5}``, ``{"method": "adaptive", "gamma": 8, "stop_below": 0.3}``,
 ``{"method": "static", "topk": [2, 1, 1, 1, 1]}``, ``{"method": "dynamic", "depth": 6, "topk": 3, "budget": 12}``,
-``{"method": "lookup", "ngram": 3, "num_draft": 8, "adaptive": False}``. :func:`compare_methods` runs every spec on every prompt
+``{"method": "lookup", "ngram": 3, "num_draft": 8, "adaptive": False}``, and notebook 13's drafters from the target
+itself, ``{"method": "medusa", "topk": None}`` (a chain; a list of widths: a static tree) and
+``{"method": "eagle", "gamma": 5, "stop_below": 0.5}``. :func:`compare_methods` runs every spec on every prompt
 in interleaved rounds (a slow phase of a shared machine hits all methods alike) and keeps each method's fastest
 run per prompt; :func:`summarise_methods` pools the prompts.
 """
@@ -16,11 +18,13 @@ import torch
 from tqdm.auto import tqdm
 
 from helpers.experiments.specdec_costs import interleaved_runs
+from helpers.specdec.feature_draft import eagle_generate
 from helpers.specdec.linear import autoregressive_generate, speculative_generate
 from helpers.specdec.lookup import prompt_lookup_generate
+from helpers.specdec.medusa import medusa_generate
 from helpers.specdec.tree import tree_generate
 
-METHODS = ("ar", "linear", "adaptive", "static", "dynamic", "lookup")
+METHODS = ("ar", "linear", "adaptive", "static", "dynamic", "lookup", "medusa", "eagle")
 ORDER = {name: i for i, name in enumerate(METHODS)}
 
 
@@ -40,32 +44,40 @@ def method_label(spec: dict) -> str:
         return f"dynamic d{spec['depth']} k{spec['topk']} n{spec['budget']}"
     if method == "lookup":
         return f"lookup n{spec['ngram']} {'adaptive' if spec.get('adaptive') else 'fixed'} {spec['num_draft']}"
+    if method == "medusa":
+        return "medusa chain" if spec.get("topk") is None else "medusa " + "-".join(str(w) for w in spec["topk"])
+    if method == "eagle":
+        return f"eagle g{spec['gamma']}" + (f" p<{spec['stop_below']:g}" if spec.get("stop_below") else "")
     raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
 
 
 def run_method(spec: dict, target, draft, input_ids: torch.Tensor, max_new_tokens: int, *,
                eos_token_id=-1, time_phases: bool = True, **options):
-    """One generation of ``spec`` (greedy unless ``options`` say otherwise); returns the GenerationResult."""
+    """One generation of ``spec`` (greedy unless ``options`` say otherwise); returns the GenerationResult.
+    ``draft``: the draft model, or a dict of drafters ``{"draft": model, "medusa": MedusaHeads, "eagle":
+    FeatureDraft}`` for the methods that draft from the target itself."""
+    drafters = draft if isinstance(draft, dict) else {"draft": draft}
     method = spec["method"]
-    common = dict(eos_token_id=eos_token_id, **options)
+    common = dict(eos_token_id=eos_token_id, time_phases=time_phases, **options)
     if method == "ar":
-        return autoregressive_generate(target, input_ids, max_new_tokens, **common)
-    if method == "linear":
-        return speculative_generate(target, draft, input_ids, max_new_tokens, spec["gamma"], time_phases=time_phases,
-                                    **common)
-    if method == "adaptive":
-        return speculative_generate(target, draft, input_ids, max_new_tokens, spec["gamma"],
-                                    stop_below=spec["stop_below"], time_phases=time_phases, **common)
-    if method == "static":
-        return tree_generate(target, draft, input_ids, max_new_tokens, tree="static", topk=tuple(spec["topk"]),
-                             depth=None, budget=None, time_phases=time_phases, **common)
-    if method == "dynamic":
-        return tree_generate(target, draft, input_ids, max_new_tokens, tree="dynamic", depth=spec["depth"],
-                             topk=spec["topk"], budget=spec["budget"], time_phases=time_phases, **common)
+        return autoregressive_generate(target, input_ids, max_new_tokens, **options, eos_token_id=eos_token_id)
+    if method in ("linear", "adaptive"):
+        return speculative_generate(target, drafters["draft"], input_ids, max_new_tokens, spec["gamma"],
+                                    stop_below=spec.get("stop_below"), **common)
+    if method in ("static", "dynamic"):
+        shape = (dict(topk=tuple(spec["topk"]), depth=None, budget=None) if method == "static" else
+                 dict(depth=spec["depth"], topk=spec["topk"], budget=spec["budget"]))
+        return tree_generate(target, drafters["draft"], input_ids, max_new_tokens, tree=method, **shape, **common)
     if method == "lookup":
         return prompt_lookup_generate(target, input_ids, max_new_tokens, ngram=spec["ngram"],
-                                      num_draft=spec["num_draft"], adaptive=spec.get("adaptive", False),
-                                      time_phases=time_phases, **common)
+                                      num_draft=spec["num_draft"], adaptive=spec.get("adaptive", False), **common)
+    if method == "medusa":
+        topk = spec.get("topk")
+        return medusa_generate(target, drafters["medusa"], input_ids, max_new_tokens,
+                               topk=None if topk is None else tuple(topk), **common)
+    if method == "eagle":
+        return eagle_generate(target, drafters["eagle"], input_ids, max_new_tokens, gamma=spec["gamma"],
+                              stop_below=spec.get("stop_below"), **common)
     raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
 
 
