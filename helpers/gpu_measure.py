@@ -48,7 +48,7 @@ from helpers.experiments.gpu_costs import (CPU_PAIRS, DECODE_MODES, EQ5_ALPHAS, 
                                           EQ5_REPEATS, HANDOUT_PAIRS)
 from helpers.budget import Budget, BudgetExhausted, BudgetStore
 
-PARTS = ("06", "eq5", "graphs", "02", "03", "12", "07", "09")  # the window's priority order
+PARTS = ("06", "eq5", "graphs", "02", "03", "12", "07", "09", "13")  # the window's priority order
 PART_FILES = {  # the result files each part writes (at most 8 come back per command)
     "02": ["02_generation_benchmarks"],
     "03": ["03_kv_cache_benchmarks"],
@@ -58,6 +58,7 @@ PART_FILES = {  # the result files each part writes (at most 8 come back per com
     "eq5": ["09_handout_costs"],
     "graphs": ["09_compiled_decode"],
     "12": ["12_draft_design"],
+    "13": ["13_drafting_from_the_target"],
 }
 MAX_FILES = 8
 MAX_FILE_BYTES = 16 * 2**20
@@ -70,7 +71,7 @@ DRY_EQ5 = {"pairs": [["cpu/Qwen3-8B", "cpu/Qwen3-0.6B"]], "gammas": [2, 3], "con
 
 # ------------------------------------------------------------------------------------------------------ parts
 
-PART_MODULES = {"02": "nb02", "03": "nb03", "06": "nb06", "07": "nb07", "09": "nb09", "12": "nb12"}
+PART_MODULES = {"02": "nb02", "03": "nb03", "06": "nb06", "07": "nb07", "09": "nb09", "12": "nb12", "13": "nb13"}
 
 
 def run_part(part: str, params: dict, store, eq5: dict) -> None:

@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 
 from helpers.experiments.tree_study import (DRAFT_MODEL_METHODS, best_of, context_coverage, copied_prefix,
-                                            cost_model_agreement, forward_costs, greedy_continuation, method_specs,
+                                            cost_model_agreement, forward_costs, greedy_continuation, method_configs,
+                                            method_specs,
                                             per_prompt_speedup, ranking_beyond_noise, summarise_methods,
                                             tau_against_linear, tied_with_fastest)
 
@@ -64,12 +65,8 @@ def configs(params: dict, cases: dict) -> dict:
     context = cases["open-ended"][0]["input_ids"]
     found = {"costs": {"kind": "costs", **_pair(params), "context_len": int(context.shape[1]),
                        "nodes": params["tree_cost_nodes"], "widths": cost_widths(params)}}
-    for workload, group in cases.items():
-        for case in group:
-            found[workload, case["id"]] = {"kind": "methods", **_pair(params), "workload": workload,
-                                           "prompt": case["id"], "new_tokens": params["tree_new_tokens"],
-                                           "repeats": params["tree_repeats"], "specs": specs(params)}
-    return found
+    return found | method_configs(cases, _pair(params), new_tokens=params["tree_new_tokens"],
+                                  repeats=params["tree_repeats"], specs=specs(params))
 
 
 def measure(params: dict, store, progress: bool = True, *, models=None, cases: dict | None = None) -> dict:

@@ -14,9 +14,13 @@ import os
 import numpy as np
 import pandas as pd
 
-from helpers.experiments.tree_study import depth_acceptance, expected_tau, predicted_speedup, summarise_methods
+from helpers.experiments.tree_study import (depth_acceptance, expected_tau, method_configs, method_label,
+                                            predicted_speedup, summarise_methods)
 
 RESULTS = "13_drafting_from_the_target"
+__all__ = ["RESULTS", "PARAMETERS", "specs", "workloads", "configs", "load_models", "measure", "step_costs",
+           "method_label", "comparison", "alpha_by_position", "costs_in_round", "eq5_table", "by_source", "headline",
+           "training_costs", "who_wins", "medusa_against_linear", "far_from_corpus"]
 PARAMETERS = ("device", "fd_target", "fd_draft", "fd_dtype", "fd_threads", "fd_prompt_count", "fd_far_count",
               "fd_new_tokens", "fd_repeats", "fd_gammas", "fd_dynamic", "fd_medusa_trees", "fd_stop_below",
               "fd_cost_repeats")
@@ -59,12 +63,8 @@ def configs(params: dict, cases: dict) -> dict:
     """Every result-store configuration: ``"costs"`` and ``(workload, prompt id)`` for the method comparison."""
     found = {"costs": {"kind": "costs", **_setup(params), "repeats": params["fd_cost_repeats"],
                        "gammas": [int(g) for g in params["fd_gammas"]]}}
-    for workload, group in cases.items():
-        for case in group:
-            found[workload, case["id"]] = {"kind": "methods", **_setup(params), "workload": workload,
-                                           "prompt": case["id"], "new_tokens": params["fd_new_tokens"],
-                                           "repeats": params["fd_repeats"], "specs": specs(params)}
-    return found
+    return found | method_configs(cases, _setup(params), new_tokens=params["fd_new_tokens"],
+                                  repeats=params["fd_repeats"], specs=specs(params))
 
 
 def load_models(params: dict) -> tuple:
@@ -107,6 +107,7 @@ def measure(params: dict, store, progress: bool = True, *, models=None, cases: d
     costs = results.run(wanted["costs"], lambda: step_costs(target, drafters, cases["held-out"][0]["input_ids"],
                                                             wanted["costs"]["gammas"], params["fd_cost_repeats"]),
                         meta=meta)
+    costs = {**costs, "T_V": {int(n): t for n, t in costs["T_V"].items()}}  # JSON keys are strings
     rows = {}
     for workload, group in cases.items():
         rows[workload] = []
@@ -198,8 +199,7 @@ def eq5_table(rows: list[dict], costs: dict, summary: pd.DataFrame) -> pd.DataFr
         rates = depth_acceptance([n for per_round in group.accepted_per_round for n in per_round])[:gamma]
         c = costs["c"]["medusa"] / gamma if spec["method"] == "medusa" else costs["c"][
             "draft" if spec["method"] == "linear" else "eagle"]
-        verify = costs["T_V"][str(gamma + 1)] / costs["T_T"] if str(gamma + 1) in costs["T_V"] else costs["T_V"][
-            gamma + 1] / costs["T_T"]
+        verify = costs["T_V"][gamma + 1] / costs["T_T"]
         tau = expected_tau(rates)
         measured = summary[summary.label == label].iloc[0]
         out.append({"label": label, "gamma": gamma, "c": c, "T_V/T_T": verify, "tau_eq4": tau,
@@ -213,3 +213,119 @@ def by_source(rows: list[dict], labels) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     table = summarise_methods(frame[frame.label.isin(["AR", *labels])].to_dict("records"), by=("source", "label"))
     return table.pivot(index="source", columns="label", values="speedup")[list(labels)]
+
+
+def headline(summary: pd.DataFrame) -> dict:
+    """The best configuration of each drafter family (speedup, τ) on a workload's comparison."""
+    best = {}
+    for name, methods in (("linear", ["linear"]), ("tree", ["dynamic"]), ("lookup", ["lookup"]),
+                          ("medusa", ["medusa"]), ("eagle", ["eagle"])):
+        pick = summary[summary.method.isin(methods)]
+        row = pick.loc[pick.speedup.idxmax()]
+        best[name] = {"label": row.label, "speedup": float(row.speedup), "tau": float(row.tau)}
+    return best
+
+
+def training_costs(card: dict, pair_dir) -> pd.DataFrame:
+    """What each drafter cost to train, from the CPU pair's card and files: steps, tokens, minutes on the training
+    machine and stored megabytes (the two distilled drafts were trained together: draft-2l is charged all of it)."""
+    draft, d = card["stages"]["draft"], card["drafters"]
+    megabytes = (pair_dir / "draft-2l" / "model.safetensors").stat().st_size / 1e6
+    return pd.DataFrame([
+        {"drafter": "draft-2l (distilled draft model)", "steps": draft["steps"], "tokens": draft["tokens"],
+         "minutes": draft["seconds"] / 60, "megabytes": megabytes},
+        {"drafter": f"Medusa heads (x{d['num_heads']}) + feature draft, together", "steps": d["steps"],
+         "tokens": d["tokens"], "minutes": d["seconds"] / 60,
+         "megabytes": d["megabytes"]["medusa"] + d["megabytes"]["eagle"]},
+    ])
+
+
+def plot_speedup_tau(summary: pd.DataFrame, title: str):
+    """Speedup over AR against τ, one marker per method, coloured by drafter."""
+    import matplotlib.pyplot as plt
+
+    from helpers import plotting
+
+    fig, ax = plt.subplots(figsize=plotting.figsize(0.45))
+    for name, group in summary[summary.drafter != "AR"].groupby("drafter", sort=False):
+        ax.plot(group.tau, group.speedup, "o", label=name)
+        for row in group.itertuples():
+            ax.annotate(row.label, (row.tau, row.speedup), fontsize=5, xytext=(2, 2), textcoords="offset points")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set(xlabel=r"$\tau$ (new tokens per target forward)", ylabel="speedup over AR", title=title)
+    ax.legend(fontsize="x-small", frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def plot_alpha_by_position(alpha: pd.DataFrame, title: str):
+    """a_d against draft position d, one line per method (pooled over sources)."""
+    import matplotlib.pyplot as plt
+
+    from helpers import plotting
+
+    fig, ax = plt.subplots(figsize=plotting.figsize(0.4))
+    pooled = alpha.groupby(["label", "position"], sort=False).alpha.mean().reset_index()
+    for label, group in pooled.groupby("label", sort=False):
+        ax.plot(group.position, group.alpha, "o-", label=label)
+    ax.set(xlabel="draft position d", ylabel="$a_d$ = P(reach d | reached d-1)", ylim=(0, 1), title=title)
+    ax.legend(fontsize="x-small", frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def _compare(a: float, b: float, tolerance: float = 0.02) -> str:
+    """'above' / 'below' / 'level with' (within ``tolerance`` relative)."""
+    return "level with" if abs(a / b - 1) <= tolerance else ("above" if a > b else "below")
+
+
+def who_wins(held: dict, alpha: pd.DataFrame, costs: dict) -> dict:
+    """The feature draft's best chain against the distilled draft's best linear speculation, and why, from the
+    measured terms: first-position acceptance a_1 and the step cost c alone."""
+    eagle, linear = held["eagle"], held["linear"]
+    a1 = alpha[alpha.position == 1].groupby("label").alpha.mean()
+    side = _compare(eagle["speedup"], linear["speedup"])
+    text = (f"feature draft {eagle['label']}: {eagle['speedup']:.2f}x (tau {eagle['tau']:.2f}); distilled draft "
+            f"{linear['label']}: {linear['speedup']:.2f}x (tau {linear['tau']:.2f}): the feature draft is {side} it "
+            f"(2% counts as level). First-position acceptance a_1 {a1.get(eagle['label'], float('nan')):.3f} vs "
+            f"{a1.get(linear['label'], float('nan')):.3f}; a draft step alone costs c = {costs['c']['eagle']:.3f} vs "
+            f"{costs['c']['draft']:.3f} of a target step.")
+    return {"text": text, "numbers": {
+        "eagle_label": eagle["label"], "eagle_speedup": eagle["speedup"], "eagle_tau": eagle["tau"],
+        "linear_label": linear["label"], "linear_speedup": linear["speedup"], "linear_tau": linear["tau"],
+        "eagle_vs_linear": eagle["speedup"] / linear["speedup"], "eagle_side": side,
+        "eagle_a1": float(a1.get(eagle["label"], float("nan"))), "linear_a1": float(a1.get(linear["label"],
+                                                                                            float("nan"))),
+        "c_eagle": costs["c"]["eagle"], "c_draft": costs["c"]["draft"], "c_medusa": costs["c"]["medusa"]}}
+
+
+def medusa_against_linear(summary: pd.DataFrame, alpha: pd.DataFrame, num_heads: int) -> dict:
+    """Medusa's chain against linear speculation at the same depth (γ = the number of heads): τ, speedup and the
+    acceptance by position that separates them (head k guesses without seeing the k-1 drafts before it)."""
+    medusa = summary[summary.label == "medusa chain"].iloc[0]
+    same = summary[summary.label == f"linear g{num_heads}"]
+    linear = same.iloc[0] if len(same) else summary[summary.method == "linear"].iloc[0]
+    rates = alpha.groupby(["label", "position"]).alpha.mean()
+    pairs = [(d, rates.get(("medusa chain", d), float("nan")), rates.get((linear.label, d), float("nan")))
+             for d in range(1, num_heads + 1)]
+    text = (f"Medusa chain ({num_heads} heads): {medusa.speedup:.2f}x, tau {medusa.tau:.2f}; {linear.label}: "
+            f"{linear.speedup:.2f}x, tau {linear.tau:.2f}. a_d by position (Medusa vs linear): "
+            + ", ".join(f"d={d}: {m:.2f} vs {lin:.2f}" for d, m, lin in pairs))
+    return {"text": text, "numbers": {"medusa_speedup": float(medusa.speedup), "medusa_tau": float(medusa.tau),
+                                      "medusa_linear_label": linear.label, "medusa_linear_speedup": float(linear.speedup),
+                                      "medusa_linear_tau": float(linear.tau), "medusa_a1": pairs[0][1],
+                                      "medusa_alast": pairs[-1][1], "medusa_linear_alast": pairs[-1][2]}}
+
+
+def far_from_corpus(table: pd.DataFrame, stop_label: str, floor: float = 0.95) -> dict:
+    """Per source of the far workload: the lowest speedup of each method; whether the feature draft with its
+    confidence stop stays at or above ``floor`` x AR everywhere."""
+    lowest = table.min()
+    holds = bool(lowest[stop_label] >= floor)
+    text = ("lowest speedup over the far sources: " + ", ".join(f"{label} {value:.2f}x" for label, value in
+                                                                lowest.items())
+            + f"; the feature draft with its confidence stop {'stays at or above' if holds else 'falls below'} "
+              f"{floor}x AR on every source (lowest {lowest[stop_label]:.2f}x, {table[stop_label].idxmin()})")
+    return {"text": text, "numbers": {"far_stop_lowest": float(lowest[stop_label]), "far_stop_holds": int(holds),
+                                      "far_floor": floor, "far_sources": len(table),
+                                      "far_stop_worst_source": str(table[stop_label].idxmin())}}

@@ -81,6 +81,14 @@ def run_method(spec: dict, target, draft, input_ids: torch.Tensor, max_new_token
     raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
 
 
+def method_configs(cases: dict, setup: dict, *, new_tokens: int, repeats: int, specs: list[dict]) -> dict:
+    """The result-store configuration of every ``(workload, prompt id)`` of ``cases`` for :func:`compare_methods`:
+    ``setup`` (models, dtype, device, ...) plus the workload, the prompt, the tokens, the repeats and the specs."""
+    return {(workload, case["id"]): {"kind": "methods", **setup, "workload": workload, "prompt": case["id"],
+                                     "new_tokens": new_tokens, "repeats": repeats, "specs": specs}
+            for workload, group in cases.items() for case in group}
+
+
 def compare_methods(target, draft, cases: list[dict], specs: list[dict], max_new_tokens: int, *, repeats: int = 2,
                     progress: bool = False, on_prompt=None) -> list[dict]:
     """Rows (one per prompt and spec): the fastest of ``repeats`` interleaved runs, its τ, nodes per round, phase

@@ -21,7 +21,7 @@ from helpers.models.runtime import cached_decoder
 from helpers.specdec.core import (GenerationResult, GenerationStats, PhaseClock, accept, check_generation, eos_ids,
                                   finish_row, make_generator)
 
-__all__ = ["Drafter", "accept_chain", "generate_chain", "verify_chain"]
+__all__ = ["Drafter", "accept_chain", "generate_chain", "prefill_target", "verify_chain"]
 
 
 class Drafter:
@@ -68,7 +68,7 @@ def accept_chain(target_logits: torch.Tensor, drafts: torch.Tensor, draft_probs:
     return accepted, host[1:1 + accepted] + [host[-1]], next_token.view(1, 1)
 
 
-def _prefill(target_cache, input_ids: torch.Tensor, stats: GenerationStats, hidden: bool):
+def prefill_target(target_cache, input_ids: torch.Tensor, stats: GenerationStats, hidden: bool):
     """The target caches all but the last prompt token (round 1's pending token); with ``hidden``, returns their
     hidden states (1, prompt_len - 1, H) for the drafter."""
     if input_ids.shape[1] == 1:
@@ -91,7 +91,7 @@ def generate_chain(target, drafter: Drafter, input_ids: torch.Tensor, max_new_to
     clock = PhaseClock(input_ids.device, time_phases)
     capacity = input_ids.shape[1] + max_new_tokens  # a round never drafts past the tokens still due
     target_cache = cached_decoder(target, stats.runtime, capacity, compile=compile)
-    drafter.start(input_ids, capacity, _prefill(target_cache, input_ids, stats, drafter.needs_hidden))
+    drafter.start(input_ids, capacity, prefill_target(target_cache, input_ids, stats, drafter.needs_hidden))
     pending = input_ids[:, -1:]
     stats.time_prefill_s = clock.lap()
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 import torch
 
 from helpers.models.runtime import cached_decoder, resolve_runtime
+from helpers.specdec.chain import prefill_target
 from helpers.specdec.core import (GenerationResult, GenerationStats, PhaseClock, check_draft, check_generation,
                                   eos_ids, finish_row, make_generator, probs)
 
@@ -341,7 +342,7 @@ def generate_tree(target, drafter: TreeDrafter, input_ids: torch.Tensor, max_new
     clock = PhaseClock(input_ids.device, time_phases)
     capacity = _cache_capacity(target, input_ids, max_new_tokens, drafter.nodes_room)
     target_cache = cached_decoder(target, tree_runtime(target), capacity)
-    drafter.start(input_ids, capacity, _prefill_target(target_cache, input_ids, stats, drafter.needs_hidden))
+    drafter.start(input_ids, capacity, prefill_target(target_cache, input_ids, stats, drafter.needs_hidden))
     pending = int(input_ids[0, -1])
     stats.time_prefill_s = clock.lap()
 
@@ -372,17 +373,6 @@ def generate_tree(target, drafter: TreeDrafter, input_ids: torch.Tensor, max_new
     if record_rounds:
         result.rounds = rounds
     return result
-
-
-def _prefill_target(target_cache, input_ids: torch.Tensor, stats, hidden: bool):
-    """The target caches all but the last prompt token; their hidden states when the drafter reads them."""
-    if input_ids.shape[1] == 1:
-        return None
-    stats.target_forwards += 1
-    if hidden:
-        return target_cache.extend(input_ids[:, :-1], last_only=False, return_hidden=True)[1]
-    target_cache.extend(input_ids[:, :-1])
-    return None
 
 
 def verify_tree(target_cache, nodes: "_Tree", root_position: int, hidden: bool = False):
