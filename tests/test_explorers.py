@@ -201,3 +201,20 @@ def test_measure_decode_step_is_remembered():
 
 def test_kv_cache_explorer_builds_without_running():
     assert isinstance(kv_cache_explorer(run=False), widgets.VBox)
+
+
+def test_a_button_shows_its_work_and_its_failure():
+    import ipywidgets as widgets
+
+    from helpers.explorers.controls import on_press
+
+    button, status, output = widgets.Button(), widgets.Label(""), widgets.HTML("")
+    press = on_press(button, status, output, lambda: ("<p>done</p>", "ok"), busy="working")
+    press()
+    assert (output.value, status.value, button.disabled) == ("<p>done</p>", "ok", False)
+
+    def fails():
+        raise ValueError("a <bad> input")
+
+    on_press(button, status, output, fails, busy="working")()
+    assert status.value == "failed" and "ValueError: a &lt;bad&gt; input" in output.value and not button.disabled

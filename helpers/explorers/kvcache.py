@@ -14,6 +14,7 @@ import html
 import torch
 
 from helpers import memory
+from helpers.explorers.controls import on_press
 
 MODELS = {
     "cpu-pair/target": "cpu-pair/target (trained, 16 layers, 1 KV head of 64)",
@@ -132,21 +133,13 @@ def kv_cache_explorer(model: str = "cpu-pair/target", seq_len: int = 256, batch_
     output = widgets.HTML("")
     measured: dict = {}
 
-    def measure(_=None):
+    def measure():
         key = (model_box.value, seq_box.value, batch_box.value)
-        button.disabled, status.value = True, "measuring… (a long step without the cache takes seconds)"
-        try:
-            measured[key] = measure_decode_step(*key)
-            output.value = explorer_html(*key, measured)
-            status.value = ""
-        except Exception as error:  # shown in the widget: a callback's exception would vanish into the log
-            output.value = f"<b style='color:#a00'>{html.escape(type(error).__name__)}: {html.escape(str(error))}</b>"
-            status.value = "failed"
-        finally:
-            button.disabled = False
+        measured[key] = measure_decode_step(*key)
+        return explorer_html(*key, measured), ""
 
-    button.on_click(measure)
+    press = on_press(button, status, output, measure, busy="measuring… (a long step without the cache takes seconds)")
     if run:
-        measure()
+        press()
     return widgets.VBox([widgets.HBox([model_box, seq_box, batch_box], layout=widgets.Layout(flex_flow="row wrap")),
                          widgets.HBox([button, status]), output])

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from helpers.explorers.controls import on_press
 from helpers.models.registry import DRAFT_FAMILY
 from helpers.stats import line_fit
 from helpers.specdec.analysis import estimate_alpha, expected_tokens_per_round, predicted_speedup
@@ -283,27 +284,18 @@ def speculative_explorer(prompt: str | None = None, *, draft: str = "draft", gam
     output = widgets.HTML(f'<div class="wb-explorer explorer-07" data-run="0">{CSS}press Generate</div>')
     state = {"runs": 0}
 
-    def generate(_=None):
-        button.disabled, status.value = True, "generating…"
+    def generate():
         start = time.perf_counter()
-        try:
-            result = run_speculative(prompt_box.value, draft_box.value, gamma_box.value, temperature_box.value,
-                                     length_box.value)
-            state["runs"] += 1
-            output.value = result_html(result, state["runs"])
-            status.value = f"done in {time.perf_counter() - start:.1f} s (both generations and the page)"
-        except Exception as error:  # shown in the widget: a callback's exception would vanish into the log
-            state["runs"] += 1
-            output.value = (f'<div class="wb-explorer explorer-07" data-run="{state["runs"]}">{CSS}'
-                            f'<span class="error">{html.escape(type(error).__name__)}: {html.escape(str(error))}'
-                            f'</span></div>')
-            status.value = "failed"
-        finally:
-            button.disabled = False
+        state["runs"] += 1
+        result = run_speculative(prompt_box.value, draft_box.value, gamma_box.value, temperature_box.value,
+                                 length_box.value)
+        return (result_html(result, state["runs"]),
+                f"done in {time.perf_counter() - start:.1f} s (both generations and the page)")
 
-    button.on_click(generate)
+    press = on_press(button, status, output, generate, busy="generating…", error_html=lambda message: (
+        f'<div class="wb-explorer explorer-07" data-run="{state["runs"]}">{CSS}<span class="error">{message}</span></div>'))
     if run:
-        generate()
+        press()
     controls = widgets.HBox([draft_box, gamma_box, temperature_box, length_box],
                             layout=widgets.Layout(flex_flow="row wrap"))
     return widgets.VBox([prompt_box, controls, widgets.HBox([button, status]), output],
