@@ -66,3 +66,17 @@ def test_ranges_admit_the_gpu_machine_and_python_310_to_313():
 def test_make_installs_with_the_constraints():
     makefile = (paths.REPO_ROOT / "Makefile").read_text()
     assert "-c constraints.txt -e ." in makefile and "constraints.txt" in makefile.split("$(STAMP):")[1].split("\n")[0]
+
+
+def test_the_tracked_tree_fits_the_gpu_machine():
+    """Everything git tracks travels to a lent GPU machine, which takes at most 64 MiB: stay under 60."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout.split(b"\0")
+    total = sum((root / name.decode()).stat().st_size for name in files if name and (root / name.decode()).is_file())
+    assert total < 60 * 2**20, f"tracked files take {total / 2**20:.1f} MiB (limit 60): untrack generated files"
