@@ -3,6 +3,8 @@ ranges of pyproject.toml (what `pip install -e .` accepts next to a GPU user's o
 import re
 import tomllib
 
+import pytest
+
 import yaml
 
 from helpers import paths
