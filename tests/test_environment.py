@@ -4,7 +4,6 @@ import re
 import tomllib
 
 import pytest
-
 import yaml
 
 from helpers import paths
