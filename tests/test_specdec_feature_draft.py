@@ -100,7 +100,57 @@ def test_bad_inputs_are_named(target):
         eagle_generate(tiny_qwen3(6, vocab_size=48), draft, prompt, 4)
     with pytest.raises(ValueError, match="gamma"):
         eagle_generate(target, draft, prompt, 4, gamma=0)
+    with pytest.raises(ValueError, match="tree must be one of"):
+        eagle_generate(target, draft, prompt, 4, tree="bushy")
     with pytest.raises(ValueError, match="FeatureDraft"):
         eagle_generate(target, object(), prompt, 4)
     with pytest.raises(ValueError, match="token ids"):
         eagle_generate(target, draft, torch.tensor([[1.0, 2.0]]), 4)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("shape", [dict(tree="dynamic", depth=4, topk=3, budget=8), dict(tree="dynamic", depth=1,
+                                                                                          topk=2, budget=2),
+                                   dict(tree="static", topk=(2, 2, 1))], ids=["dynamic", "depth1", "static"])
+def test_trees_are_lossless_greedy(target, seed, shape):
+    generator = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(0, 48, (1, int(torch.randint(1, 10, (1,), generator=generator))), generator=generator)
+    draft = FeatureDraft(target)
+    reference = autoregressive_generate(target, prompt, 20, eos_token_id=-1).tokens
+    result = eagle_generate(target, draft, prompt, 20, eos_token_id=-1, **shape)
+    assert torch.equal(result.tokens, reference)
+
+
+def test_tree_sampling_follows_the_target():
+    vocab, temperature, samples = 16, 1.0, 2000
+    model = tiny_qwen3(10, vocab_size=vocab, num_hidden_layers=1, head_scale=PEAK)
+    draft = FeatureDraft(model)
+    prompt = torch.tensor([[3, 1, 4]])
+    expected = exact_joint(model, prompt, temperature).ravel()
+    expected /= expected.sum()
+    counts, accepted = np.zeros(vocab * vocab), 0
+    for seed in range(samples):
+        result = eagle_generate(model, draft, prompt, 3, temperature=temperature, seed=seed, tree="dynamic", depth=2,
+                                topk=3, budget=4)
+        x1, x2 = result.tokens[:2].tolist()
+        counts[x1 * vocab + x2] += 1
+        accepted += result.stats.accepted
+    assert 0.1 * samples < accepted < 1.8 * samples
+    assert 0.5 * np.abs(counts / samples - expected).sum() <= tv_tolerance(expected, samples)
+    assert chi_square_pvalue(counts, expected, samples) > 1e-3
+
+
+@torch.inference_mode()
+def test_the_tree_drafter_state_is_built_from_true_features_only(target):
+    from helpers.specdec.feature_draft import FeatureTreeDrafter
+    from helpers.specdec.tree import TreeStats, generate_tree
+
+    prompt = torch.tensor([[3, 14, 15, 9, 2, 6]])
+    draft = FeatureDraft(target)
+    drafter = FeatureTreeDrafter(draft, "dynamic", 3, (2, 2, 2), 6)
+    result = generate_tree(target, drafter, prompt, 17, stats=TreeStats(runtime="minimal"), eos_token_id=-1)
+    sequence = torch.cat([prompt[0], result.tokens])[None]
+    features = target(input_ids=sequence, output_hidden_states=True).hidden_states[-1]
+    fresh = draft(features[:, :-1], sequence[:, 1:])[0][:, -1]
+    incremental = draft(drafter.features, drafter.tokens, drafter.cache, last_only=True)[0][:, -1]
+    torch.testing.assert_close(incremental, fresh, rtol=1e-4, atol=1e-4)

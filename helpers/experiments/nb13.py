@@ -30,7 +30,7 @@ FAMILIES = {"linear": "draft model", "dynamic": "draft model", "lookup": "prompt
 
 def specs(params: dict) -> list[dict]:
     """AR first, then the draft model's linear γ and dynamic tree, prompt lookup, Medusa (chain, then each static
-    tree) and the feature draft (each γ, then the largest γ with the confidence stop)."""
+    tree) and the feature draft (each γ, the same dynamic tree, then the largest γ with the confidence stop)."""
     depth, topk, budget = params["fd_dynamic"]
     gammas = [int(g) for g in params["fd_gammas"]]
     return ([{"method": "ar"}]
@@ -40,7 +40,8 @@ def specs(params: dict) -> list[dict]:
                {"method": "medusa", "topk": None}]
             + [{"method": "medusa", "topk": [int(w) for w in shape]} for shape in params["fd_medusa_trees"]]
             + [{"method": "eagle", "gamma": g} for g in gammas]
-            + [{"method": "eagle", "gamma": max(gammas), "stop_below": float(params["fd_stop_below"])}])
+            + [{"method": "eagle", "tree": "dynamic", "depth": int(depth), "topk": int(topk), "budget": int(budget)},
+               {"method": "eagle", "gamma": max(gammas), "stop_below": float(params["fd_stop_below"])}])
 
 
 def workloads(params: dict, tokenizer) -> dict:
@@ -136,7 +137,8 @@ def step_costs(target, drafters: dict, context, gammas, repeats: int) -> dict:
         hidden = target(input_ids=context, output_hidden_states=True).hidden_states[-1]
         features, tokens = hidden[:, :-1], context[:, 1:]
         heads, eagle = drafters["medusa"], drafters["eagle"]
-        costs["medusa"] = time_it(lambda: heads(hidden[:, -1]), warmup=2, repeats=repeats).median
+        device = context.device  # a CUDA step is timed after a synchronize
+        costs["medusa"] = time_it(lambda: heads(hidden[:, -1]), warmup=2, repeats=repeats, device=device).median
 
         def feature_step():  # one token on a cache holding the context's pairs, then rolled back
             eagle(hidden[:, -1:], context[:, -1:], cache, last_only=True)
@@ -144,7 +146,7 @@ def step_costs(target, drafters: dict, context, gammas, repeats: int) -> dict:
 
         cache = eagle.new_cache(context.shape[1] + 4)
         eagle(features, tokens, cache, last_only=True)
-        costs["eagle"] = time_it(feature_step, warmup=2, repeats=repeats).median
+        costs["eagle"] = time_it(feature_step, warmup=2, repeats=repeats, device=device).median
     costs["c"] = {name: costs[name] / costs["T_T"] for name in ("draft", "medusa", "eagle")}
     return costs
 
@@ -216,12 +218,15 @@ def by_source(rows: list[dict], labels) -> pd.DataFrame:
 
 
 def headline(summary: pd.DataFrame) -> dict:
-    """The best configuration of each drafter family (speedup, τ) on a workload's comparison."""
+    """The best configuration of each drafter family (speedup, τ) on a workload's comparison; the feature draft's
+    chains and trees apart."""
+    tree = summary.label.str.contains("tree")
+    picks = {"linear": summary.method == "linear", "tree": summary.method == "dynamic",
+             "lookup": summary.method == "lookup", "medusa": summary.method == "medusa",
+             "eagle": (summary.method == "eagle") & ~tree, "eagle_tree": (summary.method == "eagle") & tree}
     best = {}
-    for name, methods in (("linear", ["linear"]), ("tree", ["dynamic"]), ("lookup", ["lookup"]),
-                          ("medusa", ["medusa"]), ("eagle", ["eagle"])):
-        pick = summary[summary.method.isin(methods)]
-        row = pick.loc[pick.speedup.idxmax()]
+    for name, mask in picks.items():
+        row = summary[mask].loc[summary[mask].speedup.idxmax()]
         best[name] = {"label": row.label, "speedup": float(row.speedup), "tau": float(row.tau)}
     return best
 

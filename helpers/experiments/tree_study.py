@@ -6,7 +6,8 @@ A method is a small dict (a *spec*) so that a result row can carry it: ``{"metho
 ``{"method": "static", "topk": [2, 1, 1, 1, 1]}``, ``{"method": "dynamic", "depth": 6, "topk": 3, "budget": 12}``,
 ``{"method": "lookup", "ngram": 3, "num_draft": 8, "adaptive": False}``, and notebook 13's drafters from the target
 itself, ``{"method": "medusa", "topk": None}`` (a chain; a list of widths: a static tree) and
-``{"method": "eagle", "gamma": 5, "stop_below": 0.5}``. :func:`compare_methods` runs every spec on every prompt
+``{"method": "eagle", "gamma": 5, "stop_below": 0.5}`` (a chain) or ``{"method": "eagle", "tree": "dynamic",
+"depth": 6, "topk": 2, "budget": 10}``. :func:`compare_methods` runs every spec on every prompt
 in interleaved rounds (a slow phase of a shared machine hits all methods alike) and keeps each method's fastest
 run per prompt; :func:`summarise_methods` pools the prompts.
 """
@@ -46,6 +47,8 @@ def method_label(spec: dict) -> str:
         return f"lookup n{spec['ngram']} {'adaptive' if spec.get('adaptive') else 'fixed'} {spec['num_draft']}"
     if method == "medusa":
         return "medusa chain" if spec.get("topk") is None else "medusa " + "-".join(str(w) for w in spec["topk"])
+    if method == "eagle" and spec.get("tree"):
+        return f"eagle tree d{spec['depth']} k{spec['topk']} n{spec['budget']}"
     if method == "eagle":
         return f"eagle g{spec['gamma']}" + (f" p<{spec['stop_below']:g}" if spec.get("stop_below") else "")
     raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
@@ -75,6 +78,9 @@ def run_method(spec: dict, target, draft, input_ids: torch.Tensor, max_new_token
         topk = spec.get("topk")
         return medusa_generate(target, drafters["medusa"], input_ids, max_new_tokens,
                                topk=None if topk is None else tuple(topk), **common)
+    if method == "eagle" and spec.get("tree"):
+        return eagle_generate(target, drafters["eagle"], input_ids, max_new_tokens, tree=spec["tree"],
+                              depth=spec["depth"], topk=spec["topk"], budget=spec["budget"], **common)
     if method == "eagle":
         return eagle_generate(target, drafters["eagle"], input_ids, max_new_tokens, gamma=spec["gamma"],
                               stop_below=spec.get("stop_below"), **common)

@@ -11,7 +11,8 @@ Nothing is recomputed for it: the verify forward returns the target's features a
 (``return_hidden``), and after a round the draft's cache keeps only the pairs built from true features; the pairs
 of the accepted tokens (true features, now known) are fed in the next round's first draft step, together.
 
-``FeatureDrafter`` drafts a chain; with ``stop_below`` a round stops as soon as the draft's probability of its
+``FeatureDrafter`` drafts a chain, ``FeatureTreeDrafter`` a tree (one draft forward per level, a tree mask over the
+draft's own cache, EAGLE-2's dynamic expansion); with ``stop_below`` the chain a round stops as soon as the draft's probability of its
 own token falls below the threshold, and drops a first draft that is already below it (a plain decode step then),
 so that where its drafts fail it backs off to autoregressive decoding. Verified by the one chain verifier: lossless.
 """
@@ -24,6 +25,8 @@ from helpers.models.qwen3 import DecoderConfig, MiniQwen3
 from helpers.models.runtime import minimal_supported, minimal_view, resolve_runtime
 from helpers.specdec.chain import Drafter, generate_chain
 from helpers.specdec.core import GenerationResult, GenerationStats, check_generation, check_positive_int, sample
+from helpers.specdec.tree import (AcceptanceTable, TreeDrafter, TreeStats, _children, _Tree, draft_tree,
+                                  generate_tree, max_nodes, tree_runtime, tree_shape)
 
 __all__ = ["FeatureDraft", "eagle_generate"]
 
@@ -42,6 +45,14 @@ def _layer_config(target) -> DecoderConfig:
         rms_norm_eps=config.rms_norm_eps)
 
 
+def _feature_scale(target) -> float:
+    """The typical size (RMS) of the target's features: its final norm's weights (the norm's output has unit RMS
+    before them), or 1 for a model without a readable final norm."""
+    norm = getattr(getattr(target, "model", None), "norm", None)
+    weight = getattr(norm, "weight", None)
+    return float(weight.float().pow(2).mean().sqrt()) if weight is not None else 1.0
+
+
 class FeatureDraft(nn.Module):
     """A feature-level draft for ``target`` (randomly initialised; from the target's last layer when the target is
     a Qwen3 the workbook's model file implements). ``forward(features, tokens, cache)`` returns the draft's logits
@@ -54,8 +65,9 @@ class FeatureDraft(nn.Module):
         self.fc = nn.Linear(2 * hidden, hidden, bias=False)
         self.body = MiniQwen3(config)
         self.body.norm = nn.Identity()  # the layer predicts the feature itself; the target's LM head reads it
-        with torch.no_grad():  # start as "feature + token embedding", the residual stream a layer expects
-            self.fc.weight.copy_(torch.cat([torch.eye(hidden), torch.eye(hidden)], dim=1))
+        with torch.no_grad():  # start as "feature + token embedding", the embedding scaled to the feature's size
+            scale = _feature_scale(target) / target.get_input_embeddings().weight.float().pow(2).mean().sqrt()
+            self.fc.weight.copy_(torch.cat([torch.eye(hidden), float(scale) * torch.eye(hidden)], dim=1))
         if minimal_supported(target):
             self.body.layers[0].load_state_dict(minimal_view(target).layers[-1].state_dict())
         weight = target.get_output_embeddings().weight
@@ -133,13 +145,81 @@ class FeatureDrafter(Drafter):
         self.features, self.tokens = features, tokens
 
 
+class FeatureLevels:
+    """How the feature draft expands a tree (:func:`helpers.specdec.tree.draft_tree`): the root's children from its
+    pending pairs, then one forward per level over the pairs (the parent's predicted feature, the node's token),
+    each node attending to its own ancestors in the draft's cache (tree mask) at its depth's position."""
+
+    def __init__(self, draft: "FeatureDraft", cache, features: torch.Tensor, tokens: torch.Tensor):
+        self.draft, self.cache, self.features, self.tokens = draft, cache, features, tokens
+        self.root_position = cache.length + features.shape[1] - 1  # the last pending pair's slot
+        self.predicted = None  # the previous forward's predicted features, one row per node it expanded
+
+    def root(self) -> torch.Tensor:
+        logits, self.predicted = self.draft(self.features, self.tokens, self.cache, last_only=True)
+        return logits[0]
+
+    def level(self, tokens: list[int], parent_rows: list[int], depths: list[int], mask: torch.Tensor) -> torch.Tensor:
+        device = self.features.device
+        features = self.predicted[0, torch.tensor(parent_rows, device=device)][None]
+        positions = self.root_position + torch.tensor(depths, device=device)
+        mixed = self.draft.fc(torch.cat([features, self.draft.body.embed_tokens(
+            torch.tensor([tokens], device=device))], dim=-1))
+        logits, self.predicted = self.draft.body(None, self.cache, inputs_embeds=mixed, return_hidden=True,
+                                                 position_ids=positions[None], tree_mask=mask.to(device))
+        return logits[0]
+
+
+class FeatureTreeDrafter(TreeDrafter):
+    """A dynamic (EAGLE-2 style) or static tree drafted at the feature level, one draft forward per level; after the
+    round the draft's cache drops every node and keeps its pending pairs (true features), and the accepted path's
+    pairs, built from the verify forward's true features, are fed in the next round's first forward."""
+
+    needs_hidden = True
+
+    def __init__(self, draft: "FeatureDraft", tree: str, depth: int, widths: tuple[int, ...], budget: int | None):
+        self.draft, self.tree, self.depth, self.widths, self.budget = draft, tree, depth, widths, budget
+        self.nodes_room = max_nodes(depth, widths, budget, tree)
+        self.table, self.greedy = AcceptanceTable(max(widths)), True
+        self.cache = self.features = self.tokens = None
+        self.kept, self.drafted, self.forwards = 0, False, 0
+
+    def start(self, input_ids, capacity: int, hidden=None) -> None:
+        self.cache = self.draft.new_cache(capacity)
+        self.features, self.tokens = (None, None) if hidden is None else (hidden, input_ids[:, 1:])
+
+    def propose_tree(self, pending: int, root_position: int, depth: int, temperature: float, generator) -> _Tree:
+        nodes, self.greedy, self.drafted = _Tree(tokens=[pending]), temperature == 0, False
+        if self.features is None or depth < 1:
+            return nodes
+        levels = FeatureLevels(self.draft, self.cache, self.features, self.tokens)
+        draft_tree(nodes, levels, depth, self.widths, self.tree, self.budget if self.greedy else None, temperature,
+                   generator, self.table)
+        self.kept, self.drafted = levels.root_position + 1, True  # the pending pairs stay in the cache; nodes go
+        self.forwards += depth
+        return nodes
+
+    def commit_tree(self, nodes: _Tree, path: list[int], next_token: int, hidden=None) -> None:
+        self.table.record(nodes, _children(nodes), path, self.greedy)
+        features = hidden[:, path]  # true features at the root and the accepted nodes
+        tokens = torch.tensor([[nodes.tokens[n] for n in path[1:]] + [next_token]], device=hidden.device)
+        if self.drafted:
+            self.cache.rollback(self.cache.length - self.kept)
+        elif self.features is not None:  # nothing was fed this round: the old pairs still wait
+            features, tokens = torch.cat([self.features, features], 1), torch.cat([self.tokens, tokens], 1)
+        self.features, self.tokens = features, tokens
+
+
 def eagle_generate(target, draft: FeatureDraft, input_ids: torch.Tensor, max_new_tokens: int,
-                   temperature: float = 0.0, seed: int | None = None, *, gamma: int = 5, tree=None,
-                   stop_below: float | None = None, eos_token_id=None, time_phases: bool = True,
-                   runtime: str = "auto") -> GenerationResult:
-    """Speculative decoding with a feature-level draft: γ drafts per round from the target's own features (a chain;
-    ``tree`` is reserved for a dynamic tree and must be None). Exact greedy output at temperature 0, the target's
-    distribution above. ``stop_below``: the confidence-based stop (module docstring)."""
+                   temperature: float = 0.0, seed: int | None = None, *, gamma: int = 5, tree: str | None = None,
+                   depth: int | None = None, topk=None, budget: int | None = None, stop_below: float | None = None,
+                   eos_token_id=None, time_phases: bool = True, runtime: str = "auto",
+                   record_rounds: bool = False) -> GenerationResult:
+    """Speculative decoding with a feature-level draft: a chain of γ drafts per round (``tree=None``; ``stop_below``
+    the confidence stop), or a tree drafted at the feature level (``tree="dynamic"``, EAGLE-2 style: ``depth``,
+    ``topk``, ``budget`` as for :func:`~helpers.specdec.tree.tree_generate`, defaults 5, 4, 16; ``tree="static"``:
+    ``topk`` one width per depth). Exact greedy output at temperature 0, the target's distribution above. Trees need
+    the minimal runtime (Qwen3 targets)."""
     check_generation(target, input_ids, max_new_tokens, temperature)
     if not isinstance(draft, FeatureDraft):
         raise ValueError(f"draft must be a helpers.specdec.FeatureDraft, got {type(draft).__name__}")
@@ -147,10 +227,14 @@ def eagle_generate(target, draft: FeatureDraft, input_ids: torch.Tensor, max_new
         raise ValueError("this feature draft was built for another model: it shares its embedding and LM head; "
                          "build or load it with this target (FeatureDraft(target) or load_feature_draft)")
     check_positive_int("gamma", gamma, "draft tokens per round")
-    if tree is not None:
-        raise ValueError("eagle_generate drafts a chain; tree=None (feature-draft trees are not implemented)")
     if stop_below is not None and not (isinstance(stop_below, (int, float)) and 0 <= stop_below <= 1):
         raise ValueError(f"stop_below must be None or a probability in [0, 1], got {stop_below!r}")
-    stats = GenerationStats(runtime=resolve_runtime(runtime, target))
-    return generate_chain(target, FeatureDrafter(draft, gamma, stop_below), input_ids, max_new_tokens, temperature,
-                          seed, stats=stats, eos_token_id=eos_token_id, time_phases=time_phases)
+    if tree is None:
+        stats = GenerationStats(runtime=resolve_runtime(runtime, target))
+        return generate_chain(target, FeatureDrafter(draft, gamma, stop_below), input_ids, max_new_tokens,
+                              temperature, seed, stats=stats, eos_token_id=eos_token_id, time_phases=time_phases)
+    depth, widths, budget = tree_shape(tree, depth, topk, budget)
+    drafter = FeatureTreeDrafter(draft, tree, depth, widths, budget if temperature == 0 else None)
+    return generate_tree(target, drafter, input_ids, max_new_tokens, temperature, seed,
+                         stats=TreeStats(runtime=tree_runtime(target), tree=f"eagle-{tree}"),
+                         eos_token_id=eos_token_id, time_phases=time_phases, record_rounds=record_rounds)

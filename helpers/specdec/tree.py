@@ -273,8 +273,8 @@ class ModelTreeDrafter(TreeDrafter):
         self.start_length, self.greedy = self.cache.length, temperature == 0
         nodes = _Tree(tokens=[pending])
         if depth:
-            _draft_tree(nodes, self.cache, self.pending, root_position, depth, self.widths, self.tree,
-                        self.budget if self.greedy else None, temperature, generator, self.table)
+            draft_tree(nodes, ModelLevels(self.cache, self.pending, root_position), depth, self.widths, self.tree,
+                       self.budget if self.greedy else None, temperature, generator, self.table)
             self.forwards += depth
         return nodes
 
@@ -397,12 +397,29 @@ def accept_tree(nodes: "_Tree", logits: torch.Tensor, temperature: float, genera
     return _walk_sampling(nodes, children, logits, temperature, generator)
 
 
-def _draft_tree(nodes: _Tree, draft_cache, draft_pending: list[int], root_position: int, depth: int,
-                widths: tuple[int, ...], tree: str, budget: int | None, temperature: float, generator,
-                table: AcceptanceTable) -> None:
-    """Fill ``nodes`` with the round's draft tree: ``depth`` draft forwards, one per level."""
-    device = draft_cache.cache.device
-    logits = draft_cache.extend(torch.tensor([draft_pending], device=device))[0, -1:]  # the root's children
+class ModelLevels:
+    """How a draft model expands a tree: the root's children from its pending tokens, then one forward per level over
+    the frontier's tokens, each attending to its own ancestors (tree mask) at its depth's position."""
+
+    def __init__(self, draft_cache, draft_pending: list[int], root_position: int):
+        self.cache, self.pending, self.root_position = draft_cache, draft_pending, root_position
+        self.device = draft_cache.cache.device
+
+    def root(self) -> torch.Tensor:
+        return self.cache.extend(torch.tensor([self.pending], device=self.device))[0, -1:]
+
+    def level(self, tokens: list[int], parent_rows: list[int], depths: list[int], mask: torch.Tensor) -> torch.Tensor:
+        positions = self.root_position + torch.tensor(depths, device=self.device)
+        return self.cache.extend(torch.tensor([tokens], device=self.device), last_only=False,
+                                 position_ids=positions[None], tree_mask=mask.to(self.device))[0]
+
+
+def draft_tree(nodes: _Tree, levels, depth: int, widths: tuple[int, ...], tree: str, budget: int | None,
+               temperature: float, generator, table: AcceptanceTable) -> None:
+    """Fill ``nodes`` with the round's draft tree: ``depth`` forwards of ``levels`` (:class:`ModelLevels` or a
+    feature draft's), one per level: ``levels.root()`` gives the root's children, ``levels.level(tokens, parent_rows,
+    depths, mask)`` the children of a frontier (``parent_rows``: each node's parent's row in the previous forward)."""
+    logits = levels.root()  # the root's children
     frontier = [0]  # the nodes whose children `logits` holds, in row order
     written: list[int] = []  # expanded nodes in the order the draft stored them (its round block)
     candidates: list[int] = []
@@ -433,6 +450,7 @@ def _draft_tree(nodes: _Tree, draft_cache, draft_pending: list[int], root_positi
         if level == depth - 1 or not level_nodes:
             break
         # the next frontier: static trees expand every node; dynamic ones the `width` best by cumulative score
+        rows = {node: row for row, node in enumerate(frontier)}
         if tree == "static":
             frontier = level_nodes
         else:
@@ -440,14 +458,13 @@ def _draft_tree(nodes: _Tree, draft_cache, draft_pending: list[int], root_positi
         for node in frontier:
             nodes.draft_slot[node] = len(written)
             written.append(node)
-        # the frontier attends to the context, draft_pending (stored) and its own ancestors among `written`
+        # the frontier attends to the context, the pending tokens (stored) and its own ancestors among `written`
         mask = torch.zeros(len(frontier), len(written), dtype=torch.bool)
         slot = nodes.draft_slot
         for row, node in enumerate(frontier):
             mask[row, [slot[n] for n in nodes.ancestors(node)[:-1]]] = True
-        positions = root_position + torch.tensor([nodes.depths[n] for n in frontier], device=device)
-        logits = draft_cache.extend(torch.tensor([[nodes.tokens[n] for n in frontier]], device=device),
-                                    last_only=False, position_ids=positions[None], tree_mask=mask.to(device))[0]
+        logits = levels.level([nodes.tokens[n] for n in frontier], [rows[nodes.parents[n]] for n in frontier],
+                              [nodes.depths[n] for n in frontier], mask)
     if budget is not None and len(candidates) > budget:
         _prune(nodes, candidates, budget)
 

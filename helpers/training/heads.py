@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from helpers.training.train import batches, clipped_step, lr_at, make_optimizer, progress_note, set_lr
 
-HEADS_LR = 1e-3
+HEADS_LR = 3e-3
 FEATURE_LR = 1e-3
 MEDUSA_DECAY = 0.8
 
