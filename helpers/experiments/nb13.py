@@ -294,8 +294,14 @@ def who_wins(held: dict, alpha: pd.DataFrame, costs: dict) -> dict:
             f"{linear['label']}: {linear['speedup']:.2f}x (tau {linear['tau']:.2f}): the feature draft is {side} it "
             f"(2% counts as level). First-position acceptance a_1 {a1.get(eagle['label'], float('nan')):.3f} vs "
             f"{a1.get(linear['label'], float('nan')):.3f}; a draft step alone costs c = {costs['c']['eagle']:.3f} vs "
-            f"{costs['c']['draft']:.3f} of a target step.")
+            f"{costs['c']['draft']:.3f} of a target step.\n"
+            f"Trees: the feature draft's {held['eagle_tree']['label']} {held['eagle_tree']['speedup']:.2f}x (tau "
+            f"{held['eagle_tree']['tau']:.2f}) against the distilled draft's {held['tree']['label']} "
+            f"{held['tree']['speedup']:.2f}x (tau {held['tree']['tau']:.2f}).")
     return {"text": text, "numbers": {
+        "eagle_tree_label": held["eagle_tree"]["label"], "eagle_tree_speedup": held["eagle_tree"]["speedup"],
+        "eagle_tree_tau": held["eagle_tree"]["tau"], "tree_label": held["tree"]["label"],
+        "tree_speedup": held["tree"]["speedup"], "tree_tau": held["tree"]["tau"],
         "eagle_label": eagle["label"], "eagle_speedup": eagle["speedup"], "eagle_tau": eagle["tau"],
         "linear_label": linear["label"], "linear_speedup": linear["speedup"], "linear_tau": linear["tau"],
         "eagle_vs_linear": eagle["speedup"] / linear["speedup"], "eagle_side": side,
