@@ -33,11 +33,15 @@ def machine_summary(rows: dict[str, list[dict]]) -> dict:
     timed = [r for name, file_rows in rows.items() if name not in BYTES_ONLY for r in file_rows]
     stamps = sorted(r["timestamp"][:10] for r in flat if r.get("timestamp"))
     runs = sorted({str(r.get("run_id")) for r in flat})
+    file_runs = {name: sorted({str(r.get("run_id")) for r in file_rows}) for name, file_rows in rows.items()}
     return {
         "devices": sorted({str(r.get("device_name")) for r in flat}),
         "threads": sorted({int(r["threads"]) for r in timed if r.get("threads") is not None}),
         "runs": runs,
         "one_run": len(runs) == 1 and runs[0] != "None",
+        # a notebook added later is measured in a run of its own; no file may mix runs
+        "one_run_per_file": all(len(found) == 1 and found[0] != "None" for found in file_runs.values()),
+        "runs_by_file": {name: found[0] if len(found) == 1 else found for name, found in file_runs.items()},
         "first_day": stamps[0] if stamps else "",
         "last_day": stamps[-1] if stamps else "",
         "rows": len(flat),

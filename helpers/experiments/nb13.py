@@ -122,8 +122,8 @@ def measure(params: dict, store, progress: bool = True, *, models=None, cases: d
 
 def step_costs(target, drafters: dict, context, gammas, repeats: int) -> dict:
     """Median seconds of each drafter's step alone and of the target's forwards, after a cached ``context``:
-    ``T_T`` (one target token), ``T_V[n]`` (n target positions), and one draft step of the distilled draft, of the
-    Medusa heads (all K guesses) and of the feature draft (``c`` = step / T_T)."""
+    ``T_T`` (one target token), ``T_V[n]`` (n target positions), and ``T_D_<drafter>``, one step of the distilled
+    draft, of the Medusa heads (all K guesses) and of the feature draft (``c[drafter]`` = its step / T_T)."""
     import torch
 
     from helpers.experiments.specdec_costs import forward_time
@@ -132,13 +132,13 @@ def step_costs(target, drafters: dict, context, gammas, repeats: int) -> dict:
     median = lambda model, n: float(np.median(forward_time(model, context, n, all_logits=n > 1,  # noqa: E731
                                                            repeats=repeats).samples))
     costs = {"T_T": median(target, 1), "T_V": {int(n): median(target, int(n)) for n in range(1, max(gammas) + 2)},
-             "draft": median(drafters["draft"], 1)}
+             "T_D_draft": median(drafters["draft"], 1)}
     with torch.inference_mode():
         hidden = target(input_ids=context, output_hidden_states=True).hidden_states[-1]
         features, tokens = hidden[:, :-1], context[:, 1:]
         heads, eagle = drafters["medusa"], drafters["eagle"]
         device = context.device  # a CUDA step is timed after a synchronize
-        costs["medusa"] = time_it(lambda: heads(hidden[:, -1]), warmup=2, repeats=repeats, device=device).median
+        costs["T_D_medusa"] = time_it(lambda: heads(hidden[:, -1]), warmup=2, repeats=repeats, device=device).median
 
         def feature_step():  # one token on a cache holding the context's pairs, then rolled back
             eagle(hidden[:, -1:], context[:, -1:], cache, last_only=True)
@@ -146,8 +146,8 @@ def step_costs(target, drafters: dict, context, gammas, repeats: int) -> dict:
 
         cache = eagle.new_cache(context.shape[1] + 4)
         eagle(features, tokens, cache, last_only=True)
-        costs["eagle"] = time_it(feature_step, warmup=2, repeats=repeats, device=device).median
-    costs["c"] = {name: costs[name] / costs["T_T"] for name in ("draft", "medusa", "eagle")}
+        costs["T_D_eagle"] = time_it(feature_step, warmup=2, repeats=repeats, device=device).median
+    costs["c"] = {name: costs[f"T_D_{name}"] / costs["T_T"] for name in ("draft", "medusa", "eagle")}
     return costs
 
 
@@ -167,13 +167,17 @@ def comparison(rows: list[dict]) -> pd.DataFrame:
 
 
 def alpha_by_position(rows: list[dict], labels) -> pd.DataFrame:
-    """a_d (the chance a round's accepted chain reaches draft position d, given d - 1) per method, by source."""
+    """a_d (the chance a round's accepted chain reaches draft position d, given d - 1) per method, by source and
+    pooled over every round (source ``"all"``), for the positions the method drafts."""
     frame = pd.DataFrame(rows)
+    frame = frame[frame.label.isin(labels)]
     out = []
-    for (label, source), group in frame[frame.label.isin(labels)].groupby(["label", "source"], sort=False):
+    for (label, source), group in [*frame.groupby(["label", "source"], sort=False),
+                                   *(((label, "all"), group) for label, group in frame.groupby("label", sort=False))]:
         rates = depth_acceptance([n for per_round in group.accepted_per_round for n in per_round])
+        deepest = max(d for per_round in group.depth_per_round for d in per_round)  # no position past the drafts
         out += [{"label": label, "source": source, "position": d + 1, "alpha": rate} for d, rate in enumerate(rates)
-                if rate == rate]
+                if rate == rate and d < deepest]
     return pd.DataFrame(out)
 
 
@@ -264,13 +268,13 @@ def plot_speedup_tau(summary: pd.DataFrame, title: str):
 
 
 def plot_alpha_by_position(alpha: pd.DataFrame, title: str):
-    """a_d against draft position d, one line per method (pooled over sources)."""
+    """a_d against draft position d, one line per method (pooled over every round)."""
     import matplotlib.pyplot as plt
 
     from helpers import plotting
 
     fig, ax = plt.subplots(figsize=plotting.figsize(0.4))
-    pooled = alpha.groupby(["label", "position"], sort=False).alpha.mean().reset_index()
+    pooled = alpha[alpha.source == "all"]
     for label, group in pooled.groupby("label", sort=False):
         ax.plot(group.position, group.alpha, "o-", label=label)
     ax.set(xlabel="draft position d", ylabel="$a_d$ = P(reach d | reached d-1)", ylim=(0, 1), title=title)
@@ -288,7 +292,7 @@ def who_wins(held: dict, alpha: pd.DataFrame, costs: dict) -> dict:
     """The feature draft's best chain against the distilled draft's best linear speculation, and why, from the
     measured terms: first-position acceptance a_1 and the step cost c alone."""
     eagle, linear = held["eagle"], held["linear"]
-    a1 = alpha[alpha.position == 1].groupby("label").alpha.mean()
+    a1 = alpha[(alpha.position == 1) & (alpha.source == "all")].set_index("label").alpha
     side = _compare(eagle["speedup"], linear["speedup"])
     text = (f"feature draft {eagle['label']}: {eagle['speedup']:.2f}x (tau {eagle['tau']:.2f}); distilled draft "
             f"{linear['label']}: {linear['speedup']:.2f}x (tau {linear['tau']:.2f}): the feature draft is {side} it "
@@ -310,13 +314,13 @@ def who_wins(held: dict, alpha: pd.DataFrame, costs: dict) -> dict:
         "c_eagle": costs["c"]["eagle"], "c_draft": costs["c"]["draft"], "c_medusa": costs["c"]["medusa"]}}
 
 
-def medusa_against_linear(summary: pd.DataFrame, alpha: pd.DataFrame, num_heads: int) -> dict:
+def medusa_against_linear(summary: pd.DataFrame, rows: list[dict], num_heads: int) -> dict:
     """Medusa's chain against linear speculation at the same depth (γ = the number of heads): τ, speedup and the
     acceptance by position that separates them (head k guesses without seeing the k-1 drafts before it)."""
     medusa = summary[summary.label == "medusa chain"].iloc[0]
-    same = summary[summary.label == f"linear g{num_heads}"]
-    linear = same.iloc[0] if len(same) else summary[summary.method == "linear"].iloc[0]
-    rates = alpha.groupby(["label", "position"]).alpha.mean()
+    linear = summary[summary.label == f"linear g{num_heads}"].iloc[0]
+    pooled = alpha_by_position(rows, ["medusa chain", linear.label])
+    rates = pooled[pooled.source == "all"].set_index(["label", "position"]).alpha
     pairs = [(d, rates.get(("medusa chain", d), float("nan")), rates.get((linear.label, d), float("nan")))
              for d in range(1, num_heads + 1)]
     text = (f"Medusa chain ({num_heads} heads): {medusa.speedup:.2f}x, tau {medusa.tau:.2f}; {linear.label}: "
@@ -329,14 +333,16 @@ def medusa_against_linear(summary: pd.DataFrame, alpha: pd.DataFrame, num_heads:
 
 
 def far_from_corpus(table: pd.DataFrame, stop_label: str, floor: float = 0.95) -> dict:
-    """Per source of the far workload: the lowest speedup of each method; whether the feature draft with its
-    confidence stop stays at or above ``floor`` x AR everywhere."""
+    """Per source of the far workload: the lowest speedup of each method; on how many sources the feature draft with
+    its confidence stop stays at or above ``floor`` x AR."""
     lowest = table.min()
-    holds = bool(lowest[stop_label] >= floor)
+    below = table.index[table[stop_label] < floor].tolist()
+    holds = not below
     text = ("lowest speedup over the far sources: " + ", ".join(f"{label} {value:.2f}x" for label, value in
                                                                 lowest.items())
-            + f"; the feature draft with its confidence stop {'stays at or above' if holds else 'falls below'} "
-              f"{floor}x AR on every source (lowest {lowest[stop_label]:.2f}x, {table[stop_label].idxmin()})")
+            + f"; the feature draft with its confidence stop stays at or above {floor}x AR on "
+            + (f"every source" if holds else f"{len(table) - len(below)} of {len(table)} sources (below on "
+               f"{', '.join(below)}; lowest {lowest[stop_label]:.2f}x, {table[stop_label].idxmin()})"))
     return {"text": text, "numbers": {"far_stop_lowest": float(lowest[stop_label]), "far_stop_holds": int(holds),
-                                      "far_floor": floor, "far_sources": len(table),
+                                      "far_floor": floor, "far_sources": len(table), "far_stop_below": len(below),
                                       "far_stop_worst_source": str(table[stop_label].idxmin())}}

@@ -1,0 +1,96 @@
+"""helpers.experiments.nb13: notebook 13's configurations and measurement find the committed CPU rows (nothing is
+measured), and the analysis returns what the notebook prints, from those rows."""
+from __future__ import annotations
+
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest
+import torch
+
+from helpers.experiments import nb13
+from helpers.models import CPU_PAIR_DIR
+from helpers.results import ResultStore
+from helpers.run_all import load_params
+
+
+@pytest.fixture(scope="module")
+def params():
+    found = load_params("cpu")
+    return {name: found[name] for name in nb13.PARAMETERS}
+
+
+@pytest.fixture(scope="module")
+def study(params):
+    torch.manual_seed(0)
+    models = nb13.load_models(params)
+    cases = nb13.workloads(params, models[2])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WORKBOOK_RESULTS_ONLY", "1")  # a missing row would raise instead of measuring
+        measured = nb13.measure(params, lambda name: ResultStore("cpu", name), models=models, cases=cases,
+                                progress=False)
+    summaries = {workload: nb13.comparison(rows) for workload, rows in measured["rows"].items()}
+    return {**measured, "cases": cases, "summaries": summaries, "held": nb13.headline(summaries["held-out"])}
+
+
+def test_specs_cover_every_drafter_with_ar_first(params):
+    specs = nb13.specs(params)
+    assert specs[0] == {"method": "ar"}
+    labels = [nb13.method_label(spec) for spec in specs]
+    assert len(set(labels)) == len(labels)
+    assert {nb13.family(label) for label in labels} == {"AR", "draft model", "prompt lookup", "Medusa heads",
+                                                         "feature draft"}
+    assert labels[-1] == f"eagle g{max(params['fd_gammas'])} p<{params['fd_stop_below']:g}"
+
+
+def test_configs_cover_the_costs_and_every_prompt_of_both_workloads(params, study):
+    configs = nb13.configs(params, study["cases"])
+    assert configs["costs"]["kind"] == "costs"
+    prompts = [key for key in configs if key != "costs"]
+    assert len(prompts) == params["fd_prompt_count"] + params["fd_far_count"]
+    assert {workload for workload, _ in prompts} == {"held-out", "far"}
+
+
+def test_every_committed_run_is_lossless_and_every_method_is_there(params, study):
+    for workload, summary in study["summaries"].items():
+        assert summary.lossless.all(), workload
+        assert len(summary) == len(nb13.specs(params))
+    assert all(isinstance(n, int) for n in study["costs"]["T_V"])
+    assert set(study["costs"]["c"]) == {"draft", "medusa", "eagle"}
+
+
+def test_alpha_by_position_is_a_probability_per_position(study):
+    held = study["held"]
+    labels = [held["linear"]["label"], "medusa chain", held["eagle"]["label"]]
+    alpha = nb13.alpha_by_position(study["rows"]["held-out"], labels)
+    assert set(alpha.label) == set(labels) and alpha.alpha.between(0, 1).all() and "all" in set(alpha.source)
+    assert alpha.position.min() == 1
+
+
+def test_eq5_table_predicts_every_fixed_gamma_chain(params, study):
+    table = nb13.eq5_table(study["rows"]["held-out"], study["costs"], study["summaries"]["held-out"])
+    assert set(table.label) == {f"linear g{g}" for g in params["fd_gammas"]} | {
+        f"eagle g{g}" for g in params["fd_gammas"]} | {"medusa chain"}
+    assert (table.tau_eq4 >= 1).all() and (table.speedup_eq5 > 0).all()
+
+
+def test_verdicts_agree_with_the_numbers_they_quote(study):
+    held = study["held"]
+    alpha = nb13.alpha_by_position(study["rows"]["held-out"], [held["linear"]["label"], held["eagle"]["label"],
+                                                                "medusa chain"])
+    verdict = nb13.who_wins(held, alpha, study["costs"])["numbers"]
+    ratio = verdict["eagle_speedup"] / verdict["linear_speedup"]
+    assert verdict["eagle_side"] == ("level with" if abs(ratio - 1) <= 0.02 else "above" if ratio > 1 else "below")
+    far_labels = [held["linear"]["label"], "eagle g6 p<0.5"]
+    far = nb13.far_from_corpus(nb13.by_source(study["rows"]["far"], far_labels), "eagle g6 p<0.5")["numbers"]
+    assert far["far_stop_holds"] == int(far["far_stop_lowest"] >= far["far_floor"])
+
+
+def test_training_costs_read_the_card():
+    card = json.loads((CPU_PAIR_DIR / "card.json").read_text())
+    table = nb13.training_costs(card, CPU_PAIR_DIR)
+    assert list(table.steps) == [card["stages"]["draft"]["steps"], card["drafters"]["steps"]]
+    assert (table.megabytes > 0).all() and table.megabytes.iloc[1] < 2.5
