@@ -60,22 +60,26 @@ def decode(
     ``seed`` None draws from the global generator (seeded by ``torch.manual_seed(42)`` in ``main``).
     """
     # The scaffold's TODO lines, each followed by where the workbook's implementation does it (all inside
-    # helpers.specdec.speculative_generate, called below):
+    # helpers.specdec.speculative_generate, called below: the draft model as a drafter of the one chain verifier,
+    # helpers/specdec/chain.py generate_chain, whose round loop notebook 07 prints beside Algorithm 2):
     #
     # TODO: prefill the prompt through the target and the draft, keeping a KV cache for each
     #   -> both caches come from helpers.models.runtime.cached_decoder; all but the last prompt token are
-    #      prefilled, the last one is the "pending" token that round 1 verifies together with the drafts
+    #      prefilled (chain.prefill_target, linear.ModelDrafter.start), the last one is the "pending" token that
+    #      round 1 verifies together with the drafts
     # TODO: draft gamma tokens with the draft model, one draft forward each (sampled at `temperature`)
-    #   -> the draft loop `for step in range(round_gamma)`, which keeps each draft's distribution p for the test
+    #   -> linear.draft_chain, `for step in range(gamma)`, which keeps each draft's distribution p for the test
     # TODO: verify all gamma drafts with ONE target forward over gamma + 1 positions
-    #   -> target_cache.extend(pending + drafts, last_only=False): the target's distribution q at every draft
-    #      and one bonus position
+    #   -> chain.verify_chain: target_cache.extend(pending + drafts, last_only=False): the target's distribution q
+    #      at every draft and one bonus position
     # TODO: accept/reject: keep draft i while r_i < q(d_i) / p(d_i); at the first rejection sample the next
     #       token from norm(max(0, q - p)); when all gamma are accepted, sample a bonus token from q
-    #   -> helpers.specdec.accept_sampling (temperature > 0) and helpers.specdec.accept_greedy (temperature 0:
-    #      accept the longest prefix equal to the target's argmax)
+    #   -> helpers.specdec.accept (one rule for every method, batched); helpers.specdec.accept_sampling
+    #      (temperature > 0) and helpers.specdec.accept_greedy (temperature 0: the longest prefix equal to the
+    #      target's argmax) are its one-prompt views
     # TODO: roll both KV caches back to the accepted prefix; repeat until max_new_tokens or EOS
-    #   -> target_cache.rollback / draft_cache.rollback (a length pointer moves; nothing is recomputed)
+    #   -> target_cache.rollback in chain.generate_chain, self.cache.rollback in linear.ModelDrafter.commit (a
+    #      length pointer moves; nothing is recomputed); core.finish_row stops at max_new_tokens or EOS
     # TODO: count accepted and proposed drafts (for the acceptance rate alpha)
     #   -> GenerationStats: accepted_per_round, rejections; alpha = accepted / (accepted + rejections)
     return speculative_generate(

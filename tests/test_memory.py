@@ -170,7 +170,7 @@ def test_decode_bytes_leave_out_an_untied_input_embedding():
 @pytest.mark.parametrize("tie", [False, True])
 def test_decode_bytes_match_the_bytes_of_a_built_model(tie):
     from tests.tiny_models import tiny_qwen3
-    from helpers.gpu_measure import decode_weight_bytes as model_decode_bytes
+    from helpers.experiments.gpu_costs import decode_weight_bytes as model_decode_bytes
 
     model = tiny_qwen3(0, tie=tie)
     element = next(model.parameters()).element_size()

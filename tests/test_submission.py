@@ -86,9 +86,10 @@ def test_decode_todo_lines_point_at_existing_code():
     assert len(re.findall(r"# TODO: ", source)) >= 5
     for name in re.findall(r"helpers\.specdec\.(\w+)", source):
         assert hasattr(helpers.specdec, name), name
-    code = Path(helpers.specdec.linear.__file__).read_text(encoding="utf-8")
-    for fragment in ("in range(round_gamma)", "target_cache.rollback", "draft_cache.rollback",
-                     "last_only=False", "accepted_per_round"):
+    code = "".join(Path(module.__file__).read_text(encoding="utf-8") for module in (
+        helpers.specdec.linear, helpers.specdec.chain, helpers.specdec.core))
+    for fragment in ("in range(gamma)", "target_cache.rollback", "self.cache.rollback", "last_only=False",
+                     "accepted_per_round", "prefill_target", "finish_row"):
         assert fragment in code and fragment in source, fragment
 
 

@@ -75,12 +75,11 @@ def measure(params: dict, store, progress: bool = True, *, models=None, cases: d
     :func:`workloads` when the caller has them (the notebook does); otherwise they are loaded here. ``store`` is a
     factory ``store(result_name) -> ResultStore``; a ``store.budget`` (the GPU window's) is checked before loading."""
     from helpers.experiments.tree_study import compare_methods
+    from helpers.experiments.common import check_budget
     from helpers.results import run_metadata
 
     if models is None:
-        budget = getattr(store, "budget", None)
-        if budget is not None:
-            budget.check(f"loading {params['tree_target']}")
+        check_budget(store, f"loading {params['tree_target']}")
         models = load_pair(params)
     target, draft, tokenizer = models
     cases = cases if cases is not None else workloads(params, target, tokenizer)[1]

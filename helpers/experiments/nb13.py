@@ -91,14 +91,13 @@ def measure(params: dict, store, progress: bool = True, *, models=None, cases: d
     from tqdm.auto import tqdm
 
     from helpers.experiments.tree_study import compare_methods
+    from helpers.experiments.common import check_budget
     from helpers.results import run_metadata
 
     if params["device"] == "cpu" and params["fd_threads"] > 0:
         torch.set_num_threads(params["fd_threads"])
     if models is None:
-        budget = getattr(store, "budget", None)
-        if budget is not None:
-            budget.check(f"loading {params['fd_target']} and its drafters")
+        check_budget(store, f"loading {params['fd_target']} and its drafters")
         models = load_models(params)
     target, drafters, tokenizer = models
     cases = cases if cases is not None else workloads(params, tokenizer)
