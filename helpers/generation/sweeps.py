@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from helpers.models.runtime import cached_decoder
 from helpers.results import ResultStore
+from helpers.stats import line_fit, r_squared
 from helpers.timing import measure
 
 
@@ -283,12 +284,10 @@ def linear_fit(x, y, relative: bool = False) -> dict:
         raise ValueError("a linear fit needs at least two points")
     if relative and (y <= 0).any():
         raise ValueError("a relative fit needs positive y")
-    slope, intercept = np.polyfit(x, y, 1, w=1 / y if relative else None)
-    fitted = intercept + slope * x
-    ss_res = float(((y - fitted) ** 2).sum())
-    ss_tot = float(((y - y.mean()) ** 2).sum())
-    return {"intercept": float(intercept), "slope": float(slope),
-            "r2": 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0,
+    line = line_fit(x, y, weights=1 / y if relative else None)
+    fitted = line(x)
+    r2 = r_squared(y, fitted)
+    return {"intercept": line.intercept, "slope": line.slope, "r2": 1.0 if r2 != r2 else r2,  # flat y: a perfect fit
             "max_rel_residual": float((abs(y - fitted) / abs(y)).max())}
 
 

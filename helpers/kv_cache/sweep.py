@@ -25,6 +25,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from helpers import models
 from helpers.prompts import help_topics_text
+from helpers.stats import line_fit
 from helpers.timing import Timer, measure_interleaved
 
 OWN_TOKENIZER = "own tokenizer"
@@ -281,8 +282,8 @@ def fit_line(x, y) -> tuple[float, float]:
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if len(x) < 2 or np.ptp(x) == 0:
         raise ValueError("a line needs at least two distinct x values")
-    slope, intercept = np.polyfit(x, y, 1)
-    return float(intercept), float(slope)
+    line = line_fit(x, y)
+    return line.intercept, line.slope
 
 
 def matmul_weights(model) -> dict:
