@@ -43,7 +43,7 @@ def test_specs_cover_every_drafter_with_ar_first(params):
     assert len(set(labels)) == len(labels)
     assert {nb13.family(label) for label in labels} == {"AR", "draft model", "prompt lookup", "Medusa heads",
                                                          "feature draft"}
-    assert labels[-1] == f"eagle g{max(params['fd_gammas'])} p<{params['fd_stop_below']:g}"
+    assert labels[-1] == f"eagle g{max(params['fd_gammas'])} p<{params['fd_stop_below']:g} b{params['fd_backoff']}"
 
 
 def test_configs_cover_the_costs_and_every_prompt_of_both_workloads(params, study):
@@ -84,8 +84,9 @@ def test_verdicts_agree_with_the_numbers_they_quote(study):
     verdict = nb13.who_wins(held, alpha, study["costs"])["numbers"]
     ratio = verdict["eagle_speedup"] / verdict["linear_speedup"]
     assert verdict["eagle_side"] == ("level with" if abs(ratio - 1) <= 0.02 else "above" if ratio > 1 else "below")
-    far_labels = [held["linear"]["label"], "eagle g6 p<0.5"]
-    far = nb13.far_from_corpus(nb13.by_source(study["rows"]["far"], far_labels), "eagle g6 p<0.5")["numbers"]
+    stop = nb13.method_label(nb13.specs(load_params("cpu") | {"device": "cpu"})[-1])
+    far_labels = [held["linear"]["label"], stop]
+    far = nb13.far_from_corpus(nb13.by_source(study["rows"]["far"], far_labels), stop)["numbers"]
     assert far["far_stop_holds"] == int(far["far_stop_lowest"] >= far["far_floor"])
 
 

@@ -31,8 +31,8 @@ def test_the_draft_shares_embedding_and_head_and_stores_its_layer(target):
 
 
 @pytest.mark.parametrize("seed", range(5))
-@pytest.mark.parametrize("options", [dict(gamma=3), dict(gamma=5, stop_below=0.6), dict(gamma=1)],
-                         ids=["g3", "g5-stop", "g1"])
+@pytest.mark.parametrize("options", [dict(gamma=3), dict(gamma=5, stop_below=0.6), dict(gamma=1),
+                                     dict(gamma=4, stop_below=0.3, backoff=4)], ids=["g3", "g5-stop", "g1", "backoff"])
 def test_greedy_equals_autoregressive(target, seed, options):
     generator = torch.Generator().manual_seed(seed)
     prompt = torch.randint(0, 48, (1, int(torch.randint(1, 10, (1,), generator=generator))), generator=generator)
@@ -154,3 +154,19 @@ def test_the_tree_drafter_state_is_built_from_true_features_only(target):
     fresh = draft(features[:, :-1], sequence[:, 1:])[0][:, -1]
     incremental = draft(drafter.features, drafter.tokens, drafter.cache, last_only=True)[0][:, -1]
     torch.testing.assert_close(incremental, fresh, rtol=1e-4, atol=1e-4)
+
+
+def test_backoff_pauses_a_failing_draft_and_stays_lossless(target):
+    """A draft that is always wrong (its LM head guesses are shifted) drafts in far fewer rounds with a back-off."""
+    draft = FeatureDraft(target)
+    with torch.no_grad():
+        draft.fc.weight.mul_(-3.0)  # a draft far from the target: its first guesses are rejected
+    prompt = torch.tensor([[3, 14, 15, 9, 2, 6]])
+    reference = autoregressive_generate(target, prompt, 30, eos_token_id=-1).tokens
+    plain = eagle_generate(target, draft, prompt, 30, eos_token_id=-1, gamma=3)
+    paused = eagle_generate(target, draft, prompt, 30, eos_token_id=-1, gamma=3, backoff=8)
+    assert torch.equal(plain.tokens, reference) and torch.equal(paused.tokens, reference)
+    assert paused.stats.rounds_without_drafts > plain.stats.rounds_without_drafts
+    assert paused.stats.draft_forwards < plain.stats.draft_forwards
+    with pytest.raises(ValueError, match="backoff"):
+        eagle_generate(target, draft, prompt, 4, backoff=-1)

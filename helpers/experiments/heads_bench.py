@@ -22,6 +22,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--gammas", type=int, nargs="+", default=[3, 4, 5, 6], help="γ of linear and feature drafts")
     parser.add_argument("--medusa-trees", default="2-2-1-1,3-2-2-1", help="static Medusa trees, widths per depth")
     parser.add_argument("--stop-below", type=float, default=0.5, help="the feature draft's confidence stop")
+    parser.add_argument("--backoff", type=int, default=8, help="the feature draft's back-off: most rounds to pause")
     parser.add_argument("--repeats", type=int, default=2, help="interleaved runs per method and prompt; the fastest is kept")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (recorded in the output)")
 
@@ -29,6 +30,7 @@ def add_arguments(parser) -> None:
 def _params(args) -> dict:
     return {"device": "cpu", "fd_target": "cpu-pair/target", "fd_draft": args.draft, "fd_dtype": "float32",
             "fd_gammas": args.gammas, "fd_dynamic": [6, 2, 10], "fd_stop_below": args.stop_below,
+            "fd_backoff": args.backoff,
             "fd_medusa_trees": [[int(w) for w in shape.split("-")] for shape in args.medusa_trees.split(",") if shape]}
 
 

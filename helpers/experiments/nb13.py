@@ -23,14 +23,15 @@ __all__ = ["RESULTS", "PARAMETERS", "specs", "workloads", "configs", "load_model
            "training_costs", "who_wins", "medusa_against_linear", "far_from_corpus"]
 PARAMETERS = ("device", "fd_target", "fd_draft", "fd_dtype", "fd_threads", "fd_prompt_count", "fd_far_count",
               "fd_new_tokens", "fd_repeats", "fd_gammas", "fd_dynamic", "fd_medusa_trees", "fd_stop_below",
-              "fd_cost_repeats")
+              "fd_backoff", "fd_cost_repeats")
 FAMILIES = {"linear": "draft model", "dynamic": "draft model", "lookup": "prompt lookup", "medusa": "Medusa heads",
             "eagle": "feature draft"}
 
 
 def specs(params: dict) -> list[dict]:
     """AR first, then the draft model's linear γ and dynamic tree, prompt lookup, Medusa (chain, then each static
-    tree) and the feature draft (each γ, the same dynamic tree, then the largest γ with the confidence stop)."""
+    tree) and the feature draft (each γ, the same dynamic tree, then the largest γ with the confidence stop and the
+    back-off)."""
     depth, topk, budget = params["fd_dynamic"]
     gammas = [int(g) for g in params["fd_gammas"]]
     return ([{"method": "ar"}]
@@ -41,7 +42,8 @@ def specs(params: dict) -> list[dict]:
             + [{"method": "medusa", "topk": [int(w) for w in shape]} for shape in params["fd_medusa_trees"]]
             + [{"method": "eagle", "gamma": g} for g in gammas]
             + [{"method": "eagle", "tree": "dynamic", "depth": int(depth), "topk": int(topk), "budget": int(budget)},
-               {"method": "eagle", "gamma": max(gammas), "stop_below": float(params["fd_stop_below"])}])
+               {"method": "eagle", "gamma": max(gammas), "stop_below": float(params["fd_stop_below"]),
+                "backoff": int(params["fd_backoff"])}])
 
 
 def workloads(params: dict, tokenizer) -> dict:

@@ -50,7 +50,8 @@ def method_label(spec: dict) -> str:
     if method == "eagle" and spec.get("tree"):
         return f"eagle tree d{spec['depth']} k{spec['topk']} n{spec['budget']}"
     if method == "eagle":
-        return f"eagle g{spec['gamma']}" + (f" p<{spec['stop_below']:g}" if spec.get("stop_below") else "")
+        return (f"eagle g{spec['gamma']}" + (f" p<{spec['stop_below']:g}" if spec.get("stop_below") else "")
+                + (f" b{spec['backoff']}" if spec.get("backoff") else ""))
     raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
 
 
@@ -83,7 +84,7 @@ def run_method(spec: dict, target, draft, input_ids: torch.Tensor, max_new_token
                               depth=spec["depth"], topk=spec["topk"], budget=spec["budget"], **common)
     if method == "eagle":
         return eagle_generate(target, drafters["eagle"], input_ids, max_new_tokens, gamma=spec["gamma"],
-                              stop_below=spec.get("stop_below"), **common)
+                              stop_below=spec.get("stop_below"), backoff=spec.get("backoff", 0), **common)
     raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
 
 

@@ -14,7 +14,8 @@ of the accepted tokens (true features, now known) are fed in the next round's fi
 ``FeatureDrafter`` drafts a chain, ``FeatureTreeDrafter`` a tree (one draft forward per level, a tree mask over the
 draft's own cache, EAGLE-2's dynamic expansion); with ``stop_below`` the chain a round stops as soon as the draft's probability of its
 own token falls below the threshold, and drops a first draft that is already below it (a plain decode step then),
-so that where its drafts fail it backs off to autoregressive decoding. Verified by the one chain verifier: lossless.
+and with ``backoff`` it pauses drafting for 1, 3, 7, ... rounds after a round whose drafts were all rejected, so
+that where its drafts fail it backs off to autoregressive decoding. Verified by the one chain verifier: lossless.
 """
 from __future__ import annotations
 
@@ -96,10 +97,11 @@ class FeatureDrafter(Drafter):
 
     needs_hidden = True
 
-    def __init__(self, draft: FeatureDraft, gamma: int, stop_below: float | None = None):
-        self.draft, self.gamma, self.stop_below = draft, gamma, stop_below
+    def __init__(self, draft: FeatureDraft, gamma: int, stop_below: float | None = None, backoff: int = 0):
+        self.draft, self.gamma, self.stop_below, self.backoff = draft, gamma, stop_below, backoff
         self.cache = self.features = self.tokens = None
         self.fed, self.forwards = 0, 0
+        self.skip, self.pause = 0, 0  # rounds left without drafting; the next pause after a failed round
 
     def start(self, input_ids, capacity: int, hidden=None) -> None:
         self.cache = self.draft.new_cache(capacity)
@@ -111,7 +113,8 @@ class FeatureDrafter(Drafter):
     def propose(self, pending, limit: int, temperature: float, generator=None):
         self.fed = 0
         count = min(self.gamma, limit)
-        if self.features is None or count < 1:
+        if self.features is None or count < 1 or self.skip > 0:  # backing off: a plain decode step
+            self.skip = max(0, self.skip - 1)
             return pending.new_empty(1, 0), None
         drafts, distributions = [], []
         features, tokens = self.features, self.tokens
@@ -135,6 +138,9 @@ class FeatureDrafter(Drafter):
         return confidence.item() < self.stop_below
 
     def commit(self, drafts, accepted: int, next_token, emitted, hidden=None) -> None:
+        if self.backoff and drafts.shape[1]:  # every draft rejected: pause 1, 3, 7, ... rounds; a success resets
+            self.pause = min(self.backoff, 2 * self.pause + 1) if accepted == 0 else 0
+            self.skip = self.pause
         pending_pairs = self.features.shape[1] if self.features is not None else 0
         if self.fed:  # keep the pending pairs' entries (true features); drop those built from predictions
             self.cache.rollback(self.fed - pending_pairs)
@@ -213,13 +219,15 @@ class FeatureTreeDrafter(TreeDrafter):
 def eagle_generate(target, draft: FeatureDraft, input_ids: torch.Tensor, max_new_tokens: int,
                    temperature: float = 0.0, seed: int | None = None, *, gamma: int = 5, tree: str | None = None,
                    depth: int | None = None, topk=None, budget: int | None = None, stop_below: float | None = None,
-                   eos_token_id=None, time_phases: bool = True, runtime: str = "auto",
+                   backoff: int = 0, eos_token_id=None, time_phases: bool = True, runtime: str = "auto",
                    record_rounds: bool = False) -> GenerationResult:
     """Speculative decoding with a feature-level draft: a chain of γ drafts per round (``tree=None``; ``stop_below``
     the confidence stop), or a tree drafted at the feature level (``tree="dynamic"``, EAGLE-2 style: ``depth``,
     ``topk``, ``budget`` as for :func:`~helpers.specdec.tree.tree_generate`, defaults 5, 4, 16; ``tree="static"``:
-    ``topk`` one width per depth). Exact greedy output at temperature 0, the target's distribution above. Trees need
-    the minimal runtime (Qwen3 targets)."""
+    ``topk`` one width per depth). ``backoff`` (chains): after a round whose drafts were all rejected, draft nothing
+    for 1, then 3, 7, ... rounds, at most ``backoff``, until a round accepts one (0: never pause). Exact greedy output
+    at temperature 0, the target's distribution above (the drafter decides from its own past only). Trees need the
+    minimal runtime (Qwen3 targets)."""
     check_generation(target, input_ids, max_new_tokens, temperature)
     if not isinstance(draft, FeatureDraft):
         raise ValueError(f"draft must be a helpers.specdec.FeatureDraft, got {type(draft).__name__}")
@@ -231,7 +239,10 @@ def eagle_generate(target, draft: FeatureDraft, input_ids: torch.Tensor, max_new
         raise ValueError(f"stop_below must be None or a probability in [0, 1], got {stop_below!r}")
     if tree is None:
         stats = GenerationStats(runtime=resolve_runtime(runtime, target))
-        return generate_chain(target, FeatureDrafter(draft, gamma, stop_below), input_ids, max_new_tokens,
+        if isinstance(backoff, bool) or not isinstance(backoff, int) or backoff < 0:
+            raise ValueError(f"backoff (the most rounds to pause after failed drafts) must be an int >= 0, "
+                             f"got {backoff!r}")
+        return generate_chain(target, FeatureDrafter(draft, gamma, stop_below, backoff), input_ids, max_new_tokens,
                               temperature, seed, stats=stats, eos_token_id=eos_token_id, time_phases=time_phases)
     depth, widths, budget = tree_shape(tree, depth, topk, budget)
     drafter = FeatureTreeDrafter(draft, tree, depth, widths, budget if temperature == 0 else None)
