@@ -56,7 +56,7 @@ def test_the_drafter_state_is_built_from_true_features_only(target, gamma):
     sequence = torch.cat([prompt[0], result.tokens])[None]
     features = target(input_ids=sequence, output_hidden_states=True).hidden_states[-1]
     fresh = draft(features[:, :-1], sequence[:, 1:])[0][:, -1]  # every pair, the last ending at the final token
-    incremental = draft(drafter.features, drafter.tokens, drafter.cache, last_only=True)[0][:, -1]
+    incremental = draft(drafter.pairs.features, drafter.pairs.tokens, drafter.pairs.cache, last_only=True)[0][:, -1]
     torch.testing.assert_close(incremental, fresh, rtol=1e-4, atol=1e-4)
 
 
@@ -152,7 +152,7 @@ def test_the_tree_drafter_state_is_built_from_true_features_only(target):
     sequence = torch.cat([prompt[0], result.tokens])[None]
     features = target(input_ids=sequence, output_hidden_states=True).hidden_states[-1]
     fresh = draft(features[:, :-1], sequence[:, 1:])[0][:, -1]
-    incremental = draft(drafter.features, drafter.tokens, drafter.cache, last_only=True)[0][:, -1]
+    incremental = draft(drafter.pairs.features, drafter.pairs.tokens, drafter.pairs.cache, last_only=True)[0][:, -1]
     torch.testing.assert_close(incremental, fresh, rtol=1e-4, atol=1e-4)
 
 

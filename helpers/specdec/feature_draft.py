@@ -84,44 +84,68 @@ class FeatureDraft(nn.Module):
     def new_cache(self, capacity: int):
         return self.body.new_cache(1, capacity)
 
-    def forward(self, features: torch.Tensor, tokens: torch.Tensor, cache=None, last_only: bool = False):
-        """``features`` (B, T, H) at positions t and ``tokens`` (B, T) at t+1 -> (logits for t+2, features of t+1)."""
+    def forward(self, features: torch.Tensor, tokens: torch.Tensor, cache=None, last_only: bool = False, *,
+                position_ids=None, tree_mask=None):
+        """``features`` (B, T, H) at positions t and ``tokens`` (B, T) at t+1 -> (logits for t+2, features of t+1);
+        ``position_ids`` and ``tree_mask`` as for the model file's forward (a tree level's nodes)."""
         mixed = self.fc(torch.cat([features, self.body.embed_tokens(tokens)], dim=-1))
-        return self.body(None, cache, last_only=last_only, inputs_embeds=mixed, return_hidden=True)
+        return self.body(None, cache, last_only=last_only, inputs_embeds=mixed, return_hidden=True,
+                         position_ids=position_ids, tree_mask=tree_mask)
+
+
+class TrueFeaturePairs:
+    """The feature draft's cache and the pairs (true feature f_{t-1}, token t) it has not been fed yet, the last one
+    always (the feature before the pending token, the pending token). A round's first draft forward feeds them
+    (:meth:`fed` right after it); after the round the cache drops every entry built from predicted features, and the
+    accepted tokens' pairs, from the verify forward's true features, wait for the next round."""
+
+    def __init__(self, draft: "FeatureDraft", input_ids: torch.Tensor, capacity: int, hidden: torch.Tensor | None):
+        self.cache = draft.new_cache(capacity)
+        # a one-token prompt has no feature yet: nothing to draft from until round 1's verify
+        self.features, self.tokens = (None, None) if hidden is None else (hidden, input_ids[:, 1:])
+        self.kept = None  # the cache's length once this round fed the pairs (None: not fed this round)
+
+    @property
+    def ready(self) -> bool:
+        return self.features is not None
+
+    def fed(self) -> None:
+        self.kept = self.cache.length
+
+    def commit(self, features: torch.Tensor, tokens: torch.Tensor) -> None:
+        """The round's true pairs (``features`` (1, n, H), ``tokens`` (1, n)) become the pending ones."""
+        if self.kept is not None:  # drop what the draft built on its own predictions
+            self.cache.rollback(self.cache.length - self.kept)
+        elif self.features is not None:  # nothing was fed this round: the old pairs still wait
+            features, tokens = torch.cat([self.features, features], 1), torch.cat([self.tokens, tokens], 1)
+        self.features, self.tokens, self.kept = features, tokens, None
 
 
 class FeatureDrafter(Drafter):
-    """Drafts a chain at the feature level (module docstring). Its cache holds one entry per committed position
-    t >= 1, built from the pair (true f_{t-1}, token t); ``self.features``/``self.tokens`` are the pairs not yet
-    fed, the last one always (f before pending, pending)."""
+    """Drafts a chain at the feature level (module docstring) from its :class:`TrueFeaturePairs`."""
 
     needs_hidden = True
 
     def __init__(self, draft: FeatureDraft, gamma: int, stop_below: float | None = None, backoff: int = 0):
         self.draft, self.gamma, self.stop_below, self.backoff = draft, gamma, stop_below, backoff
-        self.cache = self.features = self.tokens = None
-        self.fed, self.forwards = 0, 0
+        self.pairs, self.forwards = None, 0
         self.skip, self.pause = 0, 0  # rounds left without drafting; the next pause after a failed round
 
     def start(self, input_ids, capacity: int, hidden=None) -> None:
-        self.cache = self.draft.new_cache(capacity)
-        if hidden is None:  # a one-token prompt: no feature yet, round 1 drafts nothing
-            self.features, self.tokens = None, None
-        else:
-            self.features, self.tokens = hidden, input_ids[:, 1:]
+        self.pairs = TrueFeaturePairs(self.draft, input_ids, capacity, hidden)
 
     def propose(self, pending, limit: int, temperature: float, generator=None):
-        self.fed = 0
         count = min(self.gamma, limit)
-        if self.features is None or count < 1 or self.skip > 0:  # backing off: a plain decode step
+        if not self.pairs.ready or count < 1 or self.skip > 0:  # backing off: a plain decode step
             self.skip = max(0, self.skip - 1)
             return pending.new_empty(1, 0), None
         drafts, distributions = [], []
-        features, tokens = self.features, self.tokens
+        features, tokens = self.pairs.features, self.pairs.tokens
         for step in range(count):
-            logits, predicted = self.draft(features, tokens, self.cache, last_only=True)
+            logits, predicted = self.draft(features, tokens, self.pairs.cache, last_only=True)
             self.forwards += 1
-            self.fed += features.shape[1]
+            if step == 0:
+                self.pairs.fed()
             token, distribution = sample(logits[:, -1], temperature, generator)
             if self.stop_below is not None and self._unsure(logits[:, -1], token, distribution, temperature):
                 if step == 0:  # not even one confident guess: a plain decode step this round
@@ -141,14 +165,7 @@ class FeatureDrafter(Drafter):
         if self.backoff and drafts.shape[1]:  # every draft rejected: pause 1, 3, 7, ... rounds; a success resets
             self.pause = min(self.backoff, 2 * self.pause + 1) if accepted == 0 else 0
             self.skip = self.pause
-        pending_pairs = self.features.shape[1] if self.features is not None else 0
-        if self.fed:  # keep the pending pairs' entries (true features); drop those built from predictions
-            self.cache.rollback(self.fed - pending_pairs)
-            self.features, self.tokens = None, None
-        features, tokens = hidden[:, :accepted + 1], torch.cat([drafts[:, :accepted], next_token], dim=1)
-        if self.features is not None:  # nothing was fed this round: the old pairs still wait
-            features, tokens = torch.cat([self.features, features], 1), torch.cat([self.tokens, tokens], 1)
-        self.features, self.tokens = features, tokens
+        self.pairs.commit(hidden[:, :accepted + 1], torch.cat([drafts[:, :accepted], next_token], dim=1))
 
 
 class FeatureLevels:
@@ -156,30 +173,28 @@ class FeatureLevels:
     pending pairs, then one forward per level over the pairs (the parent's predicted feature, the node's token),
     each node attending to its own ancestors in the draft's cache (tree mask) at its depth's position."""
 
-    def __init__(self, draft: "FeatureDraft", cache, features: torch.Tensor, tokens: torch.Tensor):
-        self.draft, self.cache, self.features, self.tokens = draft, cache, features, tokens
-        self.root_position = cache.length + features.shape[1] - 1  # the last pending pair's slot
+    def __init__(self, draft: "FeatureDraft", pairs: TrueFeaturePairs):
+        self.draft, self.pairs = draft, pairs
+        self.root_position = pairs.cache.length + pairs.features.shape[1] - 1  # the last pending pair's slot
         self.predicted = None  # the previous forward's predicted features, one row per node it expanded
 
     def root(self) -> torch.Tensor:
-        logits, self.predicted = self.draft(self.features, self.tokens, self.cache, last_only=True)
+        logits, self.predicted = self.draft(self.pairs.features, self.pairs.tokens, self.pairs.cache, last_only=True)
+        self.pairs.fed()
         return logits[0]
 
     def level(self, tokens: list[int], parent_rows: list[int], depths: list[int], mask: torch.Tensor) -> torch.Tensor:
-        device = self.features.device
+        device = self.pairs.features.device
         features = self.predicted[0, torch.tensor(parent_rows, device=device)][None]
         positions = self.root_position + torch.tensor(depths, device=device)
-        mixed = self.draft.fc(torch.cat([features, self.draft.body.embed_tokens(
-            torch.tensor([tokens], device=device))], dim=-1))
-        logits, self.predicted = self.draft.body(None, self.cache, inputs_embeds=mixed, return_hidden=True,
-                                                 position_ids=positions[None], tree_mask=mask.to(device))
+        logits, self.predicted = self.draft(features, torch.tensor([tokens], device=device), self.pairs.cache,
+                                            position_ids=positions[None], tree_mask=mask.to(device))
         return logits[0]
 
 
 class FeatureTreeDrafter(TreeDrafter):
-    """A dynamic (EAGLE-2 style) or static tree drafted at the feature level, one draft forward per level; after the
-    round the draft's cache drops every node and keeps its pending pairs (true features), and the accepted path's
-    pairs, built from the verify forward's true features, are fed in the next round's first forward."""
+    """A dynamic (EAGLE-2 style) or static tree drafted at the feature level, one draft forward per level, from its
+    :class:`TrueFeaturePairs`: the round's nodes leave the draft's cache, the accepted path's true pairs wait."""
 
     needs_hidden = True
 
@@ -187,33 +202,24 @@ class FeatureTreeDrafter(TreeDrafter):
         self.draft, self.tree, self.depth, self.widths, self.budget = draft, tree, depth, widths, budget
         self.nodes_room = max_nodes(depth, widths, budget, tree)
         self.table, self.greedy = AcceptanceTable(max(widths)), True
-        self.cache = self.features = self.tokens = None
-        self.kept, self.drafted, self.forwards = 0, False, 0
+        self.pairs, self.forwards = None, 0
 
     def start(self, input_ids, capacity: int, hidden=None) -> None:
-        self.cache = self.draft.new_cache(capacity)
-        self.features, self.tokens = (None, None) if hidden is None else (hidden, input_ids[:, 1:])
+        self.pairs = TrueFeaturePairs(self.draft, input_ids, capacity, hidden)
 
     def propose_tree(self, pending: int, root_position: int, depth: int, temperature: float, generator) -> _Tree:
-        nodes, self.greedy, self.drafted = _Tree(tokens=[pending]), temperature == 0, False
-        if self.features is None or depth < 1:
+        nodes, self.greedy = _Tree(tokens=[pending]), temperature == 0
+        if not self.pairs.ready or depth < 1:
             return nodes
-        levels = FeatureLevels(self.draft, self.cache, self.features, self.tokens)
-        draft_tree(nodes, levels, depth, self.widths, self.tree, self.budget if self.greedy else None, temperature,
-                   generator, self.table)
-        self.kept, self.drafted = levels.root_position + 1, True  # the pending pairs stay in the cache; nodes go
+        draft_tree(nodes, FeatureLevels(self.draft, self.pairs), depth, self.widths, self.tree,
+                   self.budget if self.greedy else None, temperature, generator, self.table)
         self.forwards += depth
         return nodes
 
     def commit_tree(self, nodes: _Tree, path: list[int], next_token: int, hidden=None) -> None:
         self.table.record(nodes, _children(nodes), path, self.greedy)
-        features = hidden[:, path]  # true features at the root and the accepted nodes
         tokens = torch.tensor([[nodes.tokens[n] for n in path[1:]] + [next_token]], device=hidden.device)
-        if self.drafted:
-            self.cache.rollback(self.cache.length - self.kept)
-        elif self.features is not None:  # nothing was fed this round: the old pairs still wait
-            features, tokens = torch.cat([self.features, features], 1), torch.cat([self.tokens, tokens], 1)
-        self.features, self.tokens = features, tokens
+        self.pairs.commit(hidden[:, path], tokens)  # true features at the root and the accepted nodes
 
 
 def eagle_generate(target, draft: FeatureDraft, input_ids: torch.Tensor, max_new_tokens: int,
