@@ -50,10 +50,14 @@ class Drafter:
         pass
 
 
-def verify_chain(target_cache, pending: torch.Tensor, drafts: torch.Tensor):
-    """ONE target forward over the pending token and the drafts: the logits (1, γ+1, V) the acceptance test reads.
-    Without drafts this is a plain decode step (``last_only``, as the autoregressive baseline calls it)."""
-    return target_cache.extend(torch.cat([pending, drafts], dim=1), last_only=drafts.shape[1] == 0)
+def verify_chain(target_cache, pending: torch.Tensor, drafts: torch.Tensor, hidden: bool = False):
+    """ONE target forward over the pending token and the drafts: the logits (1, γ+1, V) the acceptance test reads,
+    and the target's hidden states there (1, γ+1, H) when ``hidden`` (else None). Without drafts and hidden states
+    this is a plain decode step (``last_only``, as the autoregressive baseline calls it)."""
+    ids = torch.cat([pending, drafts], dim=1)
+    if hidden:
+        return target_cache.extend(ids, last_only=False, return_hidden=True)
+    return target_cache.extend(ids, last_only=drafts.shape[1] == 0), None
 
 
 def accept_chain(target_logits: torch.Tensor, drafts: torch.Tensor, draft_probs: torch.Tensor | None,
@@ -100,9 +104,7 @@ def generate_chain(target, drafter: Drafter, input_ids: torch.Tensor, max_new_to
         clock.mark()
         drafts, draft_probs = drafter.propose(pending, max_new_tokens - len(tokens) - 1, temperature, generator)
         stats.time_draft_s += clock.lap()
-        out = verify_chain(target_cache, pending, drafts) if not drafter.needs_hidden else target_cache.extend(
-            torch.cat([pending, drafts], dim=1), last_only=False, return_hidden=True)
-        logits, hidden = (out, None) if not drafter.needs_hidden else out
+        logits, hidden = verify_chain(target_cache, pending, drafts, drafter.needs_hidden)
         stats.target_forwards += 1
         stats.time_verify_s += clock.lap()
         accepted, emitted, pending = accept_chain(logits, drafts, draft_probs, temperature, generator)

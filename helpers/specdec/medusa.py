@@ -19,15 +19,14 @@ rule allows (it needs only that each draft is drawn from the distribution it is 
 """
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
 from helpers.models.runtime import resolve_runtime
 from helpers.specdec.chain import Drafter, generate_chain
 from helpers.specdec.core import GenerationResult, GenerationStats, check_generation, check_positive_int, probs
-from helpers.specdec.tree import TreeDrafter, TreeStats, _gumbel_topk, _prune, _Tree, generate_tree, tree_runtime
+from helpers.specdec.tree import (TreeDrafter, TreeStats, _gumbel_topk, _prune, _Tree, generate_tree, max_nodes,
+                                  tree_runtime)
 
 __all__ = ["MedusaHeads", "medusa_generate"]
 
@@ -94,7 +93,7 @@ class MedusaTreeDrafter(TreeDrafter):
     def __init__(self, heads: MedusaHeads, widths: tuple[int, ...], budget: int | None):
         self.heads, self.widths, self.budget = heads, widths, budget
         self.depth = len(widths)
-        full = sum(math.prod(widths[:d + 1]) for d in range(len(widths)))
+        full = max_nodes(len(widths), widths, None, "static")
         self.nodes_room = full if budget is None else min(full, budget)
         self.hidden, self.forwards = None, 0
 
