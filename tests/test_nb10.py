@@ -12,14 +12,12 @@ import torch
 from helpers.experiments import nb10
 from helpers.experiments.tree_figures import forward_costs_figure
 from helpers.experiments.tree_study import best_of, cost_model, summarise_methods
-from helpers.results import ResultStore
-from helpers.run_all import load_params
+from committed_rows import cpu_params, measure_committed
 
 
 @pytest.fixture(scope="module")
 def params():
-    found = load_params("cpu")
-    return {name: found[name] for name in nb10.PARAMETERS}
+    return cpu_params(nb10)
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +25,7 @@ def study(params):
     torch.manual_seed(0)
     target, draft, tokenizer = nb10.load_pair(params)
     open_rows, cases = nb10.workloads(params, target, tokenizer)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("WORKBOOK_RESULTS_ONLY", "1")  # a missing row would raise instead of measuring
-        measured = nb10.measure(params, lambda name: ResultStore("cpu", name), models=(target, draft, tokenizer),
-                                cases=cases)
+    measured = measure_committed(nb10, params, models=(target, draft, tokenizer), cases=cases)
     summaries = {workload: summarise_methods(found) for workload, found in measured["rows"].items()}
     return {"target": target, "tokenizer": tokenizer, "open_rows": open_rows, "cases": cases, **measured,
             "summaries": summaries, "best": nb10.best_methods(summaries["open-ended"])}

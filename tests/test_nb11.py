@@ -5,21 +5,17 @@ from __future__ import annotations
 import pytest
 
 from helpers.experiments import nb11
-from helpers.results import ResultStore
-from helpers.run_all import load_params
+from committed_rows import cpu_params, measure_committed
 
 
 @pytest.fixture(scope="module")
 def params():
-    found = load_params("cpu")
-    return {name: found[name] for name in nb11.PARAMETERS}
+    return cpu_params(nb11)
 
 
 @pytest.fixture(scope="module")
 def measured(params):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("WORKBOOK_RESULTS_ONLY", "1")  # a missing row would raise instead of measuring
-        return nb11.measure(params, lambda name: ResultStore("cpu", name), progress=False)
+    return measure_committed(nb11, params, progress=False)
 
 
 def test_configs_hold_the_settings(params):

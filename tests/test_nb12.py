@@ -8,20 +8,17 @@ import pytest
 from helpers.experiments import nb12
 from helpers.experiments.draft_design import depth_latency, design_table
 from helpers.results import ResultStore
-from helpers.run_all import load_params
+from committed_rows import cpu_params, measure_committed
 
 
 @pytest.fixture(scope="module")
 def params():
-    found = load_params("cpu")
-    return {name: found[name] for name in nb12.PARAMETERS}
+    return cpu_params(nb12)
 
 
 @pytest.fixture(scope="module")
 def measured(params):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("WORKBOOK_RESULTS_ONLY", "1")  # a missing row would raise instead of measuring
-        return nb12.measure(params, lambda name: ResultStore("cpu", name), progress=False)
+    return measure_committed(nb12, params, progress=False)
 
 
 @pytest.fixture(scope="module")

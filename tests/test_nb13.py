@@ -13,14 +13,13 @@ import torch
 
 from helpers.experiments import nb13
 from helpers.models import CPU_PAIR_DIR
-from helpers.results import ResultStore
 from helpers.run_all import load_params
+from committed_rows import cpu_params, measure_committed
 
 
 @pytest.fixture(scope="module")
 def params():
-    found = load_params("cpu")
-    return {name: found[name] for name in nb13.PARAMETERS}
+    return cpu_params(nb13)
 
 
 @pytest.fixture(scope="module")
@@ -28,10 +27,7 @@ def study(params):
     torch.manual_seed(0)
     models = nb13.load_models(params)
     cases = nb13.workloads(params, models[2])
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("WORKBOOK_RESULTS_ONLY", "1")  # a missing row would raise instead of measuring
-        measured = nb13.measure(params, lambda name: ResultStore("cpu", name), models=models, cases=cases,
-                                progress=False)
+    measured = measure_committed(nb13, params, models=models, cases=cases, progress=False)
     summaries = {workload: nb13.comparison(rows) for workload, rows in measured["rows"].items()}
     return {**measured, "cases": cases, "summaries": summaries, "held": nb13.headline(summaries["held-out"])}
 

@@ -30,10 +30,16 @@ def test_the_draft_shares_embedding_and_head_and_stores_its_layer(target):
     assert logits.shape == (1, 4, 48) and predicted.shape == features.shape
 
 
+DRAFTING = {"g3": dict(gamma=3), "g5-stop": dict(gamma=5, stop_below=0.6), "g1": dict(gamma=1),
+            "backoff": dict(gamma=4, stop_below=0.3, backoff=4),
+            "dynamic": dict(tree="dynamic", depth=4, topk=3, budget=8),
+            "depth1": dict(tree="dynamic", depth=1, topk=2, budget=2), "static": dict(tree="static", topk=(2, 2, 1))}
+
+
 @pytest.mark.parametrize("seed", range(5))
-@pytest.mark.parametrize("options", [dict(gamma=3), dict(gamma=5, stop_below=0.6), dict(gamma=1),
-                                     dict(gamma=4, stop_below=0.3, backoff=4)], ids=["g3", "g5-stop", "g1", "backoff"])
+@pytest.mark.parametrize("options", list(DRAFTING.values()), ids=list(DRAFTING))
 def test_greedy_equals_autoregressive(target, seed, options):
+    """Chains (with the stop and the back-off) and trees: the target's greedy output, token for token."""
     generator = torch.Generator().manual_seed(seed)
     prompt = torch.randint(0, 48, (1, int(torch.randint(1, 10, (1,), generator=generator))), generator=generator)
     draft = FeatureDraft(target)
@@ -73,18 +79,22 @@ def test_transformers_runtime_and_short_budgets(target):
     assert torch.equal(eagle_generate(target, draft, prompt, 16, eos_token_id=eos, gamma=4).tokens, stop)
 
 
-def test_sampling_follows_the_target():
+@pytest.mark.parametrize("options,noise", [(dict(gamma=2), 0.3), (dict(tree="dynamic", depth=2, topk=3, budget=4),
+                                                                     0.0)], ids=["chain", "tree"])
+def test_sampling_follows_the_target(options, noise):
+    """The first two tokens over 2000 seeds follow the target's joint law (total variation within exact sampling's
+    99.9th percentile, chi-square p > 1e-3), with both acceptance and rejection paths running."""
     vocab, temperature, samples = 16, 1.0, 2000
     model = tiny_qwen3(10, vocab_size=vocab, num_hidden_layers=1, head_scale=PEAK)
     draft = FeatureDraft(model)
     with torch.no_grad():
-        draft.fc.weight.add_(torch.randn(draft.fc.weight.shape, generator=torch.Generator().manual_seed(1)) * 0.3)
+        draft.fc.weight.add_(torch.randn(draft.fc.weight.shape, generator=torch.Generator().manual_seed(1)) * noise)
     prompt = torch.tensor([[3, 1, 4]])
     expected = exact_joint(model, prompt, temperature).ravel()
     expected /= expected.sum()
     counts, accepted = np.zeros(vocab * vocab), 0
     for seed in range(samples):
-        result = eagle_generate(model, draft, prompt, 3, temperature=temperature, seed=seed, gamma=2)
+        result = eagle_generate(model, draft, prompt, 3, temperature=temperature, seed=seed, **options)
         x1, x2 = result.tokens[:2].tolist()
         counts[x1 * vocab + x2] += 1
         accepted += result.stats.accepted
@@ -106,38 +116,6 @@ def test_bad_inputs_are_named(target):
         eagle_generate(target, object(), prompt, 4)
     with pytest.raises(ValueError, match="token ids"):
         eagle_generate(target, draft, torch.tensor([[1.0, 2.0]]), 4)
-
-
-@pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("shape", [dict(tree="dynamic", depth=4, topk=3, budget=8), dict(tree="dynamic", depth=1,
-                                                                                          topk=2, budget=2),
-                                   dict(tree="static", topk=(2, 2, 1))], ids=["dynamic", "depth1", "static"])
-def test_trees_are_lossless_greedy(target, seed, shape):
-    generator = torch.Generator().manual_seed(seed)
-    prompt = torch.randint(0, 48, (1, int(torch.randint(1, 10, (1,), generator=generator))), generator=generator)
-    draft = FeatureDraft(target)
-    reference = autoregressive_generate(target, prompt, 20, eos_token_id=-1).tokens
-    result = eagle_generate(target, draft, prompt, 20, eos_token_id=-1, **shape)
-    assert torch.equal(result.tokens, reference)
-
-
-def test_tree_sampling_follows_the_target():
-    vocab, temperature, samples = 16, 1.0, 2000
-    model = tiny_qwen3(10, vocab_size=vocab, num_hidden_layers=1, head_scale=PEAK)
-    draft = FeatureDraft(model)
-    prompt = torch.tensor([[3, 1, 4]])
-    expected = exact_joint(model, prompt, temperature).ravel()
-    expected /= expected.sum()
-    counts, accepted = np.zeros(vocab * vocab), 0
-    for seed in range(samples):
-        result = eagle_generate(model, draft, prompt, 3, temperature=temperature, seed=seed, tree="dynamic", depth=2,
-                                topk=3, budget=4)
-        x1, x2 = result.tokens[:2].tolist()
-        counts[x1 * vocab + x2] += 1
-        accepted += result.stats.accepted
-    assert 0.1 * samples < accepted < 1.8 * samples
-    assert 0.5 * np.abs(counts / samples - expected).sum() <= tv_tolerance(expected, samples)
-    assert chi_square_pvalue(counts, expected, samples) > 1e-3
 
 
 @torch.inference_mode()
