@@ -25,7 +25,7 @@ from torch import nn
 from helpers.models.qwen3 import DecoderConfig, MiniQwen3
 from helpers.models.runtime import minimal_supported, minimal_view, resolve_runtime
 from helpers.specdec.chain import Drafter, generate_chain
-from helpers.specdec.core import GenerationResult, GenerationStats, check_generation, check_positive_int, sample
+from helpers.specdec.core import GenerationResult, GenerationStats, check_positive_int, sample
 from helpers.specdec.tree import (AcceptanceTable, TreeDrafter, TreeStats, _children, _Tree, draft_tree,
                                   generate_tree, max_nodes, tree_runtime, tree_shape)
 
@@ -234,8 +234,7 @@ def eagle_generate(target, draft: FeatureDraft, input_ids: torch.Tensor, max_new
     for 1, then 3, 7, ... rounds, at most ``backoff``, until a round accepts one (0: never pause). Exact greedy output
     at temperature 0, the target's distribution above (the drafter decides from its own past only). Trees need the
     minimal runtime (Qwen3 targets)."""
-    check_generation(target, input_ids, max_new_tokens, temperature)
-    if not isinstance(draft, FeatureDraft):
+    if not isinstance(draft, FeatureDraft):  # the prompt and budget are checked by the verifier
         raise ValueError(f"draft must be a helpers.specdec.FeatureDraft, got {type(draft).__name__}")
     if draft.body.lm_head is not target.get_output_embeddings():
         raise ValueError("this feature draft was built for another model: it shares its embedding and LM head; "

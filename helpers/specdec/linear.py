@@ -196,8 +196,7 @@ def speculative_generate(
     values, so the output stays exact (greedy) and distributed as the target's (sampling). It costs one host read
     per draft step; None (the default) keeps the fixed-γ path, which has none.
     """
-    check_generation(target, input_ids, max_new_tokens, temperature)
-    check_draft(target, draft)
+    check_draft(target, draft)  # the prompt and budget are checked by generate_chain
     _check_options(gamma, stop_below)
     stats = GenerationStats(runtime=resolve_runtime(runtime, target, draft), compiled=compile)
     drafter = ModelDrafter(draft, gamma, stats.runtime, compile=compile, stop_below=stop_below)

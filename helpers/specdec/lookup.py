@@ -34,7 +34,7 @@ import torch
 
 from helpers.models.runtime import resolve_runtime
 from helpers.specdec.chain import Drafter, generate_chain
-from helpers.specdec.core import GenerationResult, GenerationStats, check_generation, check_positive_int
+from helpers.specdec.core import GenerationResult, GenerationStats, check_positive_int
 
 __all__ = ["LookupDrafter", "NgramIndex", "prompt_lookup_generate"]
 
@@ -155,7 +155,6 @@ def prompt_lookup_generate(
     ``draft_forwards`` stays 0 and ``time_draft_s`` is the lookup time. ``time_phases``, ``runtime`` and
     ``compile`` as for ``speculative_generate``.
     """
-    check_generation(target, input_ids, max_new_tokens, temperature)
     _check_lookup_options(ngram, num_draft, min_ngram)
     stats = GenerationStats(runtime=resolve_runtime(runtime, target), compiled=compile)
     drafter = LookupDrafter(target.get_output_embeddings().weight.shape[0], ngram, num_draft, adaptive, min_ngram)

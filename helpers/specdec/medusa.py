@@ -24,7 +24,7 @@ from torch import nn
 
 from helpers.models.runtime import resolve_runtime
 from helpers.specdec.chain import Drafter, generate_chain
-from helpers.specdec.core import GenerationResult, GenerationStats, check_generation, check_positive_int, probs
+from helpers.specdec.core import GenerationResult, GenerationStats, check_positive_int, probs
 from helpers.specdec.tree import (TreeDrafter, TreeStats, _gumbel_topk, _prune, _Tree, generate_tree, max_nodes,
                                   tree_runtime)
 
@@ -148,8 +148,7 @@ def medusa_generate(target, heads: MedusaHeads, input_ids: torch.Tensor, max_new
     """Speculative decoding with Medusa heads: a chain of K drafts (``topk=None``) or a static tree (``topk`` an int,
     the same width at every depth, or one width per depth, at most K depths; ``budget`` caps a greedy tree's nodes).
     Exact greedy output at temperature 0, the target's distribution above. Trees need the minimal runtime."""
-    check_generation(target, input_ids, max_new_tokens, temperature)
-    _check_heads(target, heads)
+    _check_heads(target, heads)  # the prompt and budget are checked by the verifier
     if topk is None:
         stats = GenerationStats(runtime=resolve_runtime(runtime, target))
         return generate_chain(target, MedusaDrafter(heads), input_ids, max_new_tokens, temperature, seed,

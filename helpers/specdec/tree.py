@@ -322,8 +322,7 @@ def tree_generate(
     ``budget`` is unused. ``record_rounds`` keeps every verified tree
     in ``result.rounds`` (a list of :class:`TreeRound`) for drawing.
     """
-    check_generation(target, input_ids, max_new_tokens, temperature)
-    depth, widths, budget = tree_shape(tree, depth, topk, budget)
+    depth, widths, budget = tree_shape(tree, depth, topk, budget)  # prompt and budget: checked by generate_tree
     runtime = _check_tree_pair(target, draft)
     drafter = ModelTreeDrafter(draft, runtime, tree, depth, widths, budget if temperature == 0 else None)
     return generate_tree(target, drafter, input_ids, max_new_tokens, temperature, seed,
