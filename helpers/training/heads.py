@@ -14,11 +14,17 @@ LM head reads) and the target's next-token distributions; both drafters learn fr
 """
 from __future__ import annotations
 
+import json
 import time
 
 import torch
 import torch.nn.functional as F
 
+from helpers.specdec import FeatureDraft, MedusaHeads
+from helpers.specdec.drafter_files import save_drafter
+from helpers.training.card import save_card
+from helpers.training.checkpoints import load_saved
+from helpers.training.evaluate import heldout_windows
 from helpers.training.train import batches, clipped_step, lr_at, make_optimizer, progress_note, set_lr
 
 HEADS_LR = 3e-3
@@ -124,14 +130,6 @@ def heldout_agreement(target, heads, draft, windows: torch.Tensor, batch_size: i
 def run_heads_stage(settings, train_ids: torch.Tensor, heldout_ids: torch.Tensor, *, num_heads: int = 4) -> dict:
     """Stage 7: Medusa heads and the feature draft for the target in ``settings.out``, trained together with the
     target frozen, saved next to it (``medusa/``, ``eagle/``), their entry added to the card."""
-    from helpers.specdec import FeatureDraft, MedusaHeads  # the drafters' own modules (training sits above specdec)
-    from helpers.specdec.drafter_files import save_drafter
-    import json
-
-    from helpers.training.card import save_card
-    from helpers.training.checkpoints import load_saved
-    from helpers.training.evaluate import heldout_windows
-
     target = load_saved(settings.out / "target")
     torch.manual_seed(settings.seed)
     heads, draft = MedusaHeads(target, num_heads), FeatureDraft(target)
