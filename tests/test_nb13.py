@@ -29,7 +29,8 @@ def study(params):
     cases = nb13.workloads(params, models[2])
     measured = measure_committed(nb13, params, models=models, cases=cases, progress=False)
     summaries = {workload: nb13.comparison(rows) for workload, rows in measured["rows"].items()}
-    return {**measured, "cases": cases, "summaries": summaries, "held": nb13.headline(summaries["held-out"])}
+    return {**measured, "cases": cases, "summaries": summaries, "held": nb13.headline(summaries["held-out"]),
+            "params": params}
 
 
 def test_specs_cover_every_drafter_with_ar_first(params):
@@ -39,7 +40,8 @@ def test_specs_cover_every_drafter_with_ar_first(params):
     assert len(set(labels)) == len(labels)
     assert {nb13.family(label) for label in labels} == {"AR", "draft model", "prompt lookup", "Medusa heads",
                                                          "feature draft"}
-    assert labels[-1] == f"eagle g{max(params['fd_gammas'])} p<{params['fd_stop_below']:g} b{params['fd_backoff']}"
+    backoff = f" b{params['fd_backoff']}" if params["fd_backoff"] else ""
+    assert labels[-1] == f"eagle g{max(params['fd_gammas'])} p<{params['fd_stop_below']:g}{backoff}"
 
 
 def test_configs_cover_the_costs_and_every_prompt_of_both_workloads(params, study):
@@ -80,10 +82,18 @@ def test_verdicts_agree_with_the_numbers_they_quote(study):
     verdict = nb13.who_wins(held, alpha, study["costs"])["numbers"]
     ratio = verdict["eagle_speedup"] / verdict["linear_speedup"]
     assert verdict["eagle_side"] == ("level with" if abs(ratio - 1) <= 0.02 else "above" if ratio > 1 else "below")
+    assert nb13.separating_terms(1.0, 0.64) == "the feature draft has the same tau and steps 1.6x cheaper"
+    assert nb13.separating_terms(1.1, 1.0) == "the feature draft has a higher tau and steps of the same cost"
+    assert verdict["eagle_reason"].startswith("the feature draft has")
     stop = nb13.method_label(nb13.specs(load_params("cpu") | {"device": "cpu"})[-1])
     far_labels = [held["linear"]["label"], stop]
     far = nb13.far_from_corpus(nb13.by_source(study["rows"]["far"], far_labels), stop)["numbers"]
     assert far["far_stop_holds"] == int(far["far_stop_lowest"] >= far["far_floor"])
+    plain = f"eagle g{max(study['params']['fd_gammas'])}"
+    table = nb13.by_source(study["rows"]["far"], [plain, stop])
+    compared = nb13.stop_against_plain(study["summaries"]["held-out"], table, stop, plain)["numbers"]
+    assert compared["stop_far_ahead"] == int((table[stop] > table[plain]).sum())
+    assert compared["plain_far_lowest"] == table[plain].min()
 
 
 def test_training_costs_read_the_card():

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.experiments.specdec_bench import _pair_figures, _print_table
+from helpers.experiments.specdec_bench import pair_figures, print_table
 from helpers.experiments.specdec_figures import plot_by_source
 from helpers.experiments.specdec_sweeps import (alpha_for_speedup, assisted_generate, correlation_word, cost_check,
                                                 gamma_rows, measure_config, measure_pair, pair_optimum, select_sweep,
@@ -73,8 +73,8 @@ def test_gamma_rows_pool_counts_and_compare(rows, cases):
 def test_benchmark_table_and_headline(rows, capsys):
     summary = summarise([{**r, "pair": "tiny"} for r in rows])
     costs = {"T_T": 2.0, "T_D": 0.2, "T_V": {2: 2.2, 3: 2.4}, "T_D_round": {2: 0.4, 3: 0.3}, "runtime": "minimal"}
-    _print_table(summary, costs)
-    figures = _pair_figures(summary, costs, "draft")
+    print_table(summary, costs)
+    figures = pair_figures(summary, costs, "draft")
     printed = capsys.readouterr().out
     assert "c_round" in printed and "Eq.5r" in printed and "NO" not in printed
     gamma = figures["best_gamma"]

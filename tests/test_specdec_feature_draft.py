@@ -148,3 +148,16 @@ def test_backoff_pauses_a_failing_draft_and_stays_lossless(target):
     assert paused.stats.draft_forwards < plain.stats.draft_forwards
     with pytest.raises(ValueError, match="backoff"):
         eagle_generate(target, draft, prompt, 4, backoff=-1)
+
+
+def test_backoff_also_pauses_after_rounds_too_unsure_to_draft(target):
+    """A round whose first guess is below the stop drafts nothing; with a back-off it counts as a failed round, so a
+    draft that is never confident stops paying its first step every token (regression: only rejected drafts did)."""
+    draft = FeatureDraft(target)
+    prompt = torch.tensor([[3, 14, 15, 9, 2, 6]])
+    reference = autoregressive_generate(target, prompt, 30, eos_token_id=-1).tokens
+    unsure = eagle_generate(target, draft, prompt, 30, eos_token_id=-1, gamma=3, stop_below=1.0)
+    paused = eagle_generate(target, draft, prompt, 30, eos_token_id=-1, gamma=3, stop_below=1.0, backoff=8)
+    assert torch.equal(unsure.tokens, reference) and torch.equal(paused.tokens, reference)
+    assert unsure.stats.proposed == paused.stats.proposed == 0
+    assert paused.stats.draft_forwards < unsure.stats.draft_forwards / 3, (paused.stats, unsure.stats)

@@ -21,8 +21,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt")
     parser.add_argument("--gammas", type=int, nargs="+", default=[3, 4, 5, 6], help="γ of linear and feature drafts")
     parser.add_argument("--medusa-trees", default="2-2-1-1,3-2-2-1", help="static Medusa trees, widths per depth")
-    parser.add_argument("--stop-below", type=float, default=0.5, help="the feature draft's confidence stop")
-    parser.add_argument("--backoff", type=int, default=8, help="the feature draft's back-off: most rounds to pause")
+    parser.add_argument("--stop-below", type=float, default=0.1, help="the feature draft's confidence stop")
+    parser.add_argument("--backoff", type=int, default=0,
+                        help="the feature draft's back-off: most rounds to pause (0: never)")
     parser.add_argument("--repeats", type=int, default=2, help="interleaved runs per method and prompt; the fastest is kept")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (recorded in the output)")
 

@@ -20,7 +20,7 @@ from helpers.experiments.tree_study import (depth_acceptance, expected_tau, meth
 RESULTS = "13_drafting_from_the_target"
 __all__ = ["RESULTS", "PARAMETERS", "specs", "workloads", "configs", "load_models", "measure", "step_costs",
            "method_label", "comparison", "alpha_by_position", "costs_in_round", "eq5_table", "by_source", "headline",
-           "training_costs", "who_wins", "medusa_against_linear", "far_from_corpus"]
+           "training_costs", "separating_terms", "who_wins", "medusa_against_linear", "far_from_corpus", "stop_against_plain"]
 PARAMETERS = ("device", "fd_target", "fd_draft", "fd_dtype", "fd_threads", "fd_prompt_count", "fd_far_count",
               "fd_new_tokens", "fd_repeats", "fd_gammas", "fd_dynamic", "fd_medusa_trees", "fd_stop_below",
               "fd_backoff", "fd_cost_repeats")
@@ -58,8 +58,14 @@ def workloads(params: dict, tokenizer) -> dict:
 
 
 def _setup(params: dict) -> dict:
+    """What every row's configuration holds: the models (the Medusa heads' and feature draft's weights by
+    fingerprint, so that retrained drafters are measured afresh), dtype, device and threads."""
+    from helpers.specdec.drafter_files import FEATURE_DRAFT_DIR, MEDUSA_DIR, drafter_fingerprint
+
     return {"target": params["fd_target"], "draft": params["fd_draft"], "dtype": params["fd_dtype"],
-            "device": params["device"], "threads": params["fd_threads"]}
+            "device": params["device"], "threads": params["fd_threads"],
+            "drafter_weights": {"medusa": drafter_fingerprint(MEDUSA_DIR),
+                                "eagle": drafter_fingerprint(FEATURE_DRAFT_DIR)}}
 
 
 def configs(params: dict, cases: dict) -> dict:
@@ -289,17 +295,27 @@ def _compare(a: float, b: float, tolerance: float = 0.02) -> str:
     return "level with" if abs(a / b - 1) <= tolerance else ("above" if a > b else "below")
 
 
+def separating_terms(tau_ratio: float, c_ratio: float, tolerance: float = 0.03) -> str:
+    """Which Eq. 5 term separates two chains: their τ (tokens per round) and their draft-step cost c, each compared
+    with ``tolerance``."""
+    tau = "the same tau" if abs(tau_ratio - 1) <= tolerance else "a higher tau" if tau_ratio > 1 else "a lower tau"
+    cost = ("steps of the same cost" if abs(c_ratio - 1) <= tolerance else
+            f"steps {1 / c_ratio:.1f}x cheaper" if c_ratio < 1 else f"steps {c_ratio:.1f}x dearer")
+    return f"the feature draft has {tau} and {cost}"
+
+
 def who_wins(held: dict, alpha: pd.DataFrame, costs: dict) -> dict:
     """The feature draft's best chain against the distilled draft's best linear speculation, and why, from the
     measured terms: first-position acceptance a_1 and the step cost c alone."""
     eagle, linear = held["eagle"], held["linear"]
     a1 = alpha[(alpha.position == 1) & (alpha.source == "all")].set_index("label").alpha
     side = _compare(eagle["speedup"], linear["speedup"])
+    reason = separating_terms(eagle["tau"] / linear["tau"], costs["c"]["eagle"] / costs["c"]["draft"])
     text = (f"feature draft {eagle['label']}: {eagle['speedup']:.2f}x (tau {eagle['tau']:.2f}); distilled draft "
             f"{linear['label']}: {linear['speedup']:.2f}x (tau {linear['tau']:.2f}): the feature draft is {side} it "
             f"(2% counts as level). First-position acceptance a_1 {a1.get(eagle['label'], float('nan')):.3f} vs "
             f"{a1.get(linear['label'], float('nan')):.3f}; a draft step alone costs c = {costs['c']['eagle']:.3f} vs "
-            f"{costs['c']['draft']:.3f} of a target step.\n"
+            f"{costs['c']['draft']:.3f} of a target step: {reason}.\n"
             f"Trees: the feature draft's {held['eagle_tree']['label']} {held['eagle_tree']['speedup']:.2f}x (tau "
             f"{held['eagle_tree']['tau']:.2f}) against the distilled draft's {held['tree']['label']} "
             f"{held['tree']['speedup']:.2f}x (tau {held['tree']['tau']:.2f}).")
@@ -307,7 +323,8 @@ def who_wins(held: dict, alpha: pd.DataFrame, costs: dict) -> dict:
         "eagle_tree_label": held["eagle_tree"]["label"], "eagle_tree_speedup": held["eagle_tree"]["speedup"],
         "eagle_tree_tau": held["eagle_tree"]["tau"], "tree_label": held["tree"]["label"],
         "tree_speedup": held["tree"]["speedup"], "tree_tau": held["tree"]["tau"],
-        "eagle_label": eagle["label"], "eagle_speedup": eagle["speedup"], "eagle_tau": eagle["tau"],
+        "eagle_reason": reason, "eagle_label": eagle["label"], "eagle_speedup": eagle["speedup"],
+        "eagle_tau": eagle["tau"],
         "linear_label": linear["label"], "linear_speedup": linear["speedup"], "linear_tau": linear["tau"],
         "eagle_vs_linear": eagle["speedup"] / linear["speedup"], "eagle_side": side,
         "eagle_a1": float(a1.get(eagle["label"], float("nan"))), "linear_a1": float(a1.get(linear["label"],
@@ -347,3 +364,17 @@ def far_from_corpus(table: pd.DataFrame, stop_label: str, floor: float = 0.95) -
     return {"text": text, "numbers": {"far_stop_lowest": float(lowest[stop_label]), "far_stop_holds": int(holds),
                                       "far_floor": floor, "far_sources": len(table), "far_stop_below": len(below),
                                       "far_stop_worst_source": str(table[stop_label].idxmin())}}
+
+
+def stop_against_plain(held_summary: pd.DataFrame, far: pd.DataFrame, stop_label: str, plain_label: str) -> dict:
+    """What the confidence stop costs or saves: the stop variant against the plain feature-draft chain, on the
+    held-out prompts (overall speedup) and on the far sources (lowest speedup, and on how many sources it is ahead).
+    ``far`` holds the plain chain's column when it is among the labels :func:`by_source` was given."""
+    speed = held_summary.set_index("label").speedup
+    ahead = int((far[stop_label] > far[plain_label]).sum())
+    text = (f"the confidence stop ({stop_label}) against the plain chain ({plain_label}): held-out "
+            f"{speed[stop_label]:.2f}x vs {speed[plain_label]:.2f}x; far sources, lowest {far[stop_label].min():.2f}x vs "
+            f"{far[plain_label].min():.2f}x, the stop ahead on {ahead} of {len(far)} sources")
+    return {"text": text, "numbers": {"stop_held_speedup": float(speed[stop_label]),
+                                      "plain_held_speedup": float(speed[plain_label]),
+                                      "plain_far_lowest": float(far[plain_label].min()), "stop_far_ahead": ahead}}

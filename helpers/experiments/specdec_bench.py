@@ -33,7 +33,7 @@ def add_arguments(parser) -> None:
                         help="decode steps through torch.compile over static-shape caches (ours and AR; implies --no-peer)")
 
 
-def _print_table(summary, costs: dict) -> None:
+def print_table(summary, costs: dict) -> None:
     """The comparison, with the terms of Eq. 5 and its prediction next to each measured speedup."""
     c = costs["T_D"] / costs["T_T"]
     print(f"\nT_T = {costs['T_T'] * 1e3:.2f} ms, T_D = {costs['T_D'] * 1e3:.3f} ms, c = T_D/T_T = {c:.3f}; "
@@ -57,7 +57,7 @@ def _print_table(summary, costs: dict) -> None:
               f"{'yes' if row.identical_to_ar else 'NO':>6}")
 
 
-def _pair_figures(summary, costs: dict, draft_name: str) -> dict:
+def pair_figures(summary, costs: dict, draft_name: str) -> dict:
     """The headline of one pair: its best gamma against AR and against assisted generation's best setting."""
     sd = summary[summary["method"] == "sd"]
     best = sd.loc[sd["speedup"].idxmax()]
@@ -107,8 +107,8 @@ def run(args) -> dict:
         print(f"\n== cpu-pair/target / cpu-pair/{draft_name} ({len(cases)} prompts, {args.max_new_tokens} new tokens, "
               f"greedy, {args.threads} thread(s); ours and AR on the {costs['runtime']} runtime"
               + (", decode steps compiled)" if args.compile else ")"))
-        _print_table(summary, costs)
-        per_pair.append(_pair_figures(summary, costs, draft_name))
+        print_table(summary, costs)
+        per_pair.append(pair_figures(summary, costs, draft_name))
     best = max(per_pair, key=lambda f: f["speedup_vs_ar"])
     return {"benchmark": "specdec", "threads": args.threads, "prompts": len(cases), "runtime": costs["runtime"],
             "compiled": args.compile,

@@ -12,7 +12,8 @@ from helpers.models import CPU_PAIR_DIR
 from helpers.specdec.feature_draft import FeatureDraft
 from helpers.specdec.medusa import MedusaHeads
 
-__all__ = ["MEDUSA_DIR", "FEATURE_DRAFT_DIR", "load_feature_draft", "load_medusa_heads", "save_drafter"]
+__all__ = ["MEDUSA_DIR", "FEATURE_DRAFT_DIR", "drafter_fingerprint", "load_feature_draft", "load_medusa_heads",
+           "save_drafter"]
 
 MEDUSA_DIR = CPU_PAIR_DIR / "medusa"  # the CPU pair's heads (python -m helpers.training --stage heads)
 FEATURE_DRAFT_DIR = CPU_PAIR_DIR / "eagle"
@@ -30,6 +31,17 @@ def save_drafter(drafter, out_dir: Path) -> None:
         raise ValueError(f"save_drafter saves MedusaHeads or a FeatureDraft, got {type(drafter).__name__}")
     save_file({k: v.detach().to("cpu", torch.bfloat16).contiguous() for k, v in state.items()}, out_dir / WEIGHTS)
     (out_dir / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+
+
+def drafter_fingerprint(path: Path) -> str:
+    """The first 12 hex digits of the SHA-256 of the drafter's weights in ``path``: result rows record it, so that
+    rows measured with other weights (a retrained drafter) are never read as this one's."""
+    import hashlib
+
+    weights = Path(path) / WEIGHTS
+    if not weights.exists():
+        raise FileNotFoundError(f"{weights} is missing: train it with `python -m helpers.training --stage heads`")
+    return hashlib.sha256(weights.read_bytes()).hexdigest()[:12]
 
 
 def _read(path: Path, kind: str, target) -> tuple[dict, dict]:

@@ -14,8 +14,9 @@ of the accepted tokens (true features, now known) are fed in the next round's fi
 ``FeatureDrafter`` drafts a chain, ``FeatureTreeDrafter`` a tree (one draft forward per level, a tree mask over the
 draft's own cache, EAGLE-2's dynamic expansion); with ``stop_below`` the chain a round stops as soon as the draft's probability of its
 own token falls below the threshold, and drops a first draft that is already below it (a plain decode step then),
-and with ``backoff`` it pauses drafting for 1, 3, 7, ... rounds after a round whose drafts were all rejected, so
-that where its drafts fail it backs off to autoregressive decoding. Verified by the one chain verifier: lossless.
+and with ``backoff`` it pauses drafting for 1, 3, 7, ... rounds after a round that accepted nothing (its drafts all
+rejected, or its first guess already below the stop), so that where its drafts fail it backs off to autoregressive
+decoding without paying even a first draft step per token. Verified by the one chain verifier: lossless.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import torch
 from torch import nn
 
 from helpers.models.qwen3 import DecoderConfig, MiniQwen3
-from helpers.models.runtime import minimal_supported, minimal_view, resolve_runtime
+from helpers.models.runtime import resolve_runtime
 from helpers.specdec.chain import Drafter, generate_chain
 from helpers.specdec.core import GenerationResult, GenerationStats, check_positive_int, sample
 from helpers.specdec.tree import (AcceptanceTable, TreeDrafter, TreeStats, _children, _Tree, draft_tree,
@@ -55,9 +56,9 @@ def _feature_scale(target) -> float:
 
 
 class FeatureDraft(nn.Module):
-    """A feature-level draft for ``target`` (randomly initialised; from the target's last layer when the target is
-    a Qwen3 the workbook's model file implements). ``forward(features, tokens, cache)`` returns the draft's logits
-    (through the target's LM head) and its predicted next features."""
+    """A feature-level draft for ``target``, randomly initialised (its ``fc`` starts as "feature + scaled token
+    embedding"). ``forward(features, tokens, cache)`` returns the draft's logits (through the target's LM head) and
+    its predicted next features."""
 
     def __init__(self, target):
         super().__init__()
@@ -69,8 +70,6 @@ class FeatureDraft(nn.Module):
         with torch.no_grad():  # start as "feature + token embedding", the embedding scaled to the feature's size
             scale = _feature_scale(target) / target.get_input_embeddings().weight.float().pow(2).mean().sqrt()
             self.fc.weight.copy_(torch.cat([torch.eye(hidden), float(scale) * torch.eye(hidden)], dim=1))
-        if minimal_supported(target):
-            self.body.layers[0].load_state_dict(minimal_view(target).layers[-1].state_dict())
         weight = target.get_output_embeddings().weight
         self.to(device=weight.device, dtype=weight.dtype)
         self.body.embed_tokens = target.get_input_embeddings()  # shared and frozen
@@ -130,13 +129,15 @@ class FeatureDrafter(Drafter):
         self.draft, self.gamma, self.stop_below, self.backoff = draft, gamma, stop_below, backoff
         self.pairs, self.forwards = None, 0
         self.skip, self.pause = 0, 0  # rounds left without drafting; the next pause after a failed round
+        self.tried = False  # whether this round ran the draft (a paused round did not)
 
     def start(self, input_ids, capacity: int, hidden=None) -> None:
         self.pairs = TrueFeaturePairs(self.draft, input_ids, capacity, hidden)
 
     def propose(self, pending, limit: int, temperature: float, generator=None):
         count = min(self.gamma, limit)
-        if not self.pairs.ready or count < 1 or self.skip > 0:  # backing off: a plain decode step
+        self.tried = self.pairs.ready and count >= 1 and self.skip == 0
+        if not self.tried:  # backing off (or nothing to draft from): a plain decode step
             self.skip = max(0, self.skip - 1)
             return pending.new_empty(1, 0), None
         drafts, distributions = [], []
@@ -162,7 +163,8 @@ class FeatureDrafter(Drafter):
         return confidence.item() < self.stop_below
 
     def commit(self, drafts, accepted: int, next_token, emitted, hidden=None) -> None:
-        if self.backoff and drafts.shape[1]:  # every draft rejected: pause 1, 3, 7, ... rounds; a success resets
+        if self.backoff and self.tried:  # no draft accepted (or none confident enough to propose): pause 1, 3,
+            # 7, ... rounds, at most backoff; a round that accepts one resets the pause
             self.pause = min(self.backoff, 2 * self.pause + 1) if accepted == 0 else 0
             self.skip = self.pause
         self.pairs.commit(hidden[:, :accepted + 1], torch.cat([drafts[:, :accepted], next_token], dim=1))
@@ -230,8 +232,9 @@ def eagle_generate(target, draft: FeatureDraft, input_ids: torch.Tensor, max_new
     """Speculative decoding with a feature-level draft: a chain of γ drafts per round (``tree=None``; ``stop_below``
     the confidence stop), or a tree drafted at the feature level (``tree="dynamic"``, EAGLE-2 style: ``depth``,
     ``topk``, ``budget`` as for :func:`~helpers.specdec.tree.tree_generate`, defaults 5, 4, 16; ``tree="static"``:
-    ``topk`` one width per depth). ``backoff`` (chains): after a round whose drafts were all rejected, draft nothing
-    for 1, then 3, 7, ... rounds, at most ``backoff``, until a round accepts one (0: never pause). Exact greedy output
+    ``topk`` one width per depth). ``backoff`` (chains): after a round that accepted no draft (all rejected, or none
+    confident enough to propose), draft nothing for 1, then 3, 7, ... rounds, at most ``backoff``, until a round
+    accepts one (0: never pause). Exact greedy output
     at temperature 0, the target's distribution above (the drafter decides from its own past only). Trees need the
     minimal runtime (Qwen3 targets)."""
     if not isinstance(draft, FeatureDraft):  # the prompt and budget are checked by the verifier
