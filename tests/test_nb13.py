@@ -13,7 +13,6 @@ import torch
 
 from helpers.experiments import nb13
 from helpers.models import CPU_PAIR_DIR
-from helpers.run_all import load_params
 from committed_rows import cpu_params, measure_committed
 
 
@@ -29,8 +28,7 @@ def study(params):
     cases = nb13.workloads(params, models[2])
     measured = measure_committed(nb13, params, models=models, cases=cases, progress=False)
     summaries = {workload: nb13.comparison(rows) for workload, rows in measured["rows"].items()}
-    return {**measured, "cases": cases, "summaries": summaries, "held": nb13.headline(summaries["held-out"]),
-            "params": params}
+    return {**measured, "cases": cases, "summaries": summaries, "held": nb13.headline(summaries["held-out"])}
 
 
 def test_specs_cover_every_drafter_with_ar_first(params):
@@ -75,7 +73,7 @@ def test_eq5_table_predicts_every_fixed_gamma_chain(params, study):
     assert (table.tau_eq4 >= 1).all() and (table.speedup_eq5 > 0).all()
 
 
-def test_verdicts_agree_with_the_numbers_they_quote(study):
+def test_verdicts_agree_with_the_numbers_they_quote(params, study):
     held = study["held"]
     alpha = nb13.alpha_by_position(study["rows"]["held-out"], [held["linear"]["label"], held["eagle"]["label"],
                                                                 "medusa chain"])
@@ -85,11 +83,11 @@ def test_verdicts_agree_with_the_numbers_they_quote(study):
     assert nb13.separating_terms(1.0, 0.64) == "the feature draft has the same tau and steps 1.6x cheaper"
     assert nb13.separating_terms(1.1, 1.0) == "the feature draft has a higher tau and steps of the same cost"
     assert verdict["eagle_reason"].startswith("the feature draft has")
-    stop = nb13.method_label(nb13.specs(load_params("cpu") | {"device": "cpu"})[-1])
+    stop = nb13.method_label(nb13.specs(params)[-1])
     far_labels = [held["linear"]["label"], stop]
     far = nb13.far_from_corpus(nb13.by_source(study["rows"]["far"], far_labels), stop)["numbers"]
     assert far["far_stop_holds"] == int(far["far_stop_lowest"] >= far["far_floor"])
-    plain = f"eagle g{max(study['params']['fd_gammas'])}"
+    plain = f"eagle g{max(params['fd_gammas'])}"
     table = nb13.by_source(study["rows"]["far"], [plain, stop])
     compared = nb13.stop_against_plain(study["summaries"]["held-out"], table, stop, plain)["numbers"]
     assert compared["stop_far_ahead"] == int((table[stop] > table[plain]).sum())

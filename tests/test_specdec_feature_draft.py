@@ -161,3 +161,14 @@ def test_backoff_also_pauses_after_rounds_too_unsure_to_draft(target):
     assert torch.equal(unsure.tokens, reference) and torch.equal(paused.tokens, reference)
     assert unsure.stats.proposed == paused.stats.proposed == 0
     assert paused.stats.draft_forwards < unsure.stats.draft_forwards / 3, (paused.stats, unsure.stats)
+
+
+def test_missing_drafter_weights_name_the_training_command(target, tmp_path):
+    """Loading or fingerprinting a drafter folder without weights says how to train them (one check for both)."""
+    from helpers.specdec.drafter_files import drafter_fingerprint, load_feature_draft, save_drafter
+
+    for call in (lambda: drafter_fingerprint(tmp_path), lambda: load_feature_draft(target, tmp_path)):
+        with pytest.raises(FileNotFoundError, match="--stage heads"):
+            call()
+    save_drafter(FeatureDraft(target), tmp_path)
+    assert len(drafter_fingerprint(tmp_path)) == 12 and isinstance(load_feature_draft(target, tmp_path), FeatureDraft)

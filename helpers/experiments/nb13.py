@@ -70,9 +70,10 @@ def _setup(params: dict) -> dict:
 
 def configs(params: dict, cases: dict) -> dict:
     """Every result-store configuration: ``"costs"`` and ``(workload, prompt id)`` for the method comparison."""
-    found = {"costs": {"kind": "costs", **_setup(params), "repeats": params["fd_cost_repeats"],
+    setup = _setup(params)  # hashes the drafters' weights: once
+    found = {"costs": {"kind": "costs", **setup, "repeats": params["fd_cost_repeats"],
                        "gammas": [int(g) for g in params["fd_gammas"]]}}
-    return found | method_configs(cases, _setup(params), new_tokens=params["fd_new_tokens"],
+    return found | method_configs(cases, setup, new_tokens=params["fd_new_tokens"],
                                   repeats=params["fd_repeats"], specs=specs(params))
 
 

@@ -38,20 +38,24 @@ def drafter_fingerprint(path: Path) -> str:
     rows measured with other weights (a retrained drafter) are never read as this one's."""
     import hashlib
 
+    return hashlib.sha256(_weights(path).read_bytes()).hexdigest()[:12]
+
+
+def _weights(path: Path) -> Path:
+    """The weights file in ``path``, or a named error that says how to make it."""
     weights = Path(path) / WEIGHTS
     if not weights.exists():
         raise FileNotFoundError(f"{weights} is missing: train it with `python -m helpers.training --stage heads`")
-    return hashlib.sha256(weights.read_bytes()).hexdigest()[:12]
+    return weights
 
 
 def _read(path: Path, kind: str, target) -> tuple[dict, dict]:
-    if not (path / WEIGHTS).exists():
-        raise FileNotFoundError(f"{path / WEIGHTS} is missing: train it with `python -m helpers.training --stage heads`")
+    weights = _weights(path)
     config = json.loads((path / CONFIG).read_text())
     if config.get("kind") != kind:
         raise ValueError(f"{path} holds a {config.get('kind')!r} drafter, not a {kind!r} one")
     weight = target.get_output_embeddings().weight
-    return config, {k: v.to(weight.device, weight.dtype) for k, v in load_file(path / WEIGHTS).items()}
+    return config, {k: v.to(weight.device, weight.dtype) for k, v in load_file(weights).items()}
 
 
 def load_medusa_heads(target, path: Path | None = None) -> MedusaHeads:
