@@ -293,3 +293,16 @@ def test_decode_bytes_leave_out_an_untied_input_embedding():
     total = sum(t.numel() * t.element_size() for t in untied.parameters())
     assert gpu_costs.decode_weight_bytes(untied) == total - embedding.numel() * embedding.element_size()
     assert gpu_costs.decode_weight_bytes(tied) == sum(t.numel() * t.element_size() for t in tied.parameters())
+
+
+def test_eager_rows_need_no_minimal_view_so_llama_pairs_measure():
+    """graph_proof inspects the model file's view only for graphs rows: an eager row of a Llama pair (no minimal view)
+    is measured (regression: the H100 window stopped at Llama-3.1-8B's eager Eq. 5 row with 'implements the Qwen3
+    architecture')."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2)).eval()
+    assert gpu_costs.graph_proof("eager", (llama, llama), lambda: {"T_T": 1.0}) == {"T_T": 1.0}
+    with pytest.raises(ValueError, match="Qwen3"):
+        gpu_costs.graph_proof("graphs", (llama,), lambda: {"T_T": 1.0})
