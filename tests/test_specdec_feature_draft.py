@@ -30,6 +30,34 @@ def test_the_draft_shares_embedding_and_head_and_stores_its_layer(target):
     assert logits.shape == (1, 4, 48) and predicted.shape == features.shape
 
 
+@pytest.mark.parametrize("options", [dict(gamma=4), dict(tree="dynamic", depth=3, topk=2, budget=5)],
+                         ids=["chain", "tree"])
+def test_a_reduced_draft_vocabulary_only_guesses_its_tokens_and_stays_lossless(target, options):
+    """restrict_vocab: the draft's logits are -inf outside the subset, equal to the full head's inside, and greedy
+    output still equals the target's even where the target's tokens lie outside the subset."""
+    draft = FeatureDraft(target)
+    subset = torch.arange(0, 48, 3)
+    features, tokens = torch.randn(1, 3, target.config.hidden_size), torch.tensor([[1, 2, 3]])
+    full = draft(features, tokens)[0]
+    restricted = draft.restrict_vocab(subset)(features, tokens)[0]
+    outside = torch.ones(48, dtype=torch.bool)
+    outside[subset] = False
+    assert torch.isneginf(restricted[..., outside]).all()
+    torch.testing.assert_close(restricted[..., subset], full[..., subset])
+    assert draft.trainable_state()["draft_vocab"].tolist() == subset.tolist()
+    prompt = torch.tensor([[3, 14, 15, 9, 2, 6]])
+    reference = autoregressive_generate(target, prompt, 24, eos_token_id=-1).tokens
+    assert torch.equal(eagle_generate(target, draft, prompt, 24, eos_token_id=-1, **options).tokens, reference)
+    assert draft.restrict_vocab(None).body.lm_head is target.get_output_embeddings()
+
+
+def test_bad_draft_vocabularies_are_named(target):
+    draft = FeatureDraft(target)
+    for bad in ([], [0, 48], [-1, 2], [3, 3]):
+        with pytest.raises(ValueError, match="draft vocabulary"):
+            draft.restrict_vocab(bad)
+
+
 DRAFTING = {"g3": dict(gamma=3), "g5-stop": dict(gamma=5, stop_below=0.6), "g1": dict(gamma=1),
             "backoff": dict(gamma=4, stop_below=0.3, backoff=4),
             "dynamic": dict(tree="dynamic", depth=4, topk=3, budget=8),
@@ -79,14 +107,17 @@ def test_transformers_runtime_and_short_budgets(target):
     assert torch.equal(eagle_generate(target, draft, prompt, 16, eos_token_id=eos, gamma=4).tokens, stop)
 
 
-@pytest.mark.parametrize("options,noise", [(dict(gamma=2), 0.3), (dict(tree="dynamic", depth=2, topk=3, budget=4),
-                                                                     0.0)], ids=["chain", "tree"])
-def test_sampling_follows_the_target(options, noise):
+@pytest.mark.parametrize("options,noise,subset", [(dict(gamma=2), 0.3, None),
+                                                 (dict(tree="dynamic", depth=2, topk=3, budget=4), 0.0, None),
+                                                 (dict(gamma=2), 0.0, range(0, 16, 2))],
+                         ids=["chain", "tree", "chain-vocab-subset"])
+def test_sampling_follows_the_target(options, noise, subset):
     """The first two tokens over 2000 seeds follow the target's joint law (total variation within exact sampling's
-    99.9th percentile, chi-square p > 1e-3), with both acceptance and rejection paths running."""
+    99.9th percentile, chi-square p > 1e-3), with both acceptance and rejection paths running; also when the draft
+    guesses among half the vocabulary only (the other tokens come from the residual distribution)."""
     vocab, temperature, samples = 16, 1.0, 2000
     model = tiny_qwen3(10, vocab_size=vocab, num_hidden_layers=1, head_scale=PEAK)
-    draft = FeatureDraft(model)
+    draft = FeatureDraft(model).restrict_vocab(None if subset is None else list(subset))
     with torch.no_grad():
         draft.fc.weight.add_(torch.randn(draft.fc.weight.shape, generator=torch.Generator().manual_seed(1)) * noise)
     prompt = torch.tensor([[3, 1, 4]])
@@ -172,3 +203,7 @@ def test_missing_drafter_weights_name_the_training_command(target, tmp_path):
             call()
     save_drafter(FeatureDraft(target), tmp_path)
     assert len(drafter_fingerprint(tmp_path)) == 12 and isinstance(load_feature_draft(target, tmp_path), FeatureDraft)
+    plain = drafter_fingerprint(tmp_path)
+    save_drafter(FeatureDraft(target).restrict_vocab([1, 7, 47]), tmp_path)  # ids stay exact (not bf16)
+    assert load_feature_draft(target, tmp_path).draft_vocab.tolist() == [1, 7, 47]
+    assert drafter_fingerprint(tmp_path) != plain

@@ -264,12 +264,14 @@ def test_command_line_keeps_every_flag_and_resolves_the_defaults(capsys):
     usage = capsys.readouterr().out
     assert usage.startswith("usage: python -m helpers.training")
     for flag in ("--out", "--device", "--threads", "--target-steps", "--draft-steps", "--seed", "--seq-len",
-                 "--batch-size", "--skip-target", "--smoke", "--stage", "--draft-shape", "--long-steps"):
+                 "--batch-size", "--skip-target", "--smoke", "--stage", "--draft-shape", "--long-steps",
+                 "--heads-steps", "--draft-vocab"):
         assert flag in usage, flag
     parse = cli.build_parser().parse_args
     full = cli.settings_from_args(parse(["--device", "cpu"]))
     assert (full.out, full.device.type, full.batch_size, full.threads) == (CPU_PAIR_DIR, "cpu", 8, 2)
     assert (full.target_steps, full.draft_steps, full.long_steps, full.seed, full.seq_len) == (2400, 2500, 240, 0, 256)
+    assert (full.heads_steps, full.draft_vocab) == (2000, 1024)
     assert cli.settings_from_args(parse(["--device", "cuda"])).batch_size == 64  # resolving touches no GPU
     drafts = cli.settings_from_args(parse(["--device", "cpu", "--stage", "drafts", "--draft-shape", "3x160",
                                            "--draft-shape", "2x192-shared"]))
@@ -279,6 +281,16 @@ def test_command_line_keeps_every_flag_and_resolves_the_defaults(capsys):
     assert smoke.skip_target and smoke.smoke
     mine = cli.settings_from_args(parse(["--device", "cpu", "--target-steps", "7", "--batch-size", "3"]))
     assert (mine.target_steps, mine.batch_size) == (7, 3)
+
+
+def test_frequent_tokens_are_the_most_common_ids_in_id_order():
+    ids = torch.tensor([5, 5, 5, 2, 2, 9, 9, 1, 7])
+    assert training_heads.frequent_tokens(ids, 3, 10).tolist() == [2, 5, 9]  # 5 x3, 2 x2, 9 x2
+    assert training_heads.frequent_tokens(ids, 4, 10).tolist() == [1, 2, 5, 9]  # a tie: the lower id first
+    assert training_heads.frequent_tokens(ids, 0, 10).tolist() == list(range(10))
+    assert training_heads.frequent_tokens(ids, 99, 10).tolist() == list(range(10))
+    with pytest.raises(ValueError, match="draft vocabulary size"):
+        training_heads.frequent_tokens(ids, -1, 10)
 
 
 @pytest.mark.parametrize("stage", ["long", "drafts", "heads"])
@@ -336,14 +348,17 @@ def test_every_stage_runs_end_to_end_on_tiny_shapes(tokenizer, stream, tmp_path,
         "parameters"]
     assert (tmp_path / "MODEL_CARD.md").read_text() == training.render_card(card)
 
-    card = training_heads.run_heads_stage(replace(settings, heads_steps=2), stream, stream, num_heads=2)
+    card = training_heads.run_heads_stage(replace(settings, heads_steps=2, draft_vocab=8), stream, stream,
+                                          num_heads=2)
     drafters = card["drafters"]
     assert drafters["steps"] == 2 and len(drafters["heldout"]["medusa_top1_by_head"]) == 2
+    assert drafters["draft_vocab"] == 8 and "feature_draft_top1_step1_full_vocab" in drafters["heldout"]
     assert set(drafters["megabytes"]) == {"medusa", "eagle"} and "draft_family" in card
     assert (tmp_path / "MODEL_CARD.md").read_text() == training.render_card(card)
     target = training.load_saved(tmp_path / "target")
     heads = load_medusa_heads(target, tmp_path / "medusa")
     draft = load_feature_draft(target, tmp_path / "eagle")
+    assert draft.draft_vocab.tolist() == training_heads.frequent_tokens(stream, 8, len(tokenizer)).tolist()
     prompt = torch.tensor([stream[:5].tolist()])
     reference = autoregressive_generate(target, prompt, 6, eos_token_id=-1).tokens
     assert torch.equal(medusa_generate(target, heads, prompt, 6, eos_token_id=-1).tokens, reference)

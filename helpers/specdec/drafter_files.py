@@ -21,15 +21,18 @@ WEIGHTS, CONFIG = "weights.safetensors", "config.json"
 
 
 def save_drafter(drafter, out_dir: Path) -> None:
-    """Write ``drafter``'s own weights in bf16 and its config to ``out_dir``."""
+    """Write ``drafter``'s own weights in bf16 (a feature draft's vocabulary as int64 ids) and its config to
+    ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(drafter, MedusaHeads):
         state, config = drafter.state_dict(), {"kind": "medusa", "num_heads": drafter.num_heads}
     elif isinstance(drafter, FeatureDraft):
-        state, config = drafter.trainable_state(), {"kind": "feature_draft"}
+        state, config = drafter.trainable_state(), {"kind": "feature_draft", "draft_vocab": (
+            None if drafter.draft_vocab is None else drafter.draft_vocab.numel())}
     else:
         raise ValueError(f"save_drafter saves MedusaHeads or a FeatureDraft, got {type(drafter).__name__}")
-    save_file({k: v.detach().to("cpu", torch.bfloat16).contiguous() for k, v in state.items()}, out_dir / WEIGHTS)
+    save_file({k: v.detach().to("cpu", torch.bfloat16 if v.is_floating_point() else v.dtype).contiguous()
+               for k, v in state.items()}, out_dir / WEIGHTS)  # token ids (a draft vocabulary) stay integers
     (out_dir / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
 
 
@@ -55,7 +58,8 @@ def _read(path: Path, kind: str, target) -> tuple[dict, dict]:
     if config.get("kind") != kind:
         raise ValueError(f"{path} holds a {config.get('kind')!r} drafter, not a {kind!r} one")
     weight = target.get_output_embeddings().weight
-    return config, {k: v.to(weight.device, weight.dtype) for k, v in load_file(weights).items()}
+    return config, {k: v.to(weight.device, weight.dtype if v.is_floating_point() else v.dtype)
+                    for k, v in load_file(weights).items()}
 
 
 def load_medusa_heads(target, path: Path | None = None) -> MedusaHeads:
@@ -70,6 +74,8 @@ def load_feature_draft(target, path: Path | None = None) -> FeatureDraft:
     """The feature draft in ``path`` (default: the CPU pair's) on ``target``, in eval mode."""
     _, state = _read(Path(path or FEATURE_DRAFT_DIR), "feature_draft", target)
     draft = FeatureDraft(target)
+    if "draft_vocab" in state:
+        draft.restrict_vocab(state["draft_vocab"])  # first: the buffer then exists to load into
     missing, unexpected = draft.load_state_dict(state, strict=False)
     if unexpected or any(not k.startswith(("body.embed_tokens.", "body.lm_head.")) for k in missing):
         raise ValueError(f"{path} does not fit this target's feature draft: missing {missing}, unexpected {unexpected}")

@@ -21,6 +21,7 @@ decoding without paying even a first draft step per token. Verified by the one c
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from helpers.models.qwen3 import DecoderConfig, MiniQwen3
@@ -55,10 +56,30 @@ def _feature_scale(target) -> float:
     return float(weight.float().pow(2).mean().sqrt()) if weight is not None else 1.0
 
 
+class VocabSubsetHead(nn.Module):
+    """The target's LM head over a subset of its tokens (a reduced draft vocabulary, as in FR-Spec and EAGLE-3):
+    logits (..., V) with -inf outside ``tokens``, so greedy picks, top-k and sampling work unchanged, and the draft
+    never proposes an excluded token (the verifier stays lossless: those tokens simply have draft probability 0).
+
+    The subset's rows are copied once (a contiguous (n, H) block): a draft step then reads n rows of the head
+    instead of V, which matters on a CPU where the head is most of the draft's weights and leaves the cache during
+    every target forward. The target's head is frozen, so the copy stays equal to it."""
+
+    def __init__(self, head: nn.Module, tokens: torch.Tensor):
+        super().__init__()
+        object.__setattr__(self, "shared", head)  # the target's head: not a submodule (never saved nor trained)
+        self.register_buffer("tokens", tokens, persistent=False)
+        self.register_buffer("rows", head.weight.detach()[tokens].clone(), persistent=False)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = hidden.new_full((*hidden.shape[:-1], self.shared.weight.shape[0]), float("-inf"))
+        return logits.index_copy_(-1, self.tokens, F.linear(hidden, self.rows))
+
+
 class FeatureDraft(nn.Module):
     """A feature-level draft for ``target``, randomly initialised (its ``fc`` starts as "feature + scaled token
     embedding"). ``forward(features, tokens, cache)`` returns the draft's logits (through the target's LM head) and
-    its predicted next features."""
+    its predicted next features. :meth:`restrict_vocab` limits its guesses to a subset of the vocabulary."""
 
     def __init__(self, target):
         super().__init__()
@@ -74,9 +95,28 @@ class FeatureDraft(nn.Module):
         self.to(device=weight.device, dtype=weight.dtype)
         self.body.embed_tokens = target.get_input_embeddings()  # shared and frozen
         self.body.lm_head = target.get_output_embeddings()
+        object.__setattr__(self, "target_head", self.body.lm_head)  # which target this draft belongs to
+        self.register_buffer("draft_vocab", None)  # all tokens; restrict_vocab() sets a subset (then saved)
+
+    def restrict_vocab(self, tokens) -> "FeatureDraft":
+        """Draft only among ``tokens`` (distinct ids, e.g. :func:`helpers.training.heads.frequent_tokens` of the
+        training corpus; None: the whole vocabulary again). Saved with the draft's weights. Returns the draft."""
+        if tokens is None:
+            self.draft_vocab, self.body.lm_head = None, self.target_head
+            return self
+        vocab = self.target_head.weight.shape[0]
+        tokens = torch.as_tensor(tokens, dtype=torch.long).flatten().to(self.target_head.weight.device)
+        if tokens.numel() == 0 or int(tokens.min()) < 0 or int(tokens.max()) >= vocab \
+                or tokens.unique().numel() != tokens.numel():
+            raise ValueError(f"the draft vocabulary must be distinct token ids in 0..{vocab - 1} (at least one), got "
+                             f"{tokens.numel()} ids; pass e.g. frequent_tokens(train_ids, 1024)")
+        self.draft_vocab = tokens
+        self.body.lm_head = VocabSubsetHead(self.target_head, tokens)
+        return self
 
     def trainable_state(self) -> dict[str, torch.Tensor]:
-        """What the draft owns (``fc`` and its layer): the shared embedding and LM head are the target's."""
+        """What the draft owns (``fc``, its layer and its draft vocabulary, if restricted): the shared embedding and
+        LM head are the target's."""
         shared = ("body.embed_tokens.", "body.lm_head.")
         return {k: v for k, v in self.state_dict().items() if not k.startswith(shared)}
 
@@ -239,7 +279,7 @@ def eagle_generate(target, draft: FeatureDraft, input_ids: torch.Tensor, max_new
     minimal runtime (Qwen3 targets)."""
     if not isinstance(draft, FeatureDraft):  # the prompt and budget are checked by the verifier
         raise ValueError(f"draft must be a helpers.specdec.FeatureDraft, got {type(draft).__name__}")
-    if draft.body.lm_head is not target.get_output_embeddings():
+    if draft.target_head is not target.get_output_embeddings():
         raise ValueError("this feature draft was built for another model: it shares its embedding and LM head; "
                          "build or load it with this target (FeatureDraft(target) or load_feature_draft)")
     check_positive_int("gamma", gamma, "draft tokens per round")

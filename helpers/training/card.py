@@ -134,6 +134,13 @@ def drafters_card_section(card: dict) -> str:
     by_head = ", ".join(f"{a:.3f}" for a in d["heldout"]["medusa_top1_by_head"])
     distilled = "".join(f"; {name}, measured the same way: {value:.3f}"
                         for name, value in d["heldout"].get("distilled_top1", {}).items())
+    vocab = ""
+    if d.get("draft_vocab") and d["draft_vocab"] < card["vocab_size"]:
+        full = d["heldout"].get("feature_draft_top1_step1_full_vocab")
+        vocab = (f"\n  The feature draft guesses among the {d['draft_vocab']} tokens most frequent in the training corpus "
+                 f"(a reduced draft vocabulary, as in FR-Spec: a draft step reads {d['draft_vocab']} of the LM head's "
+                 f"{card['vocab_size']} rows)" + (f"; over the whole vocabulary its first step agrees {full:.3f}"
+                                                  if full is not None else "") + ".")
     return f"""- **Drafting from the target itself** (notebook 13, `{COMMAND} --stage heads`): {d['num_heads']} Medusa
   heads (`medusa/`, {d['megabytes']['medusa']:.2f} MB) and a one-layer feature draft (`eagle/`,
   {d['megabytes']['eagle']:.2f} MB), trained together for {d['steps']} steps on the frozen target (batch
@@ -144,6 +151,6 @@ def drafters_card_section(card: dict) -> str:
   step trained on its own predicted feature). Held-out top-1 agreement with the target's argmax (teacher forced on
   {d.get('heldout_windows', 64)} windows of the held-out text, harder than the greedy continuations the table above
   scores): Medusa head 1..{d['num_heads']}: {by_head}; the feature draft's first step:
-  {d['heldout']['feature_draft_top1_step1']:.3f}{distilled}.
+  {d['heldout']['feature_draft_top1_step1']:.3f}{distilled}.{vocab}
 
 """
