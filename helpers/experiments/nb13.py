@@ -222,6 +222,58 @@ def eq5_table(rows: list[dict], costs: dict, summary: pd.DataFrame) -> pd.DataFr
     return pd.DataFrame(out)
 
 
+def uniform_tau(alpha: float, gamma: int) -> float:
+    """Eq. 4: expected new tokens per round with γ drafts, each accepted with probability α given the ones before."""
+    return gamma + 1.0 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+def _uniform_alpha(tau: float, gamma: int) -> float:
+    """The α at which :func:`uniform_tau` equals ``tau`` (1 <= tau <= γ + 1), by bisection (τ grows with α)."""
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if uniform_tau(middle, gamma) < tau else (low, middle)
+    return (low + high) / 2
+
+
+def what_it_takes(eq5: pd.DataFrame, label: str, goal: float) -> dict:
+    """What the chain ``label`` (a row of :func:`eq5_table`) would need for ``goal`` x AR, by Eq. 5 with its verify
+    cost T_V(γ+1)/T_T as measured: the speedup of a free draft (c = 0) at its measured τ; the largest step cost c
+    that reaches the goal at that τ (None: not even a free draft does); and the uniform acceptance α that reaches it
+    at the measured c (None: not even α = 1 does), next to the uniform α equivalent to its measured τ. Eq. 5's own
+    error on this row comes along: where Eq. 5 over-predicts, the needs are lower bounds."""
+    row = eq5.set_index("label").loc[label]
+    gamma, verify, c, tau = int(row.gamma), float(row["T_V/T_T"]), float(row.c), float(row.tau_measured)
+    free = tau / verify
+    c_needed = (tau / goal - verify) / gamma
+    best = uniform_tau(1.0, gamma) / (gamma * c + verify)
+    alpha_needed = None if best < goal else _uniform_alpha(goal * (gamma * c + verify), gamma)
+    numbers = {"goal": goal, "goal_label": label, "goal_gamma": gamma, "goal_free_draft": free,
+               "goal_c": c, "goal_c_needed": c_needed if c_needed > 0 else None,
+               "goal_alpha_equivalent": _uniform_alpha(tau, gamma), "goal_alpha_needed": alpha_needed,
+               "goal_tau_needed": None if alpha_needed is None else uniform_tau(alpha_needed, gamma),
+               "goal_eq5_over": float(row.speedup_eq5 / row.speedup_measured - 1), "goal_measured":
+                   float(row.speedup_measured), "goal_verify": verify, "goal_tau": tau}
+    needs = []
+    if alpha_needed is not None:
+        needs.append(f"at its step cost c = {c:.3f}, a per-token acceptance of {alpha_needed:.3f} (tau "
+                     f"{numbers['goal_tau_needed']:.2f}) where its tau of {tau:.2f} corresponds to "
+                     f"{numbers['goal_alpha_equivalent']:.3f}")
+    if c_needed > 0:
+        needs.append(f"at its tau, draft steps of c <= {c_needed:.3f} where it has {c:.3f}")
+    text = (f"{label} measured {row.speedup_measured:.2f}x (goal {goal}x). Verifying its {gamma + 1} tokens costs "
+            f"{verify:.2f} target steps, so even a free draft (c = 0) at its tau of {tau:.2f} would give "
+            f"{free:.2f}x by Eq. 5. To reach {goal}x it needs " + (" or ".join(needs) if needs else
+                                                                   "more than any draft can give at this gamma")
+            + f". Eq. 5 predicts {row.speedup_eq5:.2f}x for it ({numbers['goal_eq5_over']:+.0%} against the measured "
+              f"speedup), so " + ("these needs are lower bounds." if numbers["goal_eq5_over"] > 0 else
+                                  "these needs are upper bounds."))
+    numbers["goal_eq5_over_pct"] = 100 * numbers["goal_eq5_over"]
+    numbers["goal_alpha_reachable"] = int(alpha_needed is not None)
+    numbers["goal_c_reachable"] = int(c_needed > 0)
+    return {"text": text, "numbers": {key: value for key, value in numbers.items() if value is not None}}
+
+
 def by_source(rows: list[dict], labels) -> pd.DataFrame:
     """Speedup over AR per source (rows) and method (columns), pooled over each source's prompts."""
     frame = pd.DataFrame(rows)
