@@ -18,14 +18,16 @@ a summary of the goals under ``$OUT``. Back here::
 Rehearse on the CPU with ``--window --dry-run --out /tmp/w`` (the CPU profile's small models, a few tokens, under a
 minute; the tests do it). Without ``--window``, ``--profile P --out DIR --only PART ...`` runs chosen parts.
 
-Parts, in the window's order (:data:`PARTS`): ``06`` §4.2 forward time vs batch (CUDA
+Parts, in the window's order (:data:`PARTS`): ``01`` notebook 01's check that the KV-cache formula equals the bytes a
+cache holds on the GPU (seconds; notebook 01 renders only with it); ``06`` §4.2 forward time vs batch (CUDA
 events) and the verify step; ``eq5`` T_T, T_D, T_V(gamma) of each handout pair in bf16, random weights, eager and as
 CUDA graphs (``decode: eager | graphs``; graphs rows record ``graph_replays``), with Eq. 5's predicted speedup over a
 grid of alpha (labelled a prediction) and the target's weight bytes (the HBM roofline); ``graphs`` the CPU pair's
 terms eager and as graphs, then its speculative decoding end to end with graphs against AR with graphs (real alpha,
 every output checked against AR); ``02`` §1.3 generation sweeps; ``03`` §2.1 with and without the KV cache; ``12``
 notebook 12's depth at Qwen3-0.6B size and the draft family; ``07`` notebook 07's sweep, per-source and sampled runs;
-``09`` notebook 09's cost terms, gamma sweep and batched points. Every part asks the result store first and loads
+``09`` notebook 09's cost terms, gamma sweep and batched points; ``13`` notebook 13's drafters; ``10`` notebook 10's
+trees and lookup with the CPU pair; ``11`` notebook 11's self-speculation sweep over context and batch. Every part asks the result store first and loads
 no model for configurations already measured. The CUDA graphs are captured explicitly
 (:class:`helpers.models.graphs.GraphedSteps`): seconds, no inductor compile; ``--modes eager graphs inductor`` adds
 ``torch.compile(mode="reduce-overhead")`` rows, whose ``cudagraph_skips`` say whether its graphs ran.
@@ -48,8 +50,9 @@ from helpers.experiments.gpu_costs import (CPU_PAIRS, DECODE_MODES, EQ5_ALPHAS, 
                                           EQ5_REPEATS, HANDOUT_PAIRS)
 from helpers.budget import Budget, BudgetExhausted, BudgetStore
 
-PARTS = ("06", "eq5", "graphs", "02", "03", "12", "07", "09", "13")  # the window's priority order
+PARTS = ("01", "06", "eq5", "graphs", "02", "03", "12", "07", "09", "13", "10", "11")  # the window's priority order
 PART_FILES = {  # the result files each part writes (at most 8 come back per command)
+    "01": ["01_gpu_memory_math"],
     "02": ["02_generation_benchmarks"],
     "03": ["03_kv_cache_benchmarks"],
     "06": ["06_forward_pass_scaling"],
@@ -59,6 +62,8 @@ PART_FILES = {  # the result files each part writes (at most 8 come back per com
     "graphs": ["09_compiled_decode"],
     "12": ["12_draft_design"],
     "13": ["13_drafting_from_the_target"],
+    "10": ["10_tree_and_lookup_decoding"],
+    "11": ["11_long_context_self_speculation"],
 }
 MAX_FILES = 8
 MAX_FILE_BYTES = 16 * 2**20
@@ -71,7 +76,8 @@ DRY_EQ5 = {"pairs": [["cpu/Qwen3-8B", "cpu/Qwen3-0.6B"]], "gammas": [2, 3], "con
 
 # ------------------------------------------------------------------------------------------------------ parts
 
-PART_MODULES = {"02": "nb02", "03": "nb03", "06": "nb06", "07": "nb07", "09": "nb09", "12": "nb12", "13": "nb13"}
+PART_MODULES = {"01": "nb01", "02": "nb02", "03": "nb03", "06": "nb06", "07": "nb07", "09": "nb09", "10": "nb10",
+                "11": "nb11", "12": "nb12", "13": "nb13"}
 
 
 def run_part(part: str, params: dict, store, eq5: dict) -> None:

@@ -51,6 +51,14 @@ def _versions() -> dict:
     }
 
 
+def measured_on(rows) -> dict:
+    """``{"device_name", "threads"}`` of the machine that measured ``rows`` (one stored row, a list of them or a
+    DataFrame of them; the first one answers): what a notebook names as its machine, also when it renders rows
+    measured elsewhere (a GPU's, with ``WORKBOOK_RESULTS_ONLY=1``)."""
+    first = rows.iloc[0] if hasattr(rows, "iloc") else rows[0] if isinstance(rows, list) else rows
+    return {"device_name": first["device_name"], "threads": int(first["threads"])}
+
+
 def run_metadata(
     *,
     model_id: str,

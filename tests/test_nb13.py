@@ -94,24 +94,25 @@ def test_verdicts_agree_with_the_numbers_they_quote(params, study):
     assert compared["plain_far_lowest"] == table[plain].min()
 
 
-def test_what_it_takes_inverts_eq5():
-    """The needs it reports put Eq. 5 exactly at the goal; a goal beyond a free draft has no step-cost need, and one
-    beyond α = 1 no acceptance need."""
+def test_what_it_takes_inverts_eq5_and_the_measured_round_cost():
+    """The τ it asks for reaches the goal at each round cost, the α it gives has that τ, the step cost it asks for
+    puts Eq. 5 exactly at the goal; a goal past γ + 1 tokens per round has no α, past a free draft no step cost."""
     import pandas as pd
 
     eq5 = pd.DataFrame([{"label": "eagle g5", "gamma": 5, "c": 0.1, "T_V/T_T": 1.3, "tau_eq4": 3.9,
                          "tau_measured": 3.8, "speedup_eq5": 2.1, "speedup_measured": 1.9}])
     out = nb13.what_it_takes(eq5, "eagle g5", 2.3)["numbers"]
+    assert out["goal_round_eq5"] == pytest.approx(1.8) and out["goal_round_measured"] == pytest.approx(2.0)
     assert out["goal_free_draft"] == pytest.approx(3.8 / 1.3)
     assert 3.8 / (5 * out["goal_c_needed"] + 1.3) == pytest.approx(2.3)
-    assert nb13.uniform_tau(out["goal_alpha_needed"], 5) / (5 * 0.1 + 1.3) == pytest.approx(2.3, rel=1e-9)
+    for name, cost in (("eq5", 1.8), ("measured", 2.0)):
+        assert nb13.uniform_tau(out[f"goal_alpha_needed_{name}"], 5) == pytest.approx(2.3 * cost, rel=1e-9)
     assert nb13.uniform_tau(out["goal_alpha_equivalent"], 5) == pytest.approx(3.8, rel=1e-9)
-    assert out["goal_alpha_needed"] > out["goal_alpha_equivalent"] and out["goal_eq5_over"] > 0
+    assert out["goal_alpha_needed_measured"] > out["goal_alpha_needed_eq5"] > out["goal_alpha_equivalent"]
     far = nb13.what_it_takes(eq5, "eagle g5", 4.0)
-    assert "goal_c_needed" not in far["numbers"] and "goal_alpha_needed" not in far["numbers"]
-    assert far["numbers"]["goal_c_reachable"] == far["numbers"]["goal_alpha_reachable"] == 0
-    assert out["goal_c_reachable"] == out["goal_alpha_reachable"] == 1
-    assert "more than any draft can give" in far["text"]
+    assert "goal_c_needed" not in far["numbers"] and "goal_alpha_needed_measured" not in far["numbers"]
+    assert far["numbers"]["goal_c_reachable"] == far["numbers"]["goal_alpha_reachable_measured"] == 0
+    assert "more than 5 drafts can give" in far["text"]
     assert nb13.uniform_tau(0.0, 5) == 1 and nb13.uniform_tau(1.0, 5) == 6
 
 

@@ -18,6 +18,7 @@ from helpers.experiments.tree_study import (DRAFT_MODEL_METHODS, best_of, contex
                                             method_specs,
                                             per_prompt_speedup, ranking_beyond_noise, summarise_methods,
                                             tau_against_linear, tied_with_fastest)
+from helpers.hardware import resolve_device
 
 RESULTS = "10_tree_and_lookup_decoding"
 # the notebook parameters the measurement reads (the notebook passes exactly these)
@@ -37,14 +38,31 @@ def specs(params: dict) -> list[dict]:
 def workloads(params: dict, target, tokenizer) -> tuple[list[dict], dict]:
     """``(open-ended prompt rows, {workload: encoded cases})``. The in-context prompts are a held-out function, the
     target's own greedy continuation of it, a blank line, the function again: what the target writes after the
-    second copy is in the prompt if it writes the same (section 4 counts it)."""
+    second copy is in the prompt if it writes the same (section 4 counts it). The continuation is written by the
+    target in float32 on the CPU whatever the profile's device, so that a GPU run and a renderer without its GPU
+    (``WORKBOOK_RESULTS_ONLY=1``, models on the meta device) build the same prompts."""
     from helpers.prompts import encode_prompts, in_context_prompts, load_prompts, select_prompts
 
+    writer = cpu_writer(target, params)
     open_rows = select_prompts(load_prompts(params["tree_prompt_profile"]), params["tree_prompt_count"])
     in_context_rows = in_context_prompts(tokenizer, params["tree_grounded_count"],
-                                         greedy_continuation(target, tokenizer, params["tree_new_tokens"]))
-    return open_rows, {"open-ended": encode_prompts(tokenizer, open_rows, params["device"]),
-                       "in-context": encode_prompts(tokenizer, in_context_rows, params["device"])}
+                                         greedy_continuation(writer, tokenizer, params["tree_new_tokens"]))
+    device = next(target.parameters()).device
+    return open_rows, {"open-ended": encode_prompts(tokenizer, open_rows, device),
+                       "in-context": encode_prompts(tokenizer, in_context_rows, device)}
+
+
+def cpu_writer(target, params: dict):
+    """The target in float32 on the CPU (itself when it already is): what writes the texts the notebook builds from
+    the target's greedy output, the same on every machine (a GPU run, a renderer whose models sit on meta)."""
+    import torch
+
+    from helpers.models import load_model
+
+    weight = next(target.parameters())
+    if (weight.device.type, weight.dtype) == ("cpu", torch.float32):
+        return target
+    return load_model(params["tree_target"], device="cpu", dtype=torch.float32)[0]
 
 
 def _pair(params: dict) -> dict:
@@ -105,14 +123,18 @@ def measure(params: dict, store, progress: bool = True, *, models=None, cases: d
 
 
 def load_pair(params: dict) -> tuple:
-    """``(target, draft, tokenizer)`` at the notebook's dtype and device."""
+    """``(target, draft, tokenizer)`` at the notebook's dtype and device. Rendering a GPU profile's rows without
+    the GPU (``WORKBOOK_RESULTS_ONLY=1``), the pair sits on the CPU instead of the meta device: the notebook's live
+    demonstrations (a tree round, greedy outputs) then run there, and every measurement still comes from the rows."""
     import torch
 
     from helpers.models import load_model
 
     dtype = getattr(torch, params["tree_dtype"])
-    target, tokenizer = load_model(params["tree_target"], device=params["device"], dtype=dtype)
-    draft, _ = load_model(params["tree_draft"], device=params["device"], dtype=dtype)
+    device = resolve_device(params["device"])
+    device = torch.device("cpu") if device.type == "meta" else device
+    target, tokenizer = load_model(params["tree_target"], device=device, dtype=dtype)
+    draft, _ = load_model(params["tree_draft"], device=device, dtype=dtype)
     return target, draft, tokenizer
 
 
@@ -281,12 +303,13 @@ def copies(tokenizer, in_context_cases: list[dict], greedy: dict) -> dict:
 
 def copy_task(target, tokenizer, params: dict) -> dict:
     """The copy task the target fails: a held-out function, then its first lines again; how many tokens of the rest
-    its greedy output re-emits before it diverges."""
+    its greedy output re-emits before it diverges (written on the CPU: :func:`cpu_writer`)."""
     from helpers.prompts import GROUNDED_HEAD_LINES, encode_prompts, grounded_prompts
     from helpers.specdec import autoregressive_generate
 
-    cases = encode_prompts(tokenizer, grounded_prompts(tokenizer, params["tree_grounded_count"]), params["device"])
-    found = [copied_prefix(tokenizer, case, autoregressive_generate(target, case["input_ids"], params["tree_new_tokens"],
+    writer = cpu_writer(target, params)
+    cases = encode_prompts(tokenizer, grounded_prompts(tokenizer, params["tree_grounded_count"]), "cpu")
+    found = [copied_prefix(tokenizer, case, autoregressive_generate(writer, case["input_ids"], params["tree_new_tokens"],
                                                                      eos_token_id=-1).tokens) for case in cases]
     tokens, reference = np.mean([c for c, _ in found]), np.mean([n for _, n in found])
     text = (f"the copy task (a held-out function, then its first {GROUNDED_HEAD_LINES} lines again): the target "

@@ -49,12 +49,14 @@ def specs(params: dict) -> list[dict]:
 def workloads(params: dict, tokenizer) -> dict:
     """``{workload: encoded cases}``: ``held-out`` (CPU prompts, round-robin over sources) and ``far`` (the GPU
     profile's prompts, round-robin over theirs)."""
+    from helpers.hardware import resolve_device
     from helpers.prompts import encode_prompts, load_prompts, select_prompts
 
+    device = resolve_device(params["device"])  # the meta device when rendering GPU rows without the GPU
     return {"held-out": encode_prompts(tokenizer, select_prompts(load_prompts("cpu"), params["fd_prompt_count"]),
-                                       params["device"]),
-            "far": encode_prompts(tokenizer, select_prompts(load_prompts("gpu"), params["fd_far_count"]),
-                                  params["device"], max_prompt_tokens=512)}
+                                       device),
+            "far": encode_prompts(tokenizer, select_prompts(load_prompts("gpu"), params["fd_far_count"]), device,
+                                  max_prompt_tokens=512)}
 
 
 def _setup(params: dict) -> dict:
@@ -237,41 +239,40 @@ def _uniform_alpha(tau: float, gamma: int) -> float:
 
 
 def what_it_takes(eq5: pd.DataFrame, label: str, goal: float) -> dict:
-    """What the chain ``label`` (a row of :func:`eq5_table`) would need for ``goal`` x AR, by Eq. 5 with its verify
-    cost T_V(γ+1)/T_T as measured: the speedup of a free draft (c = 0) at its measured τ; the largest step cost c
-    that reaches the goal at that τ (None: not even a free draft does); and the uniform acceptance α that reaches it
-    at the measured c (None: not even α = 1 does), next to the uniform α equivalent to its measured τ. Eq. 5's own
-    error on this row comes along: where Eq. 5 over-predicts, the needs are lower bounds."""
+    """What the chain ``label`` (a row of :func:`eq5_table`) would need for ``goal`` x AR. A round costs τ / speedup
+    target steps as measured, and γc + T_V(γ+1)/T_T by Eq. 5's terms timed alone; at each cost, the τ that reaches
+    the goal and the uniform per-token acceptance α giving that τ (Eq. 4; None where even α = 1, τ = γ + 1, falls
+    short), next to the α its measured τ corresponds to. Also Eq. 5's speedup with a free draft (c = 0), the ceiling
+    verification alone sets at the measured τ, and the step cost c that would reach the goal there (None: none)."""
     row = eq5.set_index("label").loc[label]
-    gamma, verify, c, tau = int(row.gamma), float(row["T_V/T_T"]), float(row.c), float(row.tau_measured)
-    free = tau / verify
+    gamma, verify, c = int(row.gamma), float(row["T_V/T_T"]), float(row.c)
+    tau, measured = float(row.tau_measured), float(row.speedup_measured)
+    rounds = {"eq5": gamma * c + verify, "measured": tau / measured}
+    numbers = {"goal": goal, "goal_label": label, "goal_gamma": gamma, "goal_tau": tau, "goal_measured": measured,
+               "goal_c": c, "goal_verify": verify, "goal_eq5": float(row.speedup_eq5),
+               "goal_free_draft": tau / verify, "goal_alpha_equivalent": _uniform_alpha(tau, gamma)}
+    needs = {}
+    for name, cost in rounds.items():
+        numbers[f"goal_round_{name}"] = cost
+        numbers[f"goal_tau_needed_{name}"] = goal * cost
+        reachable = goal * cost <= gamma + 1
+        numbers[f"goal_alpha_reachable_{name}"] = int(reachable)
+        if reachable:
+            numbers[f"goal_alpha_needed_{name}"] = _uniform_alpha(goal * cost, gamma)
+        needs[name] = (f"tau {goal * cost:.2f} (a per-token acceptance of {numbers[f'goal_alpha_needed_{name}']:.3f})"
+                       if reachable else f"tau {goal * cost:.2f}, more than {gamma} drafts can give")
     c_needed = (tau / goal - verify) / gamma
-    best = uniform_tau(1.0, gamma) / (gamma * c + verify)
-    alpha_needed = None if best < goal else _uniform_alpha(goal * (gamma * c + verify), gamma)
-    numbers = {"goal": goal, "goal_label": label, "goal_gamma": gamma, "goal_free_draft": free,
-               "goal_c": c, "goal_c_needed": c_needed if c_needed > 0 else None,
-               "goal_alpha_equivalent": _uniform_alpha(tau, gamma), "goal_alpha_needed": alpha_needed,
-               "goal_tau_needed": None if alpha_needed is None else uniform_tau(alpha_needed, gamma),
-               "goal_eq5_over": float(row.speedup_eq5 / row.speedup_measured - 1), "goal_measured":
-                   float(row.speedup_measured), "goal_verify": verify, "goal_tau": tau}
-    needs = []
-    if alpha_needed is not None:
-        needs.append(f"at its step cost c = {c:.3f}, a per-token acceptance of {alpha_needed:.3f} (tau "
-                     f"{numbers['goal_tau_needed']:.2f}) where its tau of {tau:.2f} corresponds to "
-                     f"{numbers['goal_alpha_equivalent']:.3f}")
-    if c_needed > 0:
-        needs.append(f"at its tau, draft steps of c <= {c_needed:.3f} where it has {c:.3f}")
-    text = (f"{label} measured {row.speedup_measured:.2f}x (goal {goal}x). Verifying its {gamma + 1} tokens costs "
-            f"{verify:.2f} target steps, so even a free draft (c = 0) at its tau of {tau:.2f} would give "
-            f"{free:.2f}x by Eq. 5. To reach {goal}x it needs " + (" or ".join(needs) if needs else
-                                                                   "more than any draft can give at this gamma")
-            + f". Eq. 5 predicts {row.speedup_eq5:.2f}x for it ({numbers['goal_eq5_over']:+.0%} against the measured "
-              f"speedup), so " + ("these needs are lower bounds." if numbers["goal_eq5_over"] > 0 else
-                                  "these needs are upper bounds."))
-    numbers["goal_eq5_over_pct"] = 100 * numbers["goal_eq5_over"]
-    numbers["goal_alpha_reachable"] = int(alpha_needed is not None)
     numbers["goal_c_reachable"] = int(c_needed > 0)
-    return {"text": text, "numbers": {key: value for key, value in numbers.items() if value is not None}}
+    if c_needed > 0:
+        numbers["goal_c_needed"] = c_needed
+    text = (f"{label} measured {measured:.2f}x at tau {tau:.2f}: a round costs {rounds['measured']:.2f} target steps. "
+            f"Eq. 5's terms timed alone give {rounds['eq5']:.2f} (verifying its {gamma + 1} tokens {verify:.2f}, "
+            f"{gamma} draft steps at c = {c:.3f}), hence its {row.speedup_eq5:.2f}x; even a free draft (c = 0) would "
+            f"give {tau / verify:.2f}x by Eq. 5. For {goal}x: by Eq. 5, {needs['eq5']}"
+            + (f" or draft steps of c <= {c_needed:.3f}" if c_needed > 0 else "")
+            + f"; at the measured round cost, {needs['measured']}. Its measured tau corresponds to a per-token "
+              f"acceptance of {numbers['goal_alpha_equivalent']:.3f}.")
+    return {"text": text, "numbers": numbers}
 
 
 def by_source(rows: list[dict], labels) -> pd.DataFrame:
@@ -386,10 +387,13 @@ def who_wins(held: dict, alpha: pd.DataFrame, costs: dict) -> dict:
 
 
 def medusa_against_linear(summary: pd.DataFrame, rows: list[dict], num_heads: int) -> dict:
-    """Medusa's chain against linear speculation at the same depth (γ = the number of heads): τ, speedup and the
-    acceptance by position that separates them (head k guesses without seeing the k-1 drafts before it)."""
+    """Medusa's chain against linear speculation at the same depth (γ = the number of heads; the nearest measured γ
+    where that one was not): τ, speedup and the acceptance by position that separates them (head k guesses without
+    seeing the k-1 drafts before it)."""
     medusa = summary[summary.label == "medusa chain"].iloc[0]
-    linear = summary[summary.label == f"linear g{num_heads}"].iloc[0]
+    chains = summary[summary.label.str.fullmatch(r"linear g\d+")]
+    gammas = chains.label.str.removeprefix("linear g").astype(int)
+    linear = chains.loc[(gammas - num_heads).abs().idxmin()]
     pooled = alpha_by_position(rows, ["medusa chain", linear.label])
     rates = pooled[pooled.source == "all"].set_index(["label", "position"]).alpha
     pairs = [(d, rates.get(("medusa chain", d), float("nan")), rates.get((linear.label, d), float("nan")))

@@ -53,7 +53,7 @@ def _feature_scale(target) -> float:
     before them), or 1 for a model without a readable final norm."""
     norm = getattr(getattr(target, "model", None), "norm", None)
     weight = getattr(norm, "weight", None)
-    return float(weight.float().pow(2).mean().sqrt()) if weight is not None else 1.0
+    return float(weight.float().pow(2).mean().sqrt()) if weight is not None and not weight.is_meta else 1.0
 
 
 class VocabSubsetHead(nn.Module):
@@ -88,8 +88,10 @@ class FeatureDraft(nn.Module):
         self.fc = nn.Linear(2 * hidden, hidden, bias=False)
         self.body = MiniQwen3(config)
         self.body.norm = nn.Identity()  # the layer predicts the feature itself; the target's LM head reads it
+        embedding = target.get_input_embeddings().weight
         with torch.no_grad():  # start as "feature + token embedding", the embedding scaled to the feature's size
-            scale = _feature_scale(target) / target.get_input_embeddings().weight.float().pow(2).mean().sqrt()
+            # (a target on the meta device, rendering rows without its GPU, has no sizes to read: scale 1)
+            scale = 1.0 if embedding.is_meta else _feature_scale(target) / embedding.float().pow(2).mean().sqrt()
             self.fc.weight.copy_(torch.cat([torch.eye(hidden), float(scale) * torch.eye(hidden)], dim=1))
         weight = target.get_output_embeddings().weight
         self.to(device=weight.device, dtype=weight.dtype)
@@ -105,11 +107,12 @@ class FeatureDraft(nn.Module):
             self.draft_vocab, self.body.lm_head = None, self.target_head
             return self
         vocab = self.target_head.weight.shape[0]
-        tokens = torch.as_tensor(tokens, dtype=torch.long).flatten().to(self.target_head.weight.device)
-        if tokens.numel() == 0 or int(tokens.min()) < 0 or int(tokens.max()) >= vocab \
-                or tokens.unique().numel() != tokens.numel():
+        tokens = torch.as_tensor(tokens, dtype=torch.long).flatten()
+        if not tokens.is_meta and (tokens.numel() == 0 or int(tokens.min()) < 0 or int(tokens.max()) >= vocab
+                                   or tokens.unique().numel() != tokens.numel()):
             raise ValueError(f"the draft vocabulary must be distinct token ids in 0..{vocab - 1} (at least one), got "
                              f"{tokens.numel()} ids; pass e.g. frequent_tokens(train_ids, 1024)")
+        tokens = tokens.to(self.target_head.weight.device)
         self.draft_vocab = tokens
         self.body.lm_head = VocabSubsetHead(self.target_head, tokens)
         return self
