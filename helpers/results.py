@@ -151,7 +151,7 @@ class ResultStore:
 
     def append(self, config: dict, metrics: dict, meta: dict, status: str = STATUS_OK) -> dict:
         """Write one finished row now (flushed), and return it."""
-        self._refuse_in_results_only(config)
+        self.refuse_in_results_only(config)
         overlap = set(config) & set(metrics)
         if overlap:
             raise ValueError(f"metric names clash with config names: {sorted(overlap)}")
@@ -176,7 +176,7 @@ class ResultStore:
             previous = self.done().get(config_key(config))
             if previous is not None:
                 return previous
-        self._refuse_in_results_only(config)
+        self.refuse_in_results_only(config)
         try:
             metrics = fn()
         except Exception as error:  # noqa: BLE001 - only OOM is swallowed, the rest re-raises
@@ -187,7 +187,9 @@ class ResultStore:
             return self.append(config, {"error": "out of memory"}, meta, status=STATUS_OOM)
         return self.append(config, metrics, meta)
 
-    def _refuse_in_results_only(self, config: dict) -> None:
+    def refuse_in_results_only(self, config: dict) -> None:
+        """Raise :class:`MissingResultError` for ``config`` under ``WORKBOOK_RESULTS_ONLY`` (a caller about to
+        prepare a measurement, a warm-up say, asks first)."""
         if results_only():
             raise MissingResultError(
                 f"{self.path} has no row for {config_key(config)}, and {RESULTS_ONLY_ENV}=1 renders committed rows "

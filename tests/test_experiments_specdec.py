@@ -99,3 +99,23 @@ def test_nb08_tie_tolerance_and_grid():
     grid = nb08.prediction_grid(lambda t, d, g, gpu, host: {"c": 0.1, "speedup": g + host[0]}, {"G": None},
                                 ["org/d1"], [2, 3], {"roofline only": (0.0, 0.0)}, {"org/d1": 0.7}, "org/t")
     assert list(grid["speedup, roofline only (model)"]) == [2, 3] and list(grid["draft"]) == ["d1", "d1"]
+
+
+def test_a_missing_sweep_row_is_named_before_any_model_is_touched(cpu_params, tmp_path, monkeypatch):
+    """Rendering rows that are not there (WORKBOOK_RESULTS_ONLY=1): the sweep says which row is missing, instead of
+    warming its pair up on the meta device (regression: a GPU profile failed with 'Tensor.item() ... meta')."""
+    from helpers.results import MissingResultError
+
+    class Untouchable:
+        def __getattr__(self, name):
+            raise AssertionError(f"the models were touched ({name})")
+
+        def __call__(self, *args):
+            raise AssertionError("the models were touched")
+
+    monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
+    monkeypatch.setenv("WORKBOOK_RESULTS_ONLY", "1")
+    prompt_rows, _ = nb07.prompt_sets(cpu_params)
+    with pytest.raises(MissingResultError, match="has no row"):
+        nb07.measure_sweep(cpu_params, lambda name: ResultStore("gpu-missing", name), Untouchable(), prompt_rows,
+                           progress=False)

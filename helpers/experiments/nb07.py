@@ -76,9 +76,11 @@ def measure_sweep(params: dict, store, models: LoadedModels, prompt_rows: list[d
     sweep_store = store(RESULT)
     by_pair = pair_configs(params, prompt_rows)
     for configs in by_pair.values():
-        if not rerun and all(sweep_store.has(config) for config in configs):
+        missing = [config for config in configs if rerun or not sweep_store.has(config)]
+        if not missing:
             print(f"{configs[0]['pair']}: already measured")
             continue
+        sweep_store.refuse_in_results_only(missing[0])  # before the pair's warm-up, which needs real weights
         check_budget(sweep_store, f"07 pair {configs[0]['pair']}")
         models.store = sweep_store
         with took(sweep_store):
