@@ -106,10 +106,12 @@ def design_table(rows, card_models: dict, *, eq5_gammas=range(1, 13)) -> pd.Data
 
 
 def _r_squared(x, y) -> float:
+    """R² of the least-squares line of ``y`` on ``x`` (:func:`helpers.stats.line_fit`); nan below three points or
+    where either has no spread."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if len(x) < 3 or np.std(x) == 0 or np.std(y) == 0:
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return float("nan")
-    return float(np.corrcoef(x, y)[0, 1] ** 2)
+    return line_fit(x, y).r2
 
 
 PREDICTORS = {"alpha": "acceptance alpha", "agreement": "greedy agreement", "heldout_loss": "held-out loss",
@@ -140,7 +142,7 @@ def depth_latency(frame: pd.DataFrame, column: str = "T_D_ms") -> dict:
     deep, shallow = own.loc[own.layers.idxmax()], own.loc[own.layers.idxmin()]
     by_depth = own.sort_values("layers")
     residuals = by_depth[column] - (intercept + slope * by_depth.layers)
-    return {"r2_layers": _r_squared(own.layers, own[column]), "ms_per_layer": float(slope),
+    return {"r2_layers": fit.r2, "ms_per_layer": float(slope),
             "residuals_ms": [float(r) for r in residuals], "max_residual_ms": float(residuals.abs().max()),
             "max_residual_pct": float(100 * (residuals.abs() / by_depth[column]).max()),
             "monotone": bool(by_depth[column].is_monotonic_increasing),
