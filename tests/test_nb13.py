@@ -116,6 +116,15 @@ def test_what_it_takes_inverts_eq5_and_the_measured_round_cost():
     assert nb13.uniform_tau(0.0, 5) == 1 and nb13.uniform_tau(1.0, 5) == 6
 
 
+def test_alpha_by_workload_pools_each_methods_rounds():
+    rows = {"a": [{"label": "x", "accepted_per_round": [2, 0], "depth_per_round": [2, 3]},
+                  {"label": "AR", "accepted_per_round": [], "depth_per_round": []}],
+            "b": [{"label": "x", "accepted_per_round": [3], "depth_per_round": [3]}]}
+    table = nb13.alpha_by_workload(rows, ["x", "AR"])
+    assert table.loc["x", "a"] == pytest.approx(2 / 3)  # 2 accepted, 1 round ended in a rejection
+    assert table.loc["x", "b"] == 1.0 and table.loc["AR"].isna().all()
+
+
 def test_training_costs_read_the_card():
     card = json.loads((CPU_PAIR_DIR / "card.json").read_text())
     table = nb13.training_costs(card, CPU_PAIR_DIR)

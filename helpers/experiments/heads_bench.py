@@ -12,7 +12,6 @@ import torch
 from helpers.experiments import nb13
 from helpers.experiments.tree_study import best_of, compare_methods
 from helpers.prompts import encode_prompts, load_prompts, select_prompts
-from helpers.specdec.analysis import estimate_alpha
 
 
 def add_arguments(parser) -> None:
@@ -35,12 +34,6 @@ def _params(args) -> dict:
             "fd_medusa_trees": [[int(w) for w in shape.split("-")] for shape in args.medusa_trees.split(",") if shape]}
 
 
-def _alpha(rows, label: str) -> float:
-    mine = [r for r in rows if r["label"] == label]
-    return estimate_alpha([n for r in mine for n in r["accepted_per_round"]],
-                          [d for r in mine for d in r["depth_per_round"]]) if label != "AR" else float("nan")
-
-
 def run(args) -> dict:
     torch.set_num_threads(args.threads)
     params = _params(args)
@@ -55,7 +48,7 @@ def run(args) -> dict:
     figures = {"threads": torch.get_num_threads(), "draft": args.draft, "max_new_tokens": args.max_new_tokens,
                "prompts": len(cases), "methods": {}}
     for row in summary.itertuples():
-        alpha = _alpha(rows, row.label)
+        alpha = nb13.method_alpha(rows, row.label)
         print(f"{row.label:<22}{row.drafter:<15}{row.speedup:>8.2f}x{row.tau:>7.2f}{alpha:>7.3f}"
               f"{'yes' if row.lossless else 'NO':>6}")
         figures["methods"][row.label] = {"speedup": row.speedup, "tau": row.tau, "alpha": alpha}

@@ -16,11 +16,13 @@ import pandas as pd
 
 from helpers.experiments.tree_study import (depth_acceptance, expected_tau, method_configs, method_label,
                                             predicted_speedup, summarise_methods)
+from helpers.specdec.analysis import estimate_alpha
 
 RESULTS = "13_drafting_from_the_target"
 __all__ = ["RESULTS", "PARAMETERS", "specs", "workloads", "configs", "load_models", "measure", "step_costs",
-           "method_label", "comparison", "alpha_by_position", "costs_in_round", "eq5_table", "by_source", "headline",
-           "training_costs", "separating_terms", "who_wins", "medusa_against_linear", "far_from_corpus", "stop_against_plain"]
+           "method_label", "comparison", "alpha_by_position", "method_alpha", "alpha_by_workload", "costs_in_round",
+           "eq5_table", "by_source", "headline", "training_costs", "separating_terms", "who_wins",
+           "medusa_against_linear", "far_from_corpus", "stop_against_plain", "uniform_tau", "what_it_takes"]
 PARAMETERS = ("device", "fd_target", "fd_draft", "fd_dtype", "fd_threads", "fd_prompt_count", "fd_far_count",
               "fd_new_tokens", "fd_repeats", "fd_gammas", "fd_dynamic", "fd_medusa_trees", "fd_stop_below",
               "fd_backoff", "fd_cost_repeats")
@@ -189,6 +191,22 @@ def alpha_by_position(rows: list[dict], labels) -> pd.DataFrame:
         out += [{"label": label, "source": source, "position": d + 1, "alpha": rate} for d, rate in enumerate(rates)
                 if rate == rate and d < deepest]
     return pd.DataFrame(out)
+
+
+def method_alpha(rows: list[dict], label: str) -> float:
+    """α̂ of the method ``label`` pooled over its rounds in ``rows`` (maximum likelihood, :func:`estimate_alpha`);
+    nan for AR, which drafts nothing."""
+    mine = [r for r in rows if r["label"] == label]
+    if label == "AR" or not mine:
+        return float("nan")
+    return estimate_alpha([n for r in mine for n in r["accepted_per_round"]],
+                          [d for r in mine for d in r["depth_per_round"]])
+
+
+def alpha_by_workload(rows: dict, labels) -> pd.DataFrame:
+    """α̂ of each method in ``labels`` (rows) on each workload of ``rows`` ({workload: runs}, columns)."""
+    return pd.DataFrame([{"label": label, **{workload: method_alpha(found, label) for workload, found in rows.items()}}
+                         for label in labels]).set_index("label")
 
 
 def costs_in_round(rows: list[dict]) -> pd.DataFrame:
