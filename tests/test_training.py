@@ -271,7 +271,7 @@ def test_command_line_keeps_every_flag_and_resolves_the_defaults(capsys):
     full = cli.settings_from_args(parse(["--device", "cpu"]))
     assert (full.out, full.device.type, full.batch_size, full.threads) == (CPU_PAIR_DIR, "cpu", 8, 2)
     assert (full.target_steps, full.draft_steps, full.long_steps, full.seed, full.seq_len) == (2400, 2500, 240, 0, 256)
-    assert (full.heads_steps, full.draft_vocab) == (2000, 1024)
+    assert (full.heads_steps, full.draft_vocab) == (4000, 1024)
     assert cli.settings_from_args(parse(["--device", "cuda"])).batch_size == 64  # resolving touches no GPU
     drafts = cli.settings_from_args(parse(["--device", "cpu", "--stage", "drafts", "--draft-shape", "3x160",
                                            "--draft-shape", "2x192-shared"]))

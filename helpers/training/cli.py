@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "embedding, frozen); repeat for several (default: the family, "
                              + ", ".join(name.removeprefix("draft-") for name in DRAFT_FAMILY) + ")")
     parser.add_argument("--long-steps", type=int, default=None, help="stage 5 optimiser steps (default 240)")
-    parser.add_argument("--heads-steps", type=int, default=None, help="stage 7 optimiser steps (default 2000)")
+    parser.add_argument("--heads-steps", type=int, default=None, help="stage 7 optimiser steps (default 4000)")
     parser.add_argument("--draft-vocab", type=int, default=1024,
                         help="stage 7: the feature draft guesses among this many most frequent training tokens "
                              "(a cheaper draft step; 0: the whole vocabulary)")
@@ -61,7 +61,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         target_steps=args.target_steps or (20 if smoke else 2400),
         draft_steps=args.draft_steps or (10 if smoke else FAMILY_STEPS if args.stage == "drafts" else 2500),
         long_steps=args.long_steps or (4 if smoke else 240), smoke=smoke,
-        heads_steps=args.heads_steps or (4 if smoke else 2000), draft_vocab=args.draft_vocab,
+        heads_steps=args.heads_steps or (4 if smoke else 4000), draft_vocab=args.draft_vocab,
         skip_target=args.skip_target,
         draft_shapes=tuple(args.draft_shape) if args.draft_shape else None,
     )

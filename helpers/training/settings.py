@@ -21,7 +21,7 @@ class Settings:
     target_steps: int = 2400
     draft_steps: int = 2500
     long_steps: int = 240
-    heads_steps: int = 2000  # stage 7: Medusa heads and the feature draft, trained together
+    heads_steps: int = 4000  # stage 7: Medusa heads and the feature draft, trained together
     draft_vocab: int = 1024  # stage 7: the feature draft guesses among this many most frequent tokens (0: all)
     smoke: bool = False  # tiny step counts and evaluation sets: an end-to-end check
     skip_target: bool = False  # reuse the target in ``out``, redistil the drafts
