@@ -123,6 +123,9 @@ def test_alpha_by_workload_pools_each_methods_rounds():
     table = nb13.alpha_by_workload(rows, ["x", "AR"])
     assert table.loc["x", "a"] == pytest.approx(2 / 3)  # 2 accepted, 1 round ended in a rejection
     assert table.loc["x", "b"] == 1.0 and table.loc["AR"].isna().all()
+    never = nb13.method_alpha([{"label": "x", "accepted_per_round": [0], "depth_per_round": [0]}], "x")
+    assert never != never  # nothing drafted: nan (regression: estimate_alpha raised on a dry run's stop variant)
+    assert nb13.accepted_less_far(table.rename(columns={"a": "far", "b": "held-out"}), ["x"]).endswith("(yes)")
 
 
 def test_training_costs_read_the_card():

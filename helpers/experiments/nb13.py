@@ -20,7 +20,8 @@ from helpers.specdec.analysis import estimate_alpha
 
 RESULTS = "13_drafting_from_the_target"
 __all__ = ["RESULTS", "PARAMETERS", "specs", "workloads", "configs", "load_models", "measure", "step_costs",
-           "method_label", "comparison", "alpha_by_position", "method_alpha", "alpha_by_workload", "costs_in_round",
+           "method_label", "comparison", "alpha_by_position", "method_alpha", "alpha_by_workload", "accepted_less_far",
+           "costs_in_round",
            "eq5_table", "by_source", "headline", "training_costs", "separating_terms", "who_wins",
            "medusa_against_linear", "far_from_corpus", "stop_against_plain", "uniform_tau", "what_it_takes"]
 PARAMETERS = ("device", "fd_target", "fd_draft", "fd_dtype", "fd_threads", "fd_prompt_count", "fd_far_count",
@@ -195,9 +196,9 @@ def alpha_by_position(rows: list[dict], labels) -> pd.DataFrame:
 
 def method_alpha(rows: list[dict], label: str) -> float:
     """α̂ of the method ``label`` pooled over its rounds in ``rows`` (maximum likelihood, :func:`estimate_alpha`);
-    nan for AR, which drafts nothing."""
+    nan where nothing was drafted (AR, or a stop that never let the draft propose)."""
     mine = [r for r in rows if r["label"] == label]
-    if label == "AR" or not mine:
+    if label == "AR" or not any(d for r in mine for d in r["depth_per_round"]):
         return float("nan")
     return estimate_alpha([n for r in mine for n in r["accepted_per_round"]],
                           [d for r in mine for d in r["depth_per_round"]])
@@ -207,6 +208,14 @@ def alpha_by_workload(rows: dict, labels) -> pd.DataFrame:
     """α̂ of each method in ``labels`` (rows) on each workload of ``rows`` ({workload: runs}, columns)."""
     return pd.DataFrame([{"label": label, **{workload: method_alpha(found, label) for workload, found in rows.items()}}
                          for label in labels]).set_index("label")
+
+
+def accepted_less_far(alphas: pd.DataFrame, labels) -> str:
+    """Whether each method in ``labels`` is accepted less often on the far workload than on the held-out one
+    (:func:`alpha_by_workload`'s table), as one printable line."""
+    return "accepted less often far from the corpus: " + ", ".join(
+        f"{label} {alphas.loc[label, 'held-out']:.3f} -> {alphas.loc[label, 'far']:.3f} "
+        f"({'yes' if alphas.loc[label, 'far'] < alphas.loc[label, 'held-out'] else 'NO'})" for label in labels)
 
 
 def costs_in_round(rows: list[dict]) -> pd.DataFrame:
