@@ -138,23 +138,29 @@ def frequent_tokens(ids: torch.Tensor, count: int, vocab_size: int) -> torch.Ten
 def heldout_agreement(target, heads, draft, windows: torch.Tensor, batch_size: int = 8, references: dict | None = None
                       ) -> dict:
     """Held-out top-1 agreement with the target's argmax (teacher forced): per Medusa head (draft position k), the
-    feature draft's first step, and each model in ``references`` ({name: draft model}, the distilled drafts)
-    measured the same way, so that the three kinds of draft compare on one scale."""
+    feature draft's first step (over its draft vocabulary, and, when that is reduced, over every token too:
+    ``feature_draft_top1_step1_full_vocab``), and each model in ``references`` ({name: draft model}, the distilled
+    drafts) measured the same way, so that the three kinds of draft compare on one scale."""
     references = references or {}
     sums, count = None, 0
     for chunk in windows.split(batch_size):
         features, log_q = teacher(target, chunk)
         _, per_head = medusa_loss(heads, features, log_q)
-        _, first_step = feature_loss(draft, features, log_q, chunk, token_weight=0.0, feature_noise=0.0, unroll=1)
         greedy = log_q[:, 1:].argmax(-1)
-        row = per_head + [first_step] + [(model(input_ids=chunk).logits[:, 1:].argmax(-1) == greedy).float().mean()
-                                         .item() for model in references.values()]
+        logits, predicted = draft(features[:, :-1], chunk[:, 1:])  # the first step, teacher forced
+        first_step = [(logits.argmax(-1) == greedy).float().mean().item(),  # its own (maybe reduced) vocabulary
+                      (draft.target_head(predicted).argmax(-1) == greedy).float().mean().item()]  # every token
+        row = per_head + first_step + [(model(input_ids=chunk).logits[:, 1:].argmax(-1) == greedy).float().mean()
+                                       .item() for model in references.values()]
         sums = row if sums is None else [a + b for a, b in zip(sums, row)]
         count += 1
     means = [round(s / count, 4) for s in sums]
     k = heads.num_heads
-    return {"medusa_top1_by_head": means[:k], "feature_draft_top1_step1": means[k],
-            "distilled_top1": dict(zip(references, means[k + 1:]))}
+    found = {"medusa_top1_by_head": means[:k], "feature_draft_top1_step1": means[k],
+             "distilled_top1": dict(zip(references, means[k + 2:]))}
+    if draft.draft_vocab is not None:
+        found["feature_draft_top1_step1_full_vocab"] = means[k + 1]
+    return found
 
 
 def run_heads_stage(settings, train_ids: torch.Tensor, heldout_ids: torch.Tensor, *, num_heads: int = 4) -> dict:
@@ -168,14 +174,11 @@ def run_heads_stage(settings, train_ids: torch.Tensor, heldout_ids: torch.Tensor
     windows = heldout_windows(heldout_ids, settings.seq_len, 8 if settings.smoke else 64)
     references = {name: load_saved(settings.out / name) for name in ("draft", "draft-2l")
                   if (settings.out / name).exists()}
-    run["heldout"] = heldout_agreement(target, heads, draft, windows, references=references)
     vocab = target.get_output_embeddings().weight.shape[0]
     run["draft_vocab"] = min(settings.draft_vocab or vocab, vocab)
     if run["draft_vocab"] < vocab:  # trained on the whole vocabulary, it drafts among the frequent tokens
         draft.restrict_vocab(frequent_tokens(train_ids, run["draft_vocab"], vocab))
-        full = run["heldout"]["feature_draft_top1_step1"]
-        run["heldout"] = heldout_agreement(target, heads, draft, windows, references=references)
-        run["heldout"]["feature_draft_top1_step1_full_vocab"] = full
+    run["heldout"] = heldout_agreement(target, heads, draft, windows, references=references)
     run["threads"], run["heldout_windows"] = settings.threads, len(windows)
     settings.log(f"held-out top-1: Medusa heads {run['heldout']['medusa_top1_by_head']}, feature draft step 1 "
                  f"{run['heldout']['feature_draft_top1_step1']}, distilled drafts {run['heldout']['distilled_top1']}")
