@@ -46,6 +46,7 @@ def cost_table(rows: list[dict]) -> pd.DataFrame:
             "T_V/T_T (lowest gamma)": row["verify_ratio"][gammas[0]] if gammas else None,
             "T_V/T_T (highest gamma)": row["verify_ratio"][gammas[-1]] if gammas else None,
             "graph replays": row.get("graph_replays"),
+            "kernels per layer": row.get("layer_kernels"),  # rows measured before the model file recorded it: None
             "HBM floor ms": floor * 1e3 if floor else None,
             "roofline share": floor / row["T_T"] if floor else None,
         })
@@ -71,9 +72,11 @@ def goal_lines(folder: Path) -> list[str]:
                       & (costs["target"] == row["target"])]
         ran = (row["graph replays"] or 0) > 0
         eager_c = f"{eager['c'].iloc[0]:.3f}" if len(eager) else "not measured"
+        layer = row["kernels per layer"]
+        layer = f"{int(layer)} kernels per layer" if layer == layer and layer is not None else "kernels not recorded"
         lines.append(f"c = T_D/T_T of {row['target']} / {row['draft']}: {row['c']:.3f} with graphs, {eager_c} eager "
                      f"(goal <= 0.15 with graphs: {'met' if row['c'] <= 0.15 and ran else 'missed'}; "
-                     f"{int(row['graph replays'] or 0)} graph replays)")
+                     f"{int(row['graph replays'] or 0)} graph replays; {layer})")
         if row["draft"].endswith("0.6B") and row["roofline share"] == row["roofline share"] and row["roofline share"]:
             lines.append(f"{row['target']} decode step with graphs: {row['T_T ms']:.2f} ms against the HBM floor "
                          f"{row['HBM floor ms']:.2f} ms = {row['roofline share']:.0%} of the roofline (goal >= 70%: "
@@ -125,22 +128,25 @@ def tolerate_graph_failure(mode: str, config: dict, measure, fatal: tuple = ()) 
 
 def graph_proof(mode: str, models_, measure) -> dict:
     """``measure()``'s row plus the proof that graphs ran where the row claims them: the CUDA-graph replays of the
-    explicit steps (0 on a CPU, where the same static step runs eagerly), or inductor's ``cudagraph_skips``."""
+    explicit steps (0 on a CPU, where the same static step runs eagerly), or inductor's ``cudagraph_skips``; and,
+    where the model file ran every model, its kernels per layer (``layer_kernels``: what a GPU step's time follows)."""
     from helpers.models.graphs import graph_replays
-    from helpers.models.runtime import minimal_view
+    from helpers.models.qwen3 import LAYER_KERNELS
+    from helpers.models.runtime import minimal_supported, minimal_view
 
+    layer = {"layer_kernels": LAYER_KERNELS} if all(minimal_supported(m) for m in models_) else {}
     if mode == "inductor":
         from torch._dynamo.utils import counters
 
         before = counters["inductor"]["cudagraph_skips"]
         row = measure()
-        return {**row, "cudagraph_skips": counters["inductor"]["cudagraph_skips"] - before}
+        return {**row, **layer, "cudagraph_skips": counters["inductor"]["cudagraph_skips"] - before}
     if mode != "graphs":  # eager: nothing to prove, and the model may have no minimal view (Llama, OLMo)
-        return measure()
+        return {**measure(), **layer}
     views = [minimal_view(m) for m in models_]
     before = sum(graph_replays(v) for v in views)
     row = measure()
-    return {**row, "graph_replays": sum(graph_replays(v) for v in views) - before}
+    return {**row, **layer, "graph_replays": sum(graph_replays(v) for v in views) - before}
 
 
 def pair_dtype(weights: str, p: dict, eq5: dict) -> str:

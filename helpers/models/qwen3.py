@@ -25,8 +25,8 @@ from torch import nn
 
 from helpers.models.kv_cache import KVCache
 
-__all__ = ["Attention", "DecoderConfig", "DecoderLayer", "KVCache", "MLP", "MiniQwen3", "RMSNorm", "Rotary",
-           "apply_rope", "from_hf", "rope_cos_sin"]
+__all__ = ["Attention", "DecoderConfig", "DecoderLayer", "KVCache", "LAYER_KERNELS", "MLP", "MiniQwen3", "RMSNorm",
+           "Rotary", "apply_rope", "attention_bias", "from_hf", "rope_cos_sin"]
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,9 @@ class DecoderConfig:
 
 
 class RMSNorm(nn.Module):
-    """x / rms(x) * weight, computed in fp32 like transformers so that bf16 results agree too."""
+    """x / rms(x) * weight, rounded like transformers (the normalised x in fp32, cast to x's dtype, then times the
+    weight), so that bf16 results agree too. ``F.rms_norm`` normalises in one fused kernel on a GPU where the
+    written-out formula took seven, and an eager decode step there is bound by its kernel count."""
 
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -96,24 +98,24 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        return self.weight * F.rms_norm(x, (x.shape[-1],), eps=self.eps)
 
 
 class Rotary:
-    """cos/sin tables of RoPE's angles, computed once up to the longest position seen (grown by doubling)."""
+    """cos/sin tables of RoPE's angles, computed once up to the longest position seen (grown by doubling). The sin
+    table has its first half negated, as :func:`apply_rope` takes it."""
 
     def __init__(self, head_dim: int, theta: float):
         self.head_dim, self.theta = head_dim, theta
         self.cos = self.sin = None
 
     def __call__(self, positions: torch.Tensor, end: int, dtype: torch.dtype):
-        """cos and sin for ``positions`` (any shape, all below ``end``): shape ``positions.shape + (head_dim,)``."""
+        """cos and signed sin for ``positions`` (any shape, all below ``end``): shape ``positions.shape + (head_dim,)``."""
         if self.cos is None or self.cos.shape[0] < end or self.cos.dtype != dtype or self.cos.device != positions.device:
             size = max(end, 2 * self.cos.shape[0] if self.cos is not None else 256)
-            self.cos, self.sin = rope_cos_sin(torch.arange(size, device=positions.device), self.head_dim,
-                                              self.theta, dtype)
+            self.cos, sin = rope_cos_sin(torch.arange(size, device=positions.device), self.head_dim, self.theta,
+                                         dtype)
+            self.sin = torch.cat((-sin[:, :self.head_dim // 2], sin[:, self.head_dim // 2:]), dim=-1)
         return self.cos[positions], self.sin[positions]
 
 
@@ -125,13 +127,31 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: to
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate pairs (x_i, x_{i+d/2}) of every head by the angle of the token's position."""
-    first, second = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-second, first), dim=-1) * sin
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x_i, x_{i+d/2}) of every head by the angle of the token's position: x cos + (-x2, x1) sin.
+    ``signed_sin`` is sin with its first half negated (:class:`Rotary`'s table), so that the rotated halves are one
+    roll of x: roll(x, d/2) * signed_sin == (-x2, x1) * sin exactly, in four kernels instead of six."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin
 
 
+LAYER_KERNELS = 30  # kernel-launching ops per layer of a decode step (tests/test_model_kernels.py holds it; the
+# written-out layer took 59). On a GPU a small model's step is bound by its kernel count, so GPU rows record it.
 FOLD_QUERIES = 64  # at most this many query rows per KV head take the folded-GQA path (Attention.forward)
+
+
+def folds(group: int, seq: int) -> bool:
+    """Whether attention folds the ``group`` query heads of a KV head into one block of ``group * seq`` queries."""
+    return 1 < group and seq * group <= FOLD_QUERIES
+
+
+def attention_bias(mask: torch.Tensor | None, group: int, seq: int, dtype: torch.dtype) -> torch.Tensor | None:
+    """A forward's boolean mask (..., seq, width) as every layer's attention takes it, built once per forward
+    instead of once per layer: additive (0 where visible, -inf elsewhere; attention would convert a boolean mask
+    in every layer) and, where attention folds the query heads (:func:`folds`), repeated for the ``group`` heads."""
+    if mask is None:
+        return None
+    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+    return bias.repeat(1, 1, group, 1) if folds(group, seq) else bias
 
 
 class Attention(nn.Module):
@@ -150,6 +170,7 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
 
     def forward(self, x, cos, sin, mask, cache: KVCache | None, slots=None):
+        """``mask``: the forward's :func:`attention_bias` (None: every stored slot is visible)."""
         batch, seq, _ = x.shape
         # (batch, seq, heads * head_dim) -> (batch, heads, seq, head_dim)
         q = self.q_norm(self.q_proj(x).view(batch, seq, self.num_heads, self.head_dim)).transpose(1, 2)
@@ -171,13 +192,11 @@ class Attention(nn.Module):
             keys, values = cache.update(self.layer_idx, k, v)
 
         group = self.num_heads // self.num_kv_heads
-        if 1 < group and seq * group <= FOLD_QUERIES:
+        if folds(group, seq):
             # Decode, verify and draft steps (few queries): fold each KV head's query heads into one query block,
             # (batch, kv_heads, group * seq, head_dim), so every key is read once for all of them. On a CPU this
-            # is about twice as fast as enable_gqa over a long cache; the mask is the same for every head.
+            # is about twice as fast as enable_gqa over a long cache; the mask arrives folded (attention_bias).
             q = q.reshape(batch, self.num_kv_heads, group * seq, self.head_dim)
-            if mask is not None:
-                mask = mask.repeat(1, 1, group, 1)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
             out = out.view(batch, self.num_heads, seq, self.head_dim)
         else:
@@ -301,6 +320,7 @@ class MiniQwen3(nn.Module):
             cache.advance(1)
             return logits.clone() if cuda_graphs else logits  # the graph's output buffer is reused by its next replay
         x = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
+        mask = attention_bias(mask, self.config.num_heads // self.config.num_kv_heads, seq, x.dtype)
         for layer in self.layers:
             x = layer(x, cos, sin, mask, cache)
         if cache is not None:
@@ -313,6 +333,7 @@ class MiniQwen3(nn.Module):
     def _step(self, input_ids, cos, sin, mask, buffers, slots):
         """One decode step over the whole static cache (what ``torch.compile`` traces)."""
         x = self.embed_tokens(input_ids)
+        mask = attention_bias(mask, self.config.num_heads // self.config.num_kv_heads, input_ids.shape[1], x.dtype)
         for layer in self.layers:
             x = layer(x, cos, sin, mask, buffers, slots)
         return self.lm_head(self.norm(x))

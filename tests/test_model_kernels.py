@@ -1,0 +1,70 @@
+"""The model file's decode step stays lean: on a GPU an eager (or graph-replayed) step of a small model is bound by
+how many kernels it launches, not by its arithmetic, so the layers use fused RMSNorm, a one-roll RoPE and a mask
+prepared once per forward. These tests hold the op count per layer and check that each shortcut computes exactly
+what the written-out formula (transformers' rounding order) computes."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.profiler import profile
+
+from helpers.models.qwen3 import LAYER_KERNELS, DecoderConfig, MiniQwen3, RMSNorm, Rotary, apply_rope
+
+# ops that only re-describe a tensor's memory: no kernel on a GPU
+VIEWS = {"aten::view", "aten::transpose", "aten::reshape", "aten::slice", "aten::narrow", "aten::expand",
+         "aten::as_strided", "aten::unsqueeze", "aten::select", "aten::t", "aten::chunk", "aten::split",
+         "aten::_unsafe_view", "aten::alias", "aten::detach"}
+
+
+def _model(layers: int) -> MiniQwen3:
+    torch.manual_seed(0)
+    config = DecoderConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=layers, num_heads=4,
+                           num_kv_heads=2, head_dim=8, max_seq_len=128)
+    return MiniQwen3(config).eval()
+
+
+def _kernels(model: MiniQwen3, new_tokens: int) -> int:
+    """Kernel-launching ops (top-level aten ops that are not views) of one forward of ``new_tokens`` tokens after
+    a 10-token prefix in the cache."""
+    cache = model.new_cache(1, 32)
+    with torch.inference_mode():
+        model(torch.arange(10)[None], cache)
+        with profile() as prof:
+            model(torch.arange(new_tokens)[None], cache)
+    return sum(1 for e in prof.events()
+               if e.cpu_parent is None and e.name.startswith("aten::") and e.name not in VIEWS)
+
+
+@pytest.mark.parametrize("new_tokens", [1, 6])
+def test_a_decode_or_verify_step_launches_layer_kernels_per_layer(new_tokens):
+    # 7 projections, 4 fused norms and their 4 weight products, RoPE 2 x 4, 2 cache writes, attention, SiLU, the
+    # gate product, 2 residual adds
+    per_layer = _kernels(_model(3), new_tokens) - _kernels(_model(2), new_tokens)
+    assert per_layer == LAYER_KERNELS, (
+        f"a layer now runs {per_layer} kernel ops per forward, not LAYER_KERNELS = {LAYER_KERNELS}: every op is a "
+        "kernel launch on a GPU, where a small model's decode step is launch-bound (GPU rows record the constant)")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rms_norm_rounds_like_the_written_out_formula(dtype):
+    torch.manual_seed(1)
+    norm = RMSNorm(48, 1e-6).to(dtype)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(48) + 0.5)
+    x = (torch.randn(5, 7, 48) * 4).to(dtype)
+    x32 = x.float()
+    written_out = norm.weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6)).to(dtype)
+    assert torch.equal(norm(x), written_out)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_one_roll_rope_equals_rotate_half(dtype):
+    head_dim = 16
+    rotary = Rotary(head_dim, 10_000.0)
+    positions = torch.tensor([0, 3, 17, 90])
+    cos, signed_sin = rotary(positions, 91, dtype)
+    sin = torch.cat((-signed_sin[:, :head_dim // 2], signed_sin[:, head_dim // 2:]), dim=-1)
+    x = torch.randn(2, 3, 4, head_dim).to(dtype)
+    first, second = x.chunk(2, dim=-1)
+    rotate_half = x * cos + torch.cat((-second, first), dim=-1) * sin
+    assert torch.equal(apply_rope(x, cos, signed_sin), rotate_half)
