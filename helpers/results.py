@@ -52,11 +52,13 @@ def _versions() -> dict:
 
 
 def measured_on(rows) -> dict:
-    """``{"device_name", "threads"}`` of the machine that measured ``rows`` (one stored row, a list of them or a
-    DataFrame of them; the first one answers): what a notebook names as its machine, also when it renders rows
-    measured elsewhere (a GPU's, with ``WORKBOOK_RESULTS_ONLY=1``)."""
+    """``{"device_name", "threads", "memory_bytes"}`` of the machine that measured ``rows`` (one stored row, a list of
+    them or a DataFrame of them; the first one answers; ``memory_bytes`` None where not recorded): what a notebook
+    names as its machine, also when it renders rows measured elsewhere (a GPU's, with ``WORKBOOK_RESULTS_ONLY=1``)."""
     first = rows.iloc[0] if hasattr(rows, "iloc") else rows[0] if isinstance(rows, list) else rows
-    return {"device_name": first["device_name"], "threads": int(first["threads"])}
+    memory = first.get("device_memory_bytes")
+    return {"device_name": first["device_name"], "threads": int(first["threads"]),
+            "memory_bytes": None if memory is None or memory != memory else int(memory)}
 
 
 def run_metadata(

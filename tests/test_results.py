@@ -86,3 +86,16 @@ def test_profiles_do_not_share_files(tmp_path, monkeypatch):
     assert ResultStore("cpu", "01").path != ResultStore("gpu", "01").path
     with pytest.raises(ValueError, match="profile"):
         paths.results_dir("../escape")
+
+
+def test_measured_on_names_the_rows_machine_not_this_one():
+    import pandas as pd
+
+    from helpers.results import measured_on
+
+    gpu = {"device_name": "NVIDIA H100 80GB HBM3", "threads": 4, "device_memory_bytes": 85017493504}
+    expected = {"device_name": "NVIDIA H100 80GB HBM3", "threads": 4, "memory_bytes": 85017493504}
+    assert measured_on(gpu) == measured_on([gpu, {}]) == measured_on(pd.DataFrame([gpu])) == expected
+    older = {"device_name": "AMD EPYC", "threads": 1}  # a row without the memory field
+    assert measured_on(older)["memory_bytes"] is None
+    assert measured_on(pd.DataFrame([{**older, "device_memory_bytes": float("nan")}]))["memory_bytes"] is None

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from helpers.experiments.draft_design import (depth_latency, draft_config, eq5_agrees, gamma_ties, measure_draft,
                                               measure_scale, predictors, scale_config, tied_with_best, timing_noise)
-from helpers.results import config_key, free_memory, run_metadata
+from helpers.results import config_key, free_memory, measured_on, run_metadata
 
 RESULTS = "12_draft_design"
 # the notebook parameters the measurement reads (the notebook passes exactly these)
@@ -53,7 +53,8 @@ def measure(params: dict, store, progress: bool = True) -> dict:
     the most valuable row of a short window), then every draft against the target; models are loaded only for a
     missing row. ``store`` is a factory ``store(result_name) -> ResultStore``; a ``store.budget`` (the GPU window's)
     is checked before loading. Returns ``{"rows": [one row per draft, in design_drafts order], "scale": [rows of
-    the scale timing], "prompts": number of prompts}``."""
+    the scale timing], "prompts": number of prompts, "measured_on" and "scale_measured_on": the machine (name, threads)
+    that measured the drafts' and the scale's rows}``: a GPU's when its rows are rendered without it."""
     from helpers.models import load_model
     from helpers.prompts import encode_prompts
 
@@ -79,8 +80,9 @@ def measure(params: dict, store, progress: bool = True) -> dict:
         del target
         free_memory()
     done = results.done()
-    return {"rows": [done[config_key(config)] for config in wanted.values()], "scale": scale["rows"],
-            "prompts": len(prompts)}
+    rows = [done[config_key(config)] for config in wanted.values()]
+    return {"rows": rows, "scale": scale["rows"], "prompts": len(prompts),
+            "measured_on": measured_on(rows), "scale_measured_on": measured_on(scale)}
 
 
 def accuracy_or_latency(table: pd.DataFrame, rows: list[dict]) -> dict:
