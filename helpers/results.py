@@ -21,7 +21,7 @@ import torch
 import transformers
 
 from helpers import paths
-from helpers.hardware import device_info
+from helpers.hardware import device_info, resolve_device
 from helpers.profile_env import RESULTS_ONLY_ENV, results_only  # noqa: F401 (public here too: callers import them)
 
 STATUS_OK = "ok"
@@ -30,6 +30,17 @@ STATUS_OOM = "oom"
 
 class MissingResultError(RuntimeError):
     """A configuration is not in the results file and ``WORKBOOK_RESULTS_ONLY`` forbids measuring it."""
+
+
+def require_live(device, what: str) -> None:
+    """Raise :class:`MissingResultError` when ``device`` is not on this machine and ``WORKBOOK_RESULTS_ONLY`` renders
+    stored rows only (a GPU profile rendered on a CPU): ``what`` runs live on that device (correctness checks on the
+    real model, a model from the Hub) and has no rows to render. ``python -m helpers.run_all`` then lists the notebook
+    as pending instead of failing on meta tensors halfway through."""
+    if results_only() and resolve_device(device).type == "meta":
+        raise MissingResultError(
+            f"{what} runs live on {device}, which this machine does not have, and {RESULTS_ONLY_ENV}=1 renders "
+            f"stored rows only: it renders on a machine with that device (python -m helpers.run_all --profile ...).")
 
 
 def is_oom(error: BaseException) -> bool:

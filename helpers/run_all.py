@@ -8,6 +8,10 @@
 Executed notebooks land in build/<profile>/, results in results/<profile>/, figures in figures/<profile>/,
 tables in report/generated/<profile>/ and the PDF in report/report.pdf (CPU) or report/report-<profile>.pdf.
 Sweeps resume from results/, so rerunning after an interruption only measures what is missing.
+
+Rendering stored rows only (``WORKBOOK_RESULTS_ONLY=1``, e.g. a GPU profile on a laptop), a notebook whose rows are
+not all measured yet stops at the first missing one (:class:`helpers.results.MissingResultError`): it is listed as
+pending, the others still render, and the report shows a pending box in its place.
 """
 from __future__ import annotations
 
@@ -24,6 +28,11 @@ from pathlib import Path
 import yaml
 
 from helpers import paths, run_info
+from helpers.profile_env import results_only
+
+
+class Pending(Exception):
+    """A notebook stopped at a row that is not measured yet, under results-only rendering (not a failure)."""
 
 
 def load_params(profile: str, params_file: str | Path | None = None) -> dict:
@@ -70,7 +79,8 @@ def kernel_manager_class(blocking: bool = False):
 
 
 def execute(notebook: Path, params: dict, out_dir: Path, progress: bool = True) -> float:
-    """Run one notebook with papermill; on failure, name the cell and the error and stop."""
+    """Run one notebook with papermill; on failure, name the cell and the error and stop (:class:`Pending` where
+    results-only rendering met a row that is not measured yet)."""
     # Jupyter tooling is imported where it is used: helpers must import on a GPU machine without it
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
@@ -90,6 +100,8 @@ def execute(notebook: Path, params: dict, out_dir: Path, progress: bool = True) 
             report_mode=False,
         )
     except PapermillExecutionError as err:
+        if err.ename == "MissingResultError" and results_only():
+            raise Pending(f"{notebook.name}: {err.evalue}") from None
         raise SystemExit(
             f"\nFAILED: {notebook.name}, cell {err.exec_count} ({err.ename}): {err.evalue}\n"
             f"The executed notebook with the full traceback is {out_dir / notebook.name}"
@@ -115,6 +127,12 @@ def execute_in_place(notebook: Path) -> float:
         raise SystemExit(f"\nFAILED: {notebook.name}: {err}") from None
     nbformat.write(nb, notebook)
     return time.perf_counter() - start
+
+
+def mark_pending(notebook: Path, profile: str) -> None:
+    """Remove the pending notebook's numbers for ``profile`` (an earlier render's would be stale), so the report shows
+    a pending box for its section instead of prose about numbers this run did not compute."""
+    (paths.generated_dir(profile) / f"{notebook.stem}.numbers.tex").unlink(missing_ok=True)
 
 
 def report_pdf_path(profile: str) -> Path:
@@ -175,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.report_only:
         out_dir = paths.output_root() / "build" / profile
         selected = notebooks(args.only)
-        total = time.perf_counter()
+        total, pending = time.perf_counter(), []
         for index, notebook in enumerate(selected, 1):
             print(f"[{index}/{len(selected)}] {notebook.name} (profile {profile})", flush=True)
             if args.inplace:
@@ -183,14 +201,25 @@ def main(argv: list[str] | None = None) -> None:
                     raise SystemExit("--inplace runs the notebooks' defaults, which are the CPU profile")
                 seconds = execute_in_place(notebook)
                 print(f"    done in {seconds:.0f} s (outputs saved in {notebook})", flush=True)
-            else:
+                continue
+            try:
                 seconds = execute(notebook, params, out_dir)
-                print(f"    done in {seconds:.0f} s -> {out_dir / notebook.name}", flush=True)
-        print(f"all {len(selected)} notebooks ran in {time.perf_counter() - total:.0f} s")
+            except Pending as missing:
+                pending.append(notebook.stem)
+                mark_pending(notebook, profile)
+                print(f"    PENDING (rows not measured yet): {str(missing)[:600]}", flush=True)
+                continue
+            print(f"    done in {seconds:.0f} s -> {out_dir / notebook.name}", flush=True)
+        print(f"{len(selected) - len(pending)} of {len(selected)} notebooks ran in {time.perf_counter() - total:.0f} s"
+              + (f"; pending, their rows not measured yet: {', '.join(pending)}" if pending else ""))
     info = run_info.write(profile)
     print(f"results of {profile}: {info['rows']} rows from {', '.join(info['devices'])}, threads "
           f"{info['threads']}, " + ("one run" if info["one_run"] else f"{len(info['runs'])} runs")
           + (f"; {info['unexplained']} step time(s) differ without a stated reason" if info["unexplained"] else ""))
+    from helpers.experiments.gpu_costs import write_report_tables  # torch and pandas: imported when needed
+
+    for line in write_report_tables(profile):  # the GPU window's decode costs: in the report even while notebooks wait
+        print(f"GPU goal: {line}")
     if not args.no_report:
         pdf = build_report(profile)
         if pdf:

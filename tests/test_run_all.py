@@ -21,6 +21,52 @@ def test_failed_notebook_names_cell_and_error(tmp_path):
     assert "99_broken.ipynb" in message and "ValueError" in message and "gamma must be >= 1" in message
 
 
+def test_a_missing_row_under_results_only_is_pending_not_a_failure(tmp_path, monkeypatch):
+    cells = [new_code_cell("from helpers.results import MissingResultError"),
+             new_code_cell("raise MissingResultError('results/gpu-h100/07.jsonl has no row for gamma 3')")]
+    path = tmp_path / "98_waiting.ipynb"
+    nbformat.write(new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                                      "language": "python"}}), path)
+    with pytest.raises(SystemExit, match="MissingResultError"):  # measuring is allowed: a missing row is a bug
+        run_all.execute(path, {"profile": "cpu"}, tmp_path / "out", progress=False)
+    monkeypatch.setenv("WORKBOOK_RESULTS_ONLY", "1")
+    with pytest.raises(run_all.Pending, match="98_waiting.ipynb: results/gpu-h100/07.jsonl has no row"):
+        run_all.execute(path, {"profile": "cpu"}, tmp_path / "out", progress=False)
+
+
+def test_pending_notebooks_are_listed_and_the_others_still_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
+    stale = paths.generated_dir("gpu-h100") / "07_speculative_decoding.numbers.tex"
+    stale.write_text("\\wbset{best_speedup}{9.9}\n")  # an earlier render's numbers: the section must not use them
+    ran = []
+
+    def execute(notebook, params, out_dir, progress=True):
+        if notebook.name.startswith("07"):
+            raise run_all.Pending(f"{notebook.name}: no row for gamma 3")
+        ran.append(notebook.name[:2])
+        return 0.0
+
+    monkeypatch.setattr(run_all, "execute", execute)
+    run_all.main(["--profile", "gpu-h100", "--only", "06", "07", "08", "--no-report"])
+    out = capsys.readouterr().out
+    assert ran == ["06", "08"] and not stale.exists()
+    assert "PENDING (rows not measured yet): 07_speculative_decoding.ipynb: no row for gamma 3" in out
+    assert "2 of 3 notebooks ran" in out and "pending, their rows not measured yet: 07_speculative_decoding" in out
+
+
+def test_live_notebooks_are_pending_where_their_device_is_missing(monkeypatch):
+    import torch
+
+    from helpers.results import MissingResultError, require_live
+
+    require_live("cpu", "a check")  # measuring allowed, or the device is here: nothing to refuse
+    monkeypatch.setenv("WORKBOOK_RESULTS_ONLY", "1")
+    require_live("cpu", "a check")
+    if not torch.cuda.is_available():
+        with pytest.raises(MissingResultError, match="notebook 04's checks runs live on cuda"):
+            require_live("cuda", "notebook 04's checks")
+
+
 def test_profiles_and_selection():
     assert run_all.load_params("cpu")["device"] == "cpu"
     assert run_all.load_params("gpu")["device"] == "cuda"

@@ -93,6 +93,28 @@ def goal_lines(folder: Path) -> list[str]:
     return lines or ["no goal rows yet (parts eq5 and graphs measure them)"]
 
 
+def write_report_tables(profile: str) -> list[str]:
+    """The window's decode-cost rows as the report's tables, whatever notebook is still pending: ``00_gpu_graphs``
+    (Eq. 5 terms eager and as CUDA graphs, roofline share) and ``00_gpu_e2e`` (the CPU pair end to end). Written by
+    ``python -m helpers.run_all`` for every profile that has such rows; returns the goal lines (empty without rows)."""
+    from helpers import tables
+    from helpers.paths import results_dir
+
+    folder = results_dir(profile, create=False)
+    costs, e2e = cost_table(read_rows(folder, COSTS)), e2e_table(read_rows(folder, GRAPHS))
+    if len(costs):
+        tables.write_table(costs.drop(columns=["HBM floor ms"]), "00_gpu_graphs", profile, float_format="{:.3g}",
+                           caption="Eq. 5 terms of the handout pairs (random weights, bf16, batch 1, context 256) and "
+                                   "of the CPU pair (its weights, fp32), eager and replayed as CUDA graphs; roofline "
+                                   "share: the target's weight bytes over bandwidth, divided by its measured decode "
+                                   "step; kernels per layer: the model file's, where the row recorded it")
+    if len(e2e):
+        tables.write_table(e2e, "00_gpu_e2e", profile, float_format="{:.3g}",
+                           caption="The CPU pair on the GPU end to end: speculative decoding over AR, both in the same "
+                                   "decode mode (real acceptance; every greedy output compared with AR's)")
+    return goal_lines(folder) if len(costs) or len(e2e) else []
+
+
 # ------------------------------------------------------------------------------------------ measuring (GPU window)
 
 # The handout's pairs and lookaheads (no notebook has a parameter for them yet): parts eq5 and graphs.

@@ -10,6 +10,7 @@ from helpers.gpu_specs import best_and_worst, collect_results, describe_ties, la
 from helpers.memory import load_config
 from helpers.models import model_config
 from helpers.paths import REPO_ROOT
+from helpers.results import MissingResultError
 
 
 def profile_rows(notebook: str, profile: str, *, say: str = "") -> pd.DataFrame:
@@ -29,8 +30,8 @@ def sweep_rows(profile: str) -> tuple[pd.DataFrame, pd.DataFrame]:
                         "this run's output root: using the committed ones")
     own = runs[runs["profile"] == profile] if not runs.empty else runs
     if own.empty:
-        raise FileNotFoundError(f"no notebook 07 results for profile {profile!r}: run notebook 07 first "
-                                f"(python -m helpers.run_all --profile {profile} --only 07)")
+        raise MissingResultError(f"no notebook 07 results for profile {profile!r}: run notebook 07 first "
+                                 f"(python -m helpers.run_all --profile {profile} --only 07)")
     return runs, own
 
 
