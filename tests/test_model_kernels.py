@@ -1,6 +1,6 @@
 """The model file's decode step stays lean: on a GPU an eager (or graph-replayed) step of a small model is bound by
-how many kernels it launches, not by its arithmetic, so the layers use fused RMSNorm, a one-roll RoPE and a mask
-prepared once per forward. These tests hold the op count per layer and check that each shortcut computes exactly
+how many kernels it launches, not by its arithmetic, so the layers use fused RMSNorm, queries and keys normalised and
+rotated together, a one-roll RoPE and a mask prepared once per forward. These tests hold the op count per layer and check that each shortcut computes exactly
 what the written-out formula (transformers' rounding order) computes."""
 from __future__ import annotations
 
@@ -37,8 +37,9 @@ def _kernels(model: MiniQwen3, new_tokens: int) -> int:
 
 @pytest.mark.parametrize("new_tokens", [1, 6])
 def test_a_decode_or_verify_step_launches_layer_kernels_per_layer(new_tokens):
-    # 7 projections, 4 fused norms and their 4 weight products, RoPE 2 x 4, 2 cache writes, attention, SiLU, the
-    # gate product, 2 residual adds
+    # 7 projections, 3 fused norms (input, q and k together, post-attention) and their 3 weight products, joining
+    # q with k and q_norm's weight with k_norm's, RoPE 4, 2 cache writes, attention, SiLU, the gate product, 2
+    # residual adds
     per_layer = _kernels(_model(3), new_tokens) - _kernels(_model(2), new_tokens)
     assert per_layer == LAYER_KERNELS, (
         f"a layer now runs {per_layer} kernel ops per forward, not LAYER_KERNELS = {LAYER_KERNELS}: every op is a "

@@ -134,8 +134,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> 
     return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin
 
 
-LAYER_KERNELS = 30  # kernel-launching ops per layer of a decode step (tests/test_model_kernels.py holds it; the
-# written-out layer took 59). On a GPU a small model's step is bound by its kernel count, so GPU rows record it.
+LAYER_KERNELS = 26  # kernel-launching ops per layer of a decode step (tests/test_model_kernels.py holds it; the
+# written-out layer took 56). On a GPU a small model's step is bound by its kernel count, so GPU rows record it.
 FOLD_QUERIES = 64  # at most this many query rows per KV head take the folded-GQA path (Attention.forward)
 
 
@@ -172,11 +172,17 @@ class Attention(nn.Module):
     def forward(self, x, cos, sin, mask, cache: KVCache | None, slots=None):
         """``mask``: the forward's :func:`attention_bias` (None: every stored slot is visible)."""
         batch, seq, _ = x.shape
-        # (batch, seq, heads * head_dim) -> (batch, heads, seq, head_dim)
-        q = self.q_norm(self.q_proj(x).view(batch, seq, self.num_heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(batch, seq, self.num_kv_heads, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        heads, kv_heads = self.num_heads, self.num_kv_heads
+        # Queries and keys side by side, (batch, seq, heads + kv_heads, head_dim): each head is normalised over its
+        # own head_dim (q_norm's weight on query heads, k_norm's on key heads) and rotated, in one kernel per step
+        # for both instead of one each (a GPU step at batch 1 is bound by its kernel count)
+        qk = torch.cat([self.q_proj(x).view(batch, seq, heads, self.head_dim),
+                        self.k_proj(x).view(batch, seq, kv_heads, self.head_dim)], dim=2)
+        weight = torch.cat([self.q_norm.weight.expand(heads, -1), self.k_norm.weight.expand(kv_heads, -1)])
+        qk = weight * F.rms_norm(qk, (self.head_dim,), eps=self.q_norm.eps)
+        qk = apply_rope(qk.transpose(1, 2), cos, sin)  # (batch, heads + kv_heads, seq, head_dim)
+        q, k = qk[:, :heads], qk[:, heads:]
+        v = self.v_proj(x).view(batch, seq, kv_heads, self.head_dim).transpose(1, 2)
 
         if cache is None:
             # Without a cache: x holds the whole sequence, so k and v are (re)computed for all of it.
