@@ -108,6 +108,14 @@ def test_speedup_curve_is_eq5():
         speedup_curve(0.8, 0.05, 0.1, -0.5, range(1, 5))  # T_V/T_T would turn negative
 
 
+def test_the_reference_curve_uses_the_analysis_verify_cost_floor_included():
+    gammas, ratios = [2, 3, 4, 6], [1.30, 1.26, 1.40, 1.52]  # a line through them dips below 1.26 at gamma 1-2
+    at_1, slope = verify_line(gammas, ratios)
+    curve = speedup_curve(0.8, 0.05, at_1, slope, range(1, 9), verify_floor=min(ratios))
+    analysis = linear_verify_cost(gammas, ratios)
+    assert at_1 < min(ratios) and np.allclose(curve["verify_ratio"], [analysis(g) for g in range(1, 9)])
+
+
 def test_verify_line():
     assert verify_line([1, 2, 4], [1.1, 1.2, 1.4]) == pytest.approx((1.1, 0.1))
     assert verify_line([3], [1.3]) == (1.3, 0.0)

@@ -317,13 +317,15 @@ def verify_line(gammas: Iterable[int], ratios: Iterable[float]) -> tuple[float, 
 
 
 def speedup_curve(alpha: float, c: float, verify_ratio: float, verify_slope: float = 0.0,
-                  gammas: Iterable[int] = range(1, 17)) -> pd.DataFrame:
+                  gammas: Iterable[int] = range(1, 17), verify_floor: float = 0.0) -> pd.DataFrame:
     """Eq. 4/5 over γ: columns ``gamma``, ``omega`` (expected tokens per round), ``verify_ratio`` (T_V(γ)/T_T =
-    ``verify_ratio + verify_slope * (γ - 1)``), ``round_cost`` (γ c + T_V/T_T, in target steps) and ``speedup``."""
+    ``verify_ratio + verify_slope * (γ - 1)``, never below ``verify_floor``: the analysis' floor, the cheapest
+    measured verify, :func:`helpers.specdec.analysis.linear_verify_cost`), ``round_cost`` (γ c + T_V/T_T, in target
+    steps) and ``speedup``."""
     gammas = np.asarray(list(gammas), dtype=int)
     if gammas.size == 0 or np.any(gammas < 1):
         raise ValueError("gammas must be lookaheads >= 1, at least one")
-    verify = verify_ratio + verify_slope * (gammas - 1)
+    verify = np.maximum(verify_floor, verify_ratio + verify_slope * (gammas - 1))
     if np.any(verify <= 0):
         raise ValueError(f"T_V/T_T must stay positive over the gammas (got {verify.min():.3f})")
     return pd.DataFrame({"gamma": gammas, "omega": expected_tokens_per_round(gammas, alpha), "verify_ratio": verify,
@@ -376,10 +378,12 @@ def speedup_figure(alpha: float, c: float, verify_ratio: float, verify_slope: fl
 
 
 def speedup_explorer(measured: Mapping[str, pd.DataFrame] | None = None, *, alpha: float = 0.7, c: float = 0.1,
-                     verify_ratio: float = 1.1, verify_slope: float = 0.02, gamma: int = 4, max_gamma: int = 16):
+                     verify_ratio: float = 1.1, verify_slope: float = 0.02, gamma: int = 4, max_gamma: int = 16,
+                     verify_floor: float = 0.0):
     """Notebook 09's explorer: sliders for α, c = T_D/T_T, T_V/T_T (at γ = 1, and its slope per extra draft) and γ →
     Eq. 5's speedup curve with its optimum marked, the chosen γ annotated and ``measured`` speedups overlaid. The
-    sliders start at the given (measured) values, which also draw a grey reference curve."""
+    sliders start at the given (measured) values, which also draw a grey reference curve; ``verify_floor`` (the
+    cheapest measured T_V/T_T) keeps that curve on the analysis' verify cost, floor included."""
     import ipywidgets as widgets
     import matplotlib.pyplot as plt
 
@@ -397,7 +401,8 @@ def speedup_explorer(measured: Mapping[str, pd.DataFrame] | None = None, *, alph
         "gamma": widgets.IntSlider(value=gamma, min=1, max=max_gamma, description="γ", style=style,
                                    continuous_update=False),
     }
-    reference = {"alpha": alpha, "c": c, "verify_ratio": verify_ratio, "verify_slope": verify_slope}
+    reference = {"alpha": alpha, "c": c, "verify_ratio": verify_ratio, "verify_slope": verify_slope,
+                 "verify_floor": verify_floor}
 
     def draw(alpha, c, verify_ratio, verify_slope, gamma):
         speedup_figure(alpha, c, verify_ratio, verify_slope, gamma, measured, reference, max_gamma)
