@@ -10,7 +10,13 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 VENV=${COMPAT_VENV:-$ROOT/../compat-venv}
 if [ -z "${COMPAT_PYTHON:-}" ]; then
-    COMPAT_PYTHON=$(command -v python3.12 || ls -d /root/.pyenv/versions/3.12*/bin/python 2>/dev/null | tail -1 || true)
+    # a candidate must run: pyenv's shim for python3.12 exists on PATH even where no 3.12 is selected, and fails
+    for candidate in $(command -v python3.12 || true) $(ls -d /root/.pyenv/versions/3.12*/bin/python 2>/dev/null); do
+        if "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then
+            COMPAT_PYTHON=$candidate
+            break
+        fi
+    done
 fi
 if [ ! -x "$VENV/bin/python" ]; then
     if [ -z "$COMPAT_PYTHON" ] || [ ! -x "$COMPAT_PYTHON" ]; then
@@ -26,8 +32,9 @@ fi
 "$VENV/bin/python" -c 'import sys, torch, transformers; print("compat:", sys.version.split()[0], "torch", torch.__version__, "transformers", transformers.__version__)'
 TESTS=${COMPAT_TESTS:-"tests/test_models.py tests/test_qwen3_model.py tests/test_cached_decoder.py tests/test_loading.py
   tests/test_generation_bench.py tests/test_kv_cache.py tests/test_kv_sweep.py tests/test_specdec.py
-  tests/test_specdec_costs.py tests/test_specdec_bench.py tests/test_specdec_batched.py tests/test_specdec_model.py
-  tests/test_results.py tests/test_core.py tests/test_memory.py tests/test_prompts.py tests/test_gpu_specs.py
-  tests/test_gpu_measure.py tests/test_model_graphs.py"}
+  tests/test_specdec_costs.py tests/test_specdec_bench.py tests/test_specdec_batched.py tests/test_specdec_core.py tests/test_specdec_analysis.py
+  tests/test_specdec_tree.py tests/test_specdec_medusa.py tests/test_specdec_feature_draft.py tests/test_results.py
+  tests/test_core.py tests/test_memory.py tests/test_prompts.py tests/test_gpu_specs.py tests/test_gpu_measure.py
+  tests/test_model_graphs.py tests/test_graphed_steps.py tests/test_model_kernels.py"}
 # shellcheck disable=SC2086
 PYTHONPATH="$ROOT" exec "$VENV/bin/python" -m pytest -p no:cacheprovider -q -rs $TESTS "$@"
