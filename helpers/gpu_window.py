@@ -111,8 +111,41 @@ def self_check(params: dict, out: Path) -> dict:
     except Exception as error:  # noqa: BLE001 - reported; the window goes on eager only
         notes.append(f"GRAPH CHECK FAILED (measuring eager only): {type(error).__name__}: {error}")
         traceback.print_exc()
+    try:
+        result["step_kernels"] = _kernel_count(device, notes)
+    except Exception as error:  # noqa: BLE001 - a diagnostic only: the window goes on
+        notes.append(f"kernel count not measured: {type(error).__name__}: {error}")
     result["seconds"] = time.monotonic() - start
     return result
+
+
+def _kernel_count(device: torch.device, notes: list) -> int | None:
+    """The GPU kernels one eager decode step of the shipped 1-layer draft launches (the profiler's CUDA events),
+    beside the model file's ``LAYER_KERNELS`` (the CPU count of kernel-launching ops per layer): a batch-1 step on a
+    GPU is bound by its kernel count, so the window's rows are read with it. None without CUDA."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from helpers.models import load_model
+    from helpers.models.qwen3 import LAYER_KERNELS
+    from helpers.models.runtime import minimal_view
+
+    if device.type != "cuda":
+        notes.append("kernel count: no CUDA here")
+        return None
+    model = minimal_view(load_model("cpu-pair/draft", device=device, dtype=torch.float32)[0])
+    cache = model.new_cache(1, 64)
+    token = torch.ones(1, 1, dtype=torch.long, device=device)
+    with torch.inference_mode():
+        model(torch.arange(1, 9, device=device)[None], cache)
+        model(token, cache)  # warm: the first call may allocate or pick kernels
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            model(token, cache)
+            torch.cuda.synchronize()
+    kernels = sum(1 for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA)
+    notes.append(f"kernel count: one eager decode step of the {model.config.num_layers}-layer draft launched {kernels} "
+                 f"CUDA kernels and copies (the model file counts {LAYER_KERNELS} kernel ops per layer on a CPU)")
+    return kernels
 
 
 def _graph_check(device: torch.device, notes: list) -> bool:

@@ -247,6 +247,8 @@ def test_window_rehearsal_resumes_archives_and_reports_goals(dry, tmp_path):
     out = tmp_path / "out"
     summary = gpu_window.run_window(out, dry_run=True, work=work)
     assert summary["self_check"]["ok"] and summary["self_check"]["graphs"]
+    assert summary["self_check"]["step_kernels"] is None  # a diagnostic for the GPU: counted only with CUDA
+    assert "kernel count: no CUDA here" in summary["self_check"]["notes"]
     assert summary["measured"] == 0 and summary["stopped"] is None
     assert summary["parts_done"] == list(gpu_measure.PARTS)
     assert sorted(f.name for f in out.iterdir()) == [f"window-{DRY}.tar.gz", gpu_window.SUMMARY]
