@@ -101,13 +101,22 @@ def write_report_tables(profile: str) -> list[str]:
     from helpers.paths import results_dir
 
     folder = results_dir(profile, create=False)
-    costs, e2e = cost_table(read_rows(folder, COSTS)), e2e_table(read_rows(folder, GRAPHS))
+    pair_rows = read_rows(folder, GRAPHS)  # the CPU pair's terms (kind eq5_terms) and its end-to-end rows
+    costs = cost_table(read_rows(folder, COSTS) + [row for row in pair_rows if row.get("kind") == "eq5_terms"])
+    e2e = e2e_table(pair_rows)
     if len(costs):
-        tables.write_table(costs.drop(columns=["HBM floor ms"]), "00_gpu_graphs", profile, float_format="{:.3g}",
+        hub_name = lambda name: name if name.startswith("cpu-pair/") else name.split("/")[-1]  # noqa: E731
+        short = costs.drop(columns=["HBM floor ms"]).assign(target=costs["target"].map(hub_name),
+                                                            draft=costs["draft"].map(hub_name))
+        short = short.rename(columns={"T_V/T_T (lowest gamma)": "T_V/T_T min g", "T_V/T_T (highest gamma)":
+                                      "T_V/T_T max g", "graph replays": "replays", "kernels per layer": "kernels/layer",
+                                      "roofline share": "roofline"})
+        tables.write_table(short, "00_gpu_graphs", profile, float_format="{:.3g}",
                            caption="Eq. 5 terms of the handout pairs (random weights, bf16, batch 1, context 256) and "
-                                   "of the CPU pair (its weights, fp32), eager and replayed as CUDA graphs; roofline "
-                                   "share: the target's weight bytes over bandwidth, divided by its measured decode "
-                                   "step; kernels per layer: the model file's, where the row recorded it")
+                                   "of the CPU pair (its weights, fp32), eager and replayed as CUDA graphs; T_V/T_T at "
+                                   "the smallest and largest gamma measured; roofline: the target's weight bytes over "
+                                   "bandwidth, divided by its measured decode step; kernels/layer: the model file's, "
+                                   "where the row recorded it")
     if len(e2e):
         tables.write_table(e2e, "00_gpu_e2e", profile, float_format="{:.3g}",
                            caption="The CPU pair on the GPU end to end: speculative decoding over AR, both in the same "
