@@ -73,7 +73,7 @@ def goal_lines(folder: Path) -> list[str]:
         ran = (row["graph replays"] or 0) > 0
         eager_c = f"{eager['c'].iloc[0]:.3f}" if len(eager) else "not measured"
         layer = row["kernels per layer"]
-        layer = f"{int(layer)} kernels per layer" if layer == layer and layer is not None else "kernels not recorded"
+        layer = f"{int(layer)} kernels per layer" if pd.notna(layer) else "kernels not recorded"
         lines.append(f"c = T_D/T_T of {row['target']} / {row['draft']}: {row['c']:.3f} with graphs, {eager_c} eager "
                      f"(goal <= 0.15 with graphs: {'met' if row['c'] <= 0.15 and ran else 'missed'}; "
                      f"{int(row['graph replays'] or 0)} graph replays; {layer})")
