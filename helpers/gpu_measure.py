@@ -24,7 +24,9 @@ events) and the verify step; ``eq5`` T_T, T_D, T_V(gamma) of each handout pair i
 CUDA graphs (``decode: eager | graphs``; graphs rows record ``graph_replays``), with Eq. 5's predicted speedup over a
 grid of alpha (labelled a prediction) and the target's weight bytes (the HBM roofline); ``graphs`` the CPU pair's
 terms eager and as graphs, then its speculative decoding end to end with graphs against AR with graphs (real alpha,
-every output checked against AR); ``02`` §1.3 generation sweeps; ``03`` §2.1 with and without the KV cache; ``12``
+every output checked against AR); ``profile`` where a decode step's time goes (kernels, their summed time
+and the idle gaps between them in one graph replay, by kernel family: :mod:`helpers.experiments.step_profile`);
+``02`` §1.3 generation sweeps; ``03`` §2.1 with and without the KV cache; ``12``
 notebook 12's depth at Qwen3-0.6B size and the draft family; ``07`` notebook 07's sweep, per-source and sampled runs;
 ``09`` notebook 09's cost terms, gamma sweep and batched points; ``13`` notebook 13's drafters; ``10`` notebook 10's
 trees and lookup with the CPU pair; ``11`` notebook 11's self-speculation sweep over context and batch. Every part asks the result store first and loads
@@ -45,12 +47,12 @@ from pathlib import Path
 import torch
 
 from helpers import paths
-from helpers.experiments import gpu_costs
+from helpers.experiments import gpu_costs, step_profile
 from helpers.experiments.gpu_costs import (CPU_PAIRS, DECODE_MODES, EQ5_ALPHAS, EQ5_CONTEXT, EQ5_DTYPE, EQ5_GAMMAS,
                                           EQ5_REPEATS, HANDOUT_PAIRS)
 from helpers.budget import Budget, BudgetExhausted, BudgetStore
 
-PARTS = ("01", "06", "eq5", "graphs", "02", "03", "12", "07", "09", "13", "10", "11")  # the window's priority order
+PARTS = ("01", "06", "eq5", "graphs", "profile", "02", "03", "12", "07", "09", "13", "10", "11")  # the window's priority order
 PART_FILES = {  # the result files each part writes (at most 8 come back per command)
     "01": ["01_gpu_memory_math"],
     "02": ["02_generation_benchmarks"],
@@ -60,6 +62,7 @@ PART_FILES = {  # the result files each part writes (at most 8 come back per com
     "09": ["09_speedup_analysis"],
     "eq5": ["09_handout_costs"],
     "graphs": ["09_compiled_decode"],
+    "profile": ["09_step_profile"],
     "12": ["12_draft_design"],
     "13": ["13_drafting_from_the_target"],
     "10": ["10_tree_and_lookup_decoding"],
@@ -71,7 +74,8 @@ MAX_FILE_BYTES = 16 * 2**20
 # --dry-run: params/dry-run.yaml over the CPU profile, and these eq5/graphs settings
 DRY_EQ5 = {"pairs": [["cpu/Qwen3-8B", "cpu/Qwen3-0.6B"]], "gammas": [2, 3], "context": 8, "repeats": 1,
            "dtype": "float32",
-           "cpu_pairs": [["cpu-pair/target", "cpu-pair/draft"]]}
+           "cpu_pairs": [["cpu-pair/target", "cpu-pair/draft"]],
+           "profile_models": {"cpu/Qwen3-8B": [1, 3], "cpu-pair/target": [1, 3]}}
 
 
 # ------------------------------------------------------------------------------------------------------ parts
@@ -87,6 +91,8 @@ def run_part(part: str, params: dict, store, eq5: dict) -> None:
         gpu_costs.measure_eq5(params, store(gpu_costs.COSTS), eq5, eq5["pairs"], "random", fatal=(BudgetExhausted,))
     elif part == "graphs":  # the CPU pair on the GPU: cost terms eager and as graphs, then end to end
         gpu_costs.measure_graphs(params, store, eq5, fatal=(BudgetExhausted,))
+    elif part == "profile":  # where a decode step's time goes: kernel time, idle gaps, kernel families
+        step_profile.measure_profiles(params, store, eq5, fatal=(BudgetExhausted,))
     else:
         importlib.import_module(f"helpers.experiments.{PART_MODULES[part]}").measure(params, store, progress=False)
 
@@ -100,7 +106,8 @@ def profile_params(profile: str, dry_run: bool) -> tuple[dict, dict]:
     from helpers.run_all import load_params
 
     eq5 = {"pairs": HANDOUT_PAIRS, "gammas": EQ5_GAMMAS, "context": EQ5_CONTEXT, "repeats": EQ5_REPEATS,
-           "alphas": EQ5_ALPHAS, "cpu_pairs": CPU_PAIRS, "dtype": EQ5_DTYPE, "modes": ["eager", "graphs"]}
+           "alphas": EQ5_ALPHAS, "cpu_pairs": CPU_PAIRS, "dtype": EQ5_DTYPE, "modes": ["eager", "graphs"],
+           "profile_models": step_profile.PROFILED}
     if not dry_run:  # as papermill runs a notebook: its defaults (the CPU profile), overridden by the profile's file
         return {**load_params("cpu"), **load_params(profile)}, eq5
     params = {**load_params("cpu"), **load_params("dry-run"), "profile": f"{profile}-dryrun", "device": "cpu"}

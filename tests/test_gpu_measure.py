@@ -206,6 +206,7 @@ def test_notebook_renders_gpu_rows_on_a_machine_without_gpu(dry, monkeypatch, tm
         goals = gpu_costs.write_report_tables(profile)
         assert (tmp_path / "report" / "generated" / profile / "00_gpu_graphs.tex").exists()
         assert (tmp_path / "report" / "generated" / profile / "00_gpu_e2e.tex").exists()
+        assert (tmp_path / "report" / "generated" / profile / "00_gpu_kernels.tex").exists()
         assert any("identical to AR" in line for line in goals)
 
 

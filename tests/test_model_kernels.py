@@ -8,12 +8,8 @@ import pytest
 import torch
 from torch.profiler import profile
 
+from helpers.experiments.step_profile import cpu_kernel_ops
 from helpers.models.qwen3 import LAYER_KERNELS, DecoderConfig, MiniQwen3, RMSNorm, Rotary, apply_rope
-
-# ops that only re-describe a tensor's memory: no kernel on a GPU
-VIEWS = {"aten::view", "aten::transpose", "aten::reshape", "aten::slice", "aten::narrow", "aten::expand",
-         "aten::as_strided", "aten::unsqueeze", "aten::select", "aten::t", "aten::chunk", "aten::split",
-         "aten::_unsafe_view", "aten::alias", "aten::detach"}
 
 
 def _model(layers: int) -> MiniQwen3:
@@ -31,8 +27,7 @@ def _kernels(model: MiniQwen3, new_tokens: int) -> int:
         model(torch.arange(10)[None], cache)
         with profile() as prof:
             model(torch.arange(new_tokens)[None], cache)
-    return sum(1 for e in prof.events()
-               if e.cpu_parent is None and e.name.startswith("aten::") and e.name not in VIEWS)
+    return len(cpu_kernel_ops(prof.events()))
 
 
 @pytest.mark.parametrize("new_tokens", [1, 6])

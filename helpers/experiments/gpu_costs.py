@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from helpers.experiments import step_profile
 from helpers.results import latest_ok_rows, run_metadata
 
 COSTS = "09_handout_costs"  # eq5 part: the handout pairs, random weights, bf16
@@ -90,12 +91,19 @@ def goal_lines(folder: Path) -> list[str]:
                      f"best {best['speedup']:.2f}x at gamma {best['gamma']} ({best['draft']}); median over rows "
                      f"{e2e['speedup'].median():.2f}x (goal >= 1.5x with graphs: "
                      f"{'met' if best['speedup'] >= 1.5 and identical and ran else 'missed'})")
-    return lines or ["no goal rows yet (parts eq5 and graphs measure them)"]
+    lines = lines or ["no goal rows yet (parts eq5 and graphs measure them)"]
+    return lines + step_profile.diagnostic_lines(folder)
+
+
+def short_name(name: str) -> str:
+    """A Hub model without its organisation (the CPU pair's names stay whole: ``target`` alone says nothing)."""
+    return name if name.startswith("cpu-pair/") else name.split("/")[-1]
 
 
 def write_report_tables(profile: str) -> list[str]:
     """The window's decode-cost rows as the report's tables, whatever notebook is still pending: ``00_gpu_graphs``
-    (Eq. 5 terms eager and as CUDA graphs, roofline share) and ``00_gpu_e2e`` (the CPU pair end to end). Written by
+    (Eq. 5 terms eager and as CUDA graphs, roofline share), ``00_gpu_e2e`` (the CPU pair end to end) and
+    ``00_gpu_kernels`` (where a step's time goes: :mod:`helpers.experiments.step_profile`). Written by
     ``python -m helpers.run_all`` for every profile that has such rows; returns the goal lines (empty without rows)."""
     from helpers import tables
     from helpers.paths import results_dir
@@ -105,9 +113,8 @@ def write_report_tables(profile: str) -> list[str]:
     costs = cost_table(read_rows(folder, COSTS) + [row for row in pair_rows if row.get("kind") == "eq5_terms"])
     e2e = e2e_table(pair_rows)
     if len(costs):
-        hub_name = lambda name: name if name.startswith("cpu-pair/") else name.split("/")[-1]  # noqa: E731
-        short = costs.drop(columns=["HBM floor ms"]).assign(target=costs["target"].map(hub_name),
-                                                            draft=costs["draft"].map(hub_name))
+        short = costs.drop(columns=["HBM floor ms"]).assign(target=costs["target"].map(short_name),
+                                                            draft=costs["draft"].map(short_name))
         short = short.rename(columns={"T_V/T_T (lowest gamma)": "T_V/T_T min g", "T_V/T_T (highest gamma)":
                                       "T_V/T_T max g", "graph replays": "replays", "kernels per layer": "kernels/layer",
                                       "roofline share": "roofline"})
@@ -121,7 +128,15 @@ def write_report_tables(profile: str) -> list[str]:
         tables.write_table(e2e, "00_gpu_e2e", profile, float_format="{:.3g}",
                            caption="The CPU pair on the GPU end to end: speculative decoding over AR, both in the same "
                                    "decode mode (real acceptance; every greedy output compared with AR's)")
-    return goal_lines(folder) if len(costs) or len(e2e) else []
+    steps = step_profile.step_table(read_rows(folder, step_profile.STEP_PROFILE))
+    if len(steps):
+        tables.write_table(steps.assign(model=steps["model"].map(short_name)), "00_gpu_kernels",
+                           profile, float_format="{:.3g}",
+                           caption="Where a decode step's time goes: one step of width tokens replayed as a CUDA graph "
+                                   "(random weights in bf16; the CPU pair's target in fp32), its kernels and their "
+                                   "summed time (busy), the idle share between the first kernel's start and the last "
+                                   "one's end, the matrix products' time and the HBM floor (weight bytes over bandwidth)")
+    return goal_lines(folder) if len(costs) or len(e2e) or len(steps) else []
 
 
 # ------------------------------------------------------------------------------------------ measuring (GPU window)
@@ -232,6 +247,18 @@ def _load_cost_pair(p: dict, eq5: dict, target_name: str, draft_name: str, label
     return target, draft, context.to(p["device"]), meta
 
 
+def outdated(store, configs: dict) -> bool:
+    """Whether a pair's rows (``configs`` by decode mode) were measured with a model file whose layer launched a
+    different number of kernels than now (:data:`~helpers.models.qwen3.LAYER_KERNELS`): its graphs row records the
+    count (rows from before it did record none). Such a pair is measured again in every mode, the new rows
+    superseding the old (the file keeps both); a pair without a graphs row (Llama: no model-file view) never is."""
+    from helpers.models.qwen3 import LAYER_KERNELS
+    from helpers.results import config_key
+
+    row = store.done().get(config_key(configs["graphs"])) if "graphs" in configs else None
+    return row is not None and row.get("layer_kernels") != LAYER_KERNELS
+
+
 def measure_eq5(p: dict, store, eq5: dict, pairs, weights: str, fatal: tuple = ()) -> None:
     """Eq. 5's terms of each pair in every decode mode of ``eq5["modes"]`` (graphs only where the model file runs
     the pair: Qwen3), one row per (pair, mode)."""
@@ -244,7 +271,8 @@ def measure_eq5(p: dict, store, eq5: dict, pairs, weights: str, fatal: tuple = (
     for target_name, draft_name in pairs:
         label = "cpu-pair" if target_name.startswith(PAIR_PREFIX) else weights
         configs = {mode: cost_config(target_name, draft_name, label, p, eq5, mode) for mode in eq5["modes"]}
-        if all(store.has(c) for c in configs.values()):
+        stale = outdated(store, configs)
+        if not stale and all(store.has(c) for c in configs.values()):
             continue
         check_budget(store, f"loading {target_name} / {draft_name}")
         target, draft, context, meta = _load_cost_pair(p, eq5, target_name, draft_name, label, weights)
@@ -255,7 +283,7 @@ def measure_eq5(p: dict, store, eq5: dict, pairs, weights: str, fatal: tuple = (
             tolerate_graph_failure(mode, config, lambda mode=mode, config=config: store.run(
                 config, lambda: graph_proof(mode, (target, draft), lambda: eq5_row(measure_costs(
                     target, draft, context, eq5["gammas"], repeats=eq5["repeats"], compile=DECODE_MODES[mode]),
-                    target, draft, eq5)), meta=meta), fatal)
+                    target, draft, eq5)), meta=meta, rerun=stale), fatal)
         del target, draft
         free_memory()
 

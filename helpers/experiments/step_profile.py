@@ -1,0 +1,198 @@
+"""Where a batch-1 decode step's time goes on a GPU: the kernels one step runs, their summed device time, and the
+idle time between them, beside the step's wall time replayed as a CUDA graph (the window's part ``profile``).
+
+The H100's first rows put the Qwen3-8B decode step at 42 % of the HBM roofline with graphs. Two causes predict
+different fixes: kernels that run slowly (a matrix-vector product below bandwidth, an attention kernel reading the
+whole static cache) leave the GPU busy, while many tiny kernels leave it idle between launches even inside a graph.
+A row here separates them: ``busy_ms`` (kernel time summed) against ``span_ms`` (first kernel's start to last
+kernel's end) and ``wall_ms`` (a replay, timed), by kernel family. Read by the report's table ``00_gpu_kernels`` and
+by the window's goal lines. On a CPU (the dry run) the "kernels" are the ops that would launch one on a GPU.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+STEP_PROFILE = "09_step_profile"
+PROFILED = {"Qwen/Qwen3-8B": [1, 8], "Qwen/Qwen3-0.6B": [1], "cpu-pair/target": [1, 6, 8]}  # model -> widths
+FAMILIES = (  # first match wins (attention first: fmha_cutlass... is attention); kernel names, lower-cased
+    ("attention", ("fmha", "flash", "attention", "efficient", "softmax")),
+    ("matmul", ("gemv", "gemm", "cutlass", "xmma", "cublas", "splitk", "matmul", "aten::mm", "aten::addmm",
+                "aten::bmm", "aten::linear")),
+    ("norm", ("norm",)),
+    ("copy", ("memcpy", "memset", "copy", "scatter", "gather", "index", "aten::cat", "roll")),
+)
+
+
+# ops that only re-describe a tensor's memory: no kernel on a GPU
+VIEW_OPS = {"aten::view", "aten::transpose", "aten::reshape", "aten::slice", "aten::narrow", "aten::expand",
+            "aten::as_strided", "aten::unsqueeze", "aten::select", "aten::t", "aten::chunk", "aten::split",
+            "aten::_unsafe_view", "aten::alias", "aten::detach"}
+
+
+def cpu_kernel_ops(events) -> list:
+    """The profiler events (of a CPU run) that would each launch a kernel on a GPU: top-level aten ops, not views."""
+    return [e for e in events if e.cpu_parent is None and e.name.startswith("aten::") and e.name not in VIEW_OPS]
+
+
+def family(name: str) -> str:
+    """The kernel family of a profiler event's name (``other``: element-wise and the rest)."""
+    lowered = name.lower()
+    for label, keys in FAMILIES:
+        if any(key in lowered for key in keys):
+            return label
+    return "other"
+
+
+def kernel_summary(kernels, top: int = 8) -> dict:
+    """``kernels``: (name, start_us, end_us) of what one step ran. Count, summed time (``busy_ms``), first start to
+    last end (``span_ms``), the idle share of that span, time and count per :func:`family`, the ``top`` kernels."""
+    if not kernels:
+        raise ValueError("no kernels in the profile (CUDA kernels need the profiler's CUDA activity)")
+    kernels = sorted(kernels, key=lambda k: k[1])
+    busy = sum(end - start for _, start, end in kernels)
+    span = max(end for _, _, end in kernels) - kernels[0][1]
+    by_family, by_name = defaultdict(lambda: [0, 0.0]), defaultdict(lambda: [0, 0.0])
+    for name, start, end in kernels:
+        for table, key in ((by_family, family(name)), (by_name, name[:120])):
+            table[key][0] += 1
+            table[key][1] += end - start
+    ranked = sorted(by_name.items(), key=lambda item: -item[1][1])[:top]
+    return {"kernels": len(kernels), "busy_ms": busy / 1e3, "span_ms": span / 1e3,
+            "idle_share": max(0.0, 1 - busy / span) if span > 0 else 0.0,
+            "families": {key: {"count": n, "ms": t / 1e3} for key, (n, t) in sorted(by_family.items())},
+            "top_kernels": [{"name": key, "count": n, "ms": t / 1e3} for key, (n, t) in ranked]}
+
+
+def profiled_kernels(run, device: torch.device) -> list[tuple[str, float, float]]:
+    """(name, start_us, end_us) of the kernels one ``run()`` launches: CUDA kernels and copies on a GPU (empty if
+    the profiler saw none, as where graph replays are not traced), on a CPU the ops that would launch one
+    (:func:`cpu_kernel_ops`)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        run()
+        if cuda:
+            torch.cuda.synchronize()
+    events = prof.events()
+    chosen = ([e for e in events if e.device_type == torch.autograd.DeviceType.CUDA] if cuda
+              else cpu_kernel_ops(events))
+    return [(e.name, e.time_range.start, e.time_range.end) for e in chosen]
+
+
+@torch.inference_mode()
+def measure_step(model, context: torch.Tensor, width: int, *, repeats: int = 20) -> dict:
+    """One ``width``-token step of ``model`` (a transformers Qwen3 or the model file's) after the cached
+    ``context`` (1, S), as a CUDA graph (:class:`helpers.models.graphs.GraphedSteps`; eager on a CPU): wall time
+    of a replay, and :func:`kernel_summary` of one replay's profile (of an eager step where the profiler does not
+    trace graph replays; ``kernels_from`` says which)."""
+    from helpers.memory import decode_weight_bytes
+    from helpers.models.graphs import GraphedSteps
+    from helpers.models.qwen3 import LAYER_KERNELS
+    from helpers.models.runtime import minimal_view
+    from helpers.timing import measure
+
+    view = minimal_view(model)
+    device = context.device
+    capacity = context.shape[1] + width
+    steps, eager = GraphedSteps(view, 1, capacity), view.new_cache(1, capacity)
+    view(context, steps.cache), view(context, eager)
+    block = context[:, -width:]
+
+    def replay():
+        steps(block)
+        steps.cache.rollback(width)
+
+    def eager_step():
+        view(block, eager)
+        eager.rollback(width)
+
+    wall = measure(replay, warmup=3, repeats=repeats, device=device, statistic="median")
+    kernels, source = profiled_kernels(replay, device), "graphs" if steps.capture else "cpu ops"
+    if not kernels:
+        eager_step()  # warm: the eager path's first call may pick kernels
+        kernels, source = profiled_kernels(eager_step, device), "eager"
+    return {**kernel_summary(kernels), "kernels_from": source, "wall_ms": wall.median * 1e3,
+            "wall_spread": wall.spread, "graph_replays": steps.replays, "layer_kernels": LAYER_KERNELS,
+            "num_layers": view.config.num_layers,
+            "decode_bytes": decode_weight_bytes(model.config, next(model.parameters()).element_size())}
+
+
+def measure_profiles(p: dict, store, eq5: dict, fatal: tuple = ()) -> None:
+    """Part ``profile``: :func:`measure_step` for each model and width of ``eq5["profile_models"]`` (random weights
+    in bf16 for the handout's models, the CPU pair's own weights and dtype), a row each; a failure is printed and
+    skipped (a diagnostic never stops the window)."""
+    from helpers.experiments.common import check_budget, took
+    from helpers.models import PAIR_PREFIX, load_model
+    from helpers.results import free_memory, run_metadata
+
+    rows = store(STEP_PROFILE)
+    for name, widths in eq5["profile_models"].items():
+        label = "cpu-pair" if name.startswith(PAIR_PREFIX) else "random"
+        dtype = p["sd_dtype"] if label == "cpu-pair" else eq5["dtype"]  # as the pair's Eq. 5 rows
+        configs = [{"kind": "step_profile", "model": name, "weights": label, "dtype": dtype, "device": p["device"],
+                    "context_len": eq5["context"], "width": int(w), "decode": "graphs"} for w in widths]
+        if all(rows.has(c) for c in configs):
+            continue
+        check_budget(rows, f"profiling {name}")
+        model = context = None
+        try:
+            with took(rows):
+                model, _ = load_model(name, device=p["device"], dtype=getattr(torch, dtype),
+                                      **({} if label == "cpu-pair" else {"weights": "random"}))
+                context = torch.randint(0, model.config.vocab_size, (1, eq5["context"]),
+                                        generator=torch.Generator().manual_seed(0)).to(p["device"])
+                meta = run_metadata(model_id=name, weights=label, dtype=dtype, device=p["device"], seed=0)
+                for config in configs:
+                    rows.run(config, lambda config=config: measure_step(model, context, config["width"]), meta=meta)
+        except fatal:
+            raise
+        except Exception as error:  # noqa: BLE001 - a diagnostic: printed, the window goes on
+            print(f"  STEP PROFILE FAILED, skipped: {name}: {type(error).__name__}: {error}"[:2000], flush=True)
+        del model, context
+        free_memory()
+
+
+# ------------------------------------------------------------------------------------------------ reading the rows
+
+
+def step_table(rows: list[dict]) -> pd.DataFrame:
+    """One line per profiled (model, width): kernels (and per layer), a replay's wall time, the kernels' summed time
+    (busy), the idle share of their span, the matrix products' time, and the HBM floor (the weight bytes a step
+    reads over the datasheet bandwidth; the same at every width: a step reads each weight once)."""
+    from helpers.gpu_specs import gpu_spec
+
+    lines = []
+    for row in rows:
+        try:
+            bandwidth = float(gpu_spec(row.get("device_name", ""))["bandwidth_gbs"]) * 1e9
+        except KeyError:
+            bandwidth = None
+        lines.append({"model": row["model"], "width": row["width"], "kernels": row["kernels"],
+                      "kernels/layer": row["kernels"] / row["num_layers"], "wall ms": row["wall_ms"],
+                      "busy ms": row["busy_ms"], "idle": row["idle_share"],
+                      "matmul ms": row["families"].get("matmul", {}).get("ms", 0.0),
+                      "HBM floor ms": row["decode_bytes"] / bandwidth * 1e3 if bandwidth else None,
+                      "from": row["kernels_from"]})
+    frame = pd.DataFrame(lines)
+    return frame.sort_values(["model", "width"]).reset_index(drop=True) if len(frame) else frame
+
+
+def diagnostic_lines(folder: Path) -> list[str]:
+    """What the profiled decode steps (width 1) say about where their time goes, a line per model."""
+    from helpers.results import latest_ok_rows
+
+    table = step_table(latest_ok_rows(Path(folder) / f"{STEP_PROFILE}.jsonl"))
+    lines = []
+    for _, row in table[table["width"] == 1].iterrows() if len(table) else []:
+        floor = f"; HBM floor {row['HBM floor ms']:.2f} ms" if pd.notna(row["HBM floor ms"]) else ""
+        lines.append(f"diagnostic: {row['model']} decode step replayed: {row['wall ms']:.2f} ms wall; "
+                     f"{row['kernels']} kernels ({row['kernels/layer']:.1f} per layer, from {row['from']}) busy "
+                     f"{row['busy ms']:.2f} ms, of which matrix products {row['matmul ms']:.2f} ms{floor}; idle "
+                     f"between kernels {row['idle']:.0%} of their span")
+    return lines

@@ -1,0 +1,88 @@
+"""helpers.experiments.step_profile: where a decode step's time goes (the window's part ``profile``), and the eq5
+part measuring again the rows of an older model file."""
+import json
+
+import pytest
+import torch
+
+from helpers.experiments import gpu_costs, step_profile
+from helpers.models.qwen3 import LAYER_KERNELS
+
+
+@pytest.mark.parametrize("name, family", [
+    ("void gemv2T_kernel_val<int, int, __nv_bfloat16, 128, 16, 4, 4>", "matmul"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", "matmul"),
+    ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80", "attention"),
+    ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128>>", "attention"),
+    ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16>", "norm"),
+    ("Memcpy HtoD (Pinned -> Device)", "copy"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>", "other"),
+    ("aten::linear", "matmul"), ("aten::scaled_dot_product_attention", "attention"), ("aten::cat", "copy"),
+])
+def test_kernel_families(name, family):
+    assert step_profile.family(name) == family
+
+
+def test_kernel_summary_separates_busy_from_idle():
+    kernels = [("gemv_a", 0.0, 10.0), ("add", 12.0, 14.0), ("gemv_a", 20.0, 30.0), ("Memcpy HtoD", 30.0, 31.0)]
+    summary = step_profile.kernel_summary(list(reversed(kernels)))  # any order
+    assert summary["kernels"] == 4
+    assert summary["busy_ms"] == pytest.approx(23e-3) and summary["span_ms"] == pytest.approx(31e-3)
+    assert summary["idle_share"] == pytest.approx(1 - 23 / 31)
+    assert summary["families"] == {"copy": {"count": 1, "ms": pytest.approx(1e-3)},
+                                   "matmul": {"count": 2, "ms": pytest.approx(20e-3)},
+                                   "other": {"count": 1, "ms": pytest.approx(2e-3)}}
+    assert summary["top_kernels"][0] == {"name": "gemv_a", "count": 2, "ms": pytest.approx(20e-3)}
+    with pytest.raises(ValueError, match="no kernels"):
+        step_profile.kernel_summary([])
+
+
+def test_measure_step_on_a_cpu_counts_the_ops_a_gpu_would_launch():
+    from tiny_models import tiny_qwen3
+
+    model = tiny_qwen3(0)
+    context = torch.randint(0, model.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(0))
+    row = step_profile.measure_step(model, context, 3, repeats=2)
+    layers = model.config.num_hidden_layers
+    assert row["kernels_from"] == "cpu ops" and row["num_layers"] == layers and row["layer_kernels"] == LAYER_KERNELS
+    assert row["kernels"] >= LAYER_KERNELS * layers  # every layer's kernels, plus the embedding, the norm, the head
+    assert row["families"]["matmul"]["count"] >= 7 * layers and row["busy_ms"] > 0 and row["wall_ms"] > 0
+    assert row["graph_replays"] == 0  # a CPU captures nothing
+
+
+def _profile_row(**extra):
+    return {"status": "ok", "config_key": "k", "model": "Qwen/Qwen3-8B", "width": 1, "kernels": 940,
+            "num_layers": 36, "wall_ms": 8.0, "busy_ms": 6.0, "span_ms": 7.5, "idle_share": 0.2,
+            "families": {"matmul": {"count": 252, "ms": 5.0}}, "kernels_from": "graphs",
+            "decode_bytes": 15.1e9, "device_name": "NVIDIA H100 80GB HBM3", **extra}
+
+
+def test_the_goal_lines_say_where_the_8b_step_goes(tmp_path):
+    (tmp_path / f"{step_profile.STEP_PROFILE}.jsonl").write_text(json.dumps(_profile_row()) + "\n")
+    lines = gpu_costs.goal_lines(tmp_path)
+    assert lines[0].startswith("no goal rows yet")
+    assert lines[1] == ("diagnostic: Qwen/Qwen3-8B decode step replayed: 8.00 ms wall; 940 kernels (26.1 per layer, "
+                        "from graphs) busy 6.00 ms, of which matrix products 5.00 ms; HBM floor 4.51 ms; idle between "
+                        "kernels 20% of their span")  # 15.1e9 B / 3.35e12 B/s
+
+
+class _Store:
+    def __init__(self, rows):
+        self._rows = rows
+
+    def done(self):
+        return self._rows
+
+
+def test_rows_of_an_older_model_file_are_outdated():
+    """Regression: the H100's eq5 rows came from a layer of 56 kernels; the window skipped them as measured, so the
+    26-kernel layer's c and roofline share would never be measured there."""
+    from helpers.results import config_key
+
+    configs = {mode: {"kind": "eq5_terms", "target": "Qwen/Qwen3-8B", "decode": mode} for mode in ("eager", "graphs")}
+    graphs = config_key(configs["graphs"])
+    assert gpu_costs.outdated(_Store({graphs: {"T_T": 1.0}}), configs)  # recorded no count: before the count existed
+    assert gpu_costs.outdated(_Store({graphs: {"layer_kernels": 56}}), configs)
+    assert not gpu_costs.outdated(_Store({graphs: {"layer_kernels": LAYER_KERNELS}}), configs)
+    assert not gpu_costs.outdated(_Store({}), configs)  # nothing measured yet: measured anyway, nothing superseded
+    assert not gpu_costs.outdated(_Store({}), {"eager": configs["eager"]})  # a Llama pair: eager only
