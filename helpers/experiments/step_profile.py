@@ -88,19 +88,20 @@ def profiled_kernels(run, device: torch.device) -> list[tuple[str, float, float]
 @torch.inference_mode()
 def measure_step(model, context: torch.Tensor, width: int, *, repeats: int = 20) -> dict:
     """One ``width``-token step of ``model`` (a transformers Qwen3 or the model file's) after the cached
-    ``context`` (1, S), as a CUDA graph (:class:`helpers.models.graphs.GraphedSteps`; eager on a CPU): wall time
+    ``context`` (1, S), as a CUDA graph (:func:`helpers.models.graphs.graphed_steps`; eager on a CPU): wall time
     of a replay, and :func:`kernel_summary` of one replay's profile (of an eager step where the profiler does not
     trace graph replays; ``kernels_from`` says which)."""
     from helpers.memory import decode_weight_bytes
-    from helpers.models.graphs import GraphedSteps
+    from helpers.models.graphs import graphed_steps
     from helpers.models.qwen3 import LAYER_KERNELS
     from helpers.models.runtime import minimal_view
     from helpers.timing import measure
 
     view = minimal_view(model)
     device = context.device
-    capacity = context.shape[1] + width
-    steps, eager = GraphedSteps(view, 1, capacity), view.new_cache(1, capacity)
+    eager = view.new_cache(1, context.shape[1] + width)
+    # the generators' own static cache (capacity rounded up to a power of two: an aligned mask, as in every timed row)
+    steps = graphed_steps(view, 1, context.shape[1] + width, owner=eager)
     view(context, steps.cache), view(context, eager)
     block = context[:, -width:]
 
