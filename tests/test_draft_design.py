@@ -53,6 +53,25 @@ def test_design_table_one_row_per_draft_with_intervals(measured):
     assert table.set_index("draft").alpha["draft-2x32"] > table.set_index("draft").alpha["draft-1x48"]
     frame = gamma_frame(measured)
     assert len(frame) == 6 and "per_prompt" not in frame
+    assert (table.eq5_speedup >= table.eq5_at_best).all()  # one curve: its optimum is never below a point on it
+
+
+def test_eq5_curve_uses_the_measured_terms_and_lines_between_them():
+    """Regression: notebook 12's Eq. 5 optimum came from the mean of the per-gamma draft costs, whose first step is
+    dearer (evicted weights), and fell below Eq. 5 at the measured best gamma (draft-2l: 1.857 at 5 against 1.978)."""
+    from helpers.experiments.draft_design import eq5_curve
+    from helpers.specdec.analysis import predicted_speedup
+
+    T_T, alpha = 4e-3, 0.8
+    draft_round = {3: 0.8e-3, 5: 0.6e-3, 7: 0.5e-3}  # a round's draft time 2.4, 3.0, 3.5 ms
+    verify = {3: 1.3, 5: 1.4, 7: 1.5}
+    curve = eq5_curve(alpha, T_T, draft_round, verify, range(1, 13))
+    for g in draft_round:  # measured gammas: exactly the measured terms
+        assert curve[g] == pytest.approx(float(predicted_speedup(g, alpha, draft_round[g] / T_T, verify[g])))
+    # elsewhere the lines: the least-squares round 1.5917 ms fixed + 0.275 ms a draft, verify 1.6 at gamma 9
+    assert curve[9] == pytest.approx(float(predicted_speedup(9, alpha, (1.5917e-3 + 9 * 0.275e-3) / 9 / T_T, 1.6)),
+                                     rel=1e-4)
+    assert max(curve.values()) >= max(curve[g] for g in draft_round)
 
 
 def test_best_gamma_at_the_edge_of_the_sweep_is_flagged():

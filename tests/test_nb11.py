@@ -39,7 +39,7 @@ def test_sweep_summary(params, measured):
     assert numbers["long_ctx"] == found["long_ctx"] == 4096 and numbers["short_ctx"] == 512
     assert numbers["region_points"] == len(found["region"]) == (
         numbers["region_full_above"] + numbers["region_full_within"] + numbers["region_full_below"])
-    assert list(numbers)[0] == "region_min" and list(numbers)[-1] == "over_floor_max"
+    assert list(numbers)[0] == "region_min" and list(numbers)[-1] == "vs_short_max"
     assert found["text"].startswith("context >= 2048 and batch >= 8")
 
 

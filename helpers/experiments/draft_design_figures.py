@@ -7,7 +7,6 @@ import numpy as np
 import pandas as pd
 
 from helpers.plotting import figsize
-from helpers.specdec.analysis import linear_verify_cost, predicted_speedup
 
 
 def _colours(table: pd.DataFrame) -> dict:
@@ -48,18 +47,16 @@ def design_figure(table: pd.DataFrame):
 
 
 def gamma_figure(gammas: pd.DataFrame, table: pd.DataFrame):
-    """Measured speedup against gamma per draft (solid), Eq. 5 from the draft's pooled alpha, c_round and the
-    line through its T_V(gamma)/T_T (dashed), the measured optimum (filled) and Eq. 5's (open)."""
+    """Measured speedup against gamma per draft (solid), Eq. 5's curve from the draft's measured terms (dashed,
+    :func:`~helpers.experiments.draft_design.eq5_curve`), the measured optimum (filled) and Eq. 5's (open)."""
     fig, ax = plt.subplots(figsize=figsize(0.42, 0.9))
     colours = _colours(table)
     for row in table.itertuples():
         rows = gammas[gammas.draft == row.draft].sort_values("gamma")
         colour = colours[row.draft]
         ax.plot(rows.gamma, rows.speedup, "o-", color=colour, label=row.draft.removeprefix("draft-"))
-        verify = linear_verify_cost(rows.gamma, rows.verify_ratio)
-        grid = np.arange(1, max(int(rows.gamma.max()), row.eq5_gamma) + 1)
-        ax.plot(grid, [float(predicted_speedup(g, row.alpha, row.c_round, verify(g))) for g in grid], "--",
-                color=colour, alpha=0.6)
+        grid = range(1, max(int(rows.gamma.max()), row.eq5_gamma) + 1)
+        ax.plot(list(grid), [row.eq5_curve[g] for g in grid], "--", color=colour, alpha=0.6)
         ax.plot(row.eq5_gamma, row.eq5_speedup, "o", mfc="none", color=colour, ms=9)
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xlabel(r"draft tokens per round $\gamma$")

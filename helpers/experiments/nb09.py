@@ -164,9 +164,8 @@ def compare_costs_with_07(rows_07, draft_name: str, tokenizer, T_T: float, T_D: 
     same_07 = rows_07[rows_07["draft"] == draft_name] if not rows_07.empty else rows_07
     if not len(same_07):
         return {"c07_available": 0}
-    r07 = same_07.iloc[0]  # 07 times the costs once per pair, on the cached context of its sweep's first prompt
-    first_07 = list(r07["prompt_ids"])[0]
-    text_07 = next((p["prompt"] for p in load_prompts() if p["id"] == first_07), None)
+    r07 = same_07.iloc[0]  # 07 times the costs once per pair, on the cached context of the prompt it records
+    text_07 = next((p["prompt"] for p in load_prompts() if p["id"] == r07.get("cost_prompt")), None)
     context_07 = len(tokenizer(text_07)["input_ids"]) if text_07 is not None else float("nan")
     conditions = pd.DataFrame({
         "notebook": ["07", "09"], "T_T (ms)": [1e3 * r07["T_T_s"], 1e3 * T_T], "T_D (ms)": [1e3 * r07["T_D_s"], 1e3 * T_D],

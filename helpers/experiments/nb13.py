@@ -22,7 +22,7 @@ RESULTS = "13_drafting_from_the_target"
 __all__ = ["RESULTS", "PARAMETERS", "specs", "workloads", "configs", "load_models", "measure", "step_costs",
            "method_label", "comparison", "alpha_by_position", "method_alpha", "alpha_by_workload", "accepted_less_far",
            "costs_in_round",
-           "eq5_table", "by_source", "headline", "training_costs", "separating_terms", "who_wins",
+           "eq5_table", "by_source", "headline", "training_costs", "round_accounting", "separating_terms", "who_wins",
            "medusa_against_linear", "far_from_corpus", "stop_against_plain", "uniform_tau", "what_it_takes"]
 PARAMETERS = ("device", "fd_target", "fd_draft", "fd_dtype", "fd_threads", "fd_prompt_count", "fd_far_count",
               "fd_new_tokens", "fd_repeats", "fd_gammas", "fd_dynamic", "fd_medusa_trees", "fd_stop_below",
@@ -376,27 +376,54 @@ def _compare(a: float, b: float, tolerance: float = 0.02) -> str:
     return "level with" if abs(a / b - 1) <= tolerance else ("above" if a > b else "below")
 
 
-def separating_terms(tau_ratio: float, c_ratio: float, tolerance: float = 0.03) -> str:
-    """Which Eq. 5 term separates two chains: their τ (tokens per round) and their draft-step cost c, each compared
-    with ``tolerance``."""
-    tau = "the same tau" if abs(tau_ratio - 1) <= tolerance else "a higher tau" if tau_ratio > 1 else "a lower tau"
-    cost = ("steps of the same cost" if abs(c_ratio - 1) <= tolerance else
-            f"steps {1 / c_ratio:.1f}x cheaper" if c_ratio < 1 else f"steps {c_ratio:.1f}x dearer")
+def round_accounting(summary: pd.DataFrame, label: str) -> dict:
+    """The method ``label``'s measured round (a :func:`summarise_methods` row): τ new tokens, and its cost in AR
+    steps, ``round`` = τ / speedup (exact: the speedup is AR's seconds over the method's for the same tokens), split
+    by the row's time shares into drafting, verifying and the rest (prefill, acceptance, cache bookkeeping)."""
+    row = summary.set_index("label").loc[label]
+    cost = float(row.tau / row.speedup)
+    return {"tau": float(row.tau), "round": cost, "drafting": float(row.draft_share) * cost,
+            "verifying": float(row.verify_share) * cost,
+            "rest": float(1 - row.draft_share - row.verify_share) * cost}
+
+
+def separating_terms(feature: dict, linear: dict, tolerance: float = 0.03) -> str:
+    """Which measured term separates two methods' speedups (:func:`round_accounting` of each): their τ, and their
+    round's cost with the part of it that differs most; each compared with ``tolerance`` (relative)."""
+    tau_ratio = feature["tau"] / linear["tau"]
+    tau = (f"the same tau ({tau_ratio - 1:+.1%}, within {tolerance:.0%})" if abs(tau_ratio - 1) <= tolerance else
+           f"a tau {tau_ratio - 1:+.0%}")
+    cost_ratio = feature["round"] / linear["round"]
+    part = max(("drafting", "verifying", "rest"), key=lambda k: abs(feature[k] - linear[k]))
+    where = (f", chiefly in {'the rest' if part == 'rest' else part} ({feature[part]:.2f} against "
+             f"{linear[part]:.2f} target steps)")
+    cost = (f"rounds of the same cost ({cost_ratio - 1:+.1%})" if abs(cost_ratio - 1) <= tolerance else
+            f"rounds {1 / cost_ratio:.2f}x cheaper" + where if cost_ratio < 1 else f"rounds {cost_ratio:.2f}x dearer"
+            + where)
     return f"the feature draft has {tau} and {cost}"
 
 
-def who_wins(held: dict, alpha: pd.DataFrame, costs: dict) -> dict:
+def who_wins(held: dict, alpha: pd.DataFrame, costs: dict, summary: pd.DataFrame) -> dict:
     """The feature draft's best chain against the distilled draft's best linear speculation, and why, from the
-    measured terms: first-position acceptance a_1 and the step cost c alone."""
+    measured rounds (:func:`round_accounting`: τ and a round's cost, by part), with first-position acceptance a_1
+    and the step cost c timed alone beside them."""
     eagle, linear = held["eagle"], held["linear"]
     a1 = alpha[(alpha.position == 1) & (alpha.source == "all")].set_index("label").alpha
     side = _compare(eagle["speedup"], linear["speedup"])
-    reason = separating_terms(eagle["tau"] / linear["tau"], costs["c"]["eagle"] / costs["c"]["draft"])
+    rounds = {name: round_accounting(summary, held[name]["label"]) for name in ("eagle", "linear")}
+    reason = separating_terms(rounds["eagle"], rounds["linear"])
+    # the accounting is exact: tau over the round's cost gives back each measured speedup
+    for name in rounds:
+        assert abs(rounds[name]["tau"] / rounds[name]["round"] / held[name]["speedup"] - 1) < 1e-9
+    e, l = rounds["eagle"], rounds["linear"]
     text = (f"feature draft {eagle['label']}: {eagle['speedup']:.2f}x (tau {eagle['tau']:.2f}); distilled draft "
             f"{linear['label']}: {linear['speedup']:.2f}x (tau {linear['tau']:.2f}): the feature draft is {side} it "
-            f"(2% counts as level). First-position acceptance a_1 {a1.get(eagle['label'], float('nan')):.3f} vs "
-            f"{a1.get(linear['label'], float('nan')):.3f}; a draft step alone costs c = {costs['c']['eagle']:.3f} vs "
-            f"{costs['c']['draft']:.3f} of a target step: {reason}.\n"
+            f"(2% counts as level). A round costs {e['round']:.2f} against {l['round']:.2f} target steps: drafting "
+            f"{e['drafting']:.2f} against {l['drafting']:.2f}, verifying {e['verifying']:.2f} against "
+            f"{l['verifying']:.2f}, the rest {e['rest']:.2f} against {l['rest']:.2f}: {reason}. First-position "
+            f"acceptance a_1 {a1.get(eagle['label'], float('nan')):.3f} vs {a1.get(linear['label'], float('nan')):.3f}; "
+            f"a draft step timed alone costs c = {costs['c']['eagle']:.3f} vs {costs['c']['draft']:.3f} of a target "
+            f"step.\n"
             f"Trees: the feature draft's {held['eagle_tree']['label']} {held['eagle_tree']['speedup']:.2f}x (tau "
             f"{held['eagle_tree']['tau']:.2f}) against the distilled draft's {held['tree']['label']} "
             f"{held['tree']['speedup']:.2f}x (tau {held['tree']['tau']:.2f}).")
@@ -408,6 +435,8 @@ def who_wins(held: dict, alpha: pd.DataFrame, costs: dict) -> dict:
         "eagle_tau": eagle["tau"],
         "linear_label": linear["label"], "linear_speedup": linear["speedup"], "linear_tau": linear["tau"],
         "eagle_vs_linear": eagle["speedup"] / linear["speedup"], "eagle_side": side,
+        **{f"{part}_{name}": rounds[name][part] for name in rounds for part in ("round", "drafting", "verifying",
+                                                                                 "rest")},
         "eagle_a1": float(a1.get(eagle["label"], float("nan"))), "linear_a1": float(a1.get(linear["label"],
                                                                                             float("nan"))),
         "c_eagle": costs["c"]["eagle"], "c_draft": costs["c"]["draft"], "c_medusa": costs["c"]["medusa"]}}
