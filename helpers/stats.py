@@ -97,3 +97,20 @@ def bootstrap_ratio_interval(numerators, denominators, *, level: float = 0.95, r
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(ratios, [tail, 100 - tail])
     return float(low), float(high)
+
+
+def tied_with_best(values, tolerance: float) -> list[bool]:
+    """For each value (a speedup), whether it lies within ``tolerance`` (relative) of the largest: a tie."""
+    values = np.asarray(values, dtype=float)
+    if values.size == 0 or tolerance < 0:
+        raise ValueError("need values and a non-negative tolerance")
+    return [bool(v >= values.max() * (1 - tolerance)) for v in values]
+
+
+def order_of_sets(low, high) -> str:
+    """How two sets of tied optima (e.g. the gammas within the noise of each draft's best) compare: ``"larger"`` when
+    every member of ``high`` exceeds every member of ``low``, ``"smaller"`` the other way, else ``"overlapping"``
+    (the noise cannot order them)."""
+    if not len(low) or not len(high):
+        raise ValueError("need two non-empty sets")
+    return "larger" if min(high) > max(low) else "smaller" if max(high) < min(low) else "overlapping"

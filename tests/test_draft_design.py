@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from helpers.experiments.draft_design import (depth_latency, design_table, eq5_agrees, gamma_frame, gamma_ties,
-                                              measure_draft, predictors, tied_with_best, timing_noise)
+                                              measure_draft, predictors, timing_noise)
+from helpers.stats import tied_with_best
 from helpers.experiments.draft_design_figures import design_figure, gamma_figure
 from tiny_models import perturbed_copy, tiny_qwen3
 

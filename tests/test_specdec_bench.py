@@ -144,7 +144,8 @@ def test_alpha_for_speedup_inverts_eq5():
 def _sweep_frame():
     base = {"temperature": 0.0, "max_new_tokens": 8, "prompt_ids": ["p0", "p1"], "target_weights": "t",
             "draft_weights": "d", "alpha": 0.7, "c": 0.1, "verify_ratio": 1.2}
-    rows = [{**base, "pair": pair, "gamma": g, "speedup": s}
+    rows = [{**base, "pair": pair, "gamma": g, "speedup": s,
+             "per_prompt": [{"prompt_id": p, "time_s": t / s} for p, t in (("p0", 1.0), ("p1", 2.0))]}
             for pair, speeds in (("T / B", (1.2, 1.5, 1.4)), ("T / A", (1.1, 1.3, 1.6)))
             for g, s in zip((1, 3, 5), speeds)]
     rows.append({**base, "pair": "T / A", "gamma": 3, "speedup": 9.0, "max_new_tokens": 16})  # another output length
@@ -172,7 +173,7 @@ def test_select_sweep_keeps_the_answers_in_pair_order_with_eq5():
     assert list(optimum) == ["T / A", "T / B"]
     assert optimum["T / A"]["shape"] == "is still rising at the largest gamma measured"
     assert optimum["T / B"] == {"gamma": 3, "speedup": 1.5, "shape": "peaks inside the sweep", "first": 1, "last": 5,
-                                "alpha_range": (0.7, 0.7), "c": 0.1}
+                                "alpha_range": (0.7, 0.7), "c": 0.1, "tied": [3]}  # every prompt faster at 3
 
 
 def _by_source():

@@ -1,5 +1,6 @@
 """helpers.experiments.specdec_costs: the measurement helpers behind notebook 09 run, return sane figures, and keep
 outputs lossless."""
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -47,17 +48,18 @@ def test_last_level_cache_bytes_is_positive_or_unknown():
 
 
 def _rows_07():
-    source = lambda s, a, r: {"source": s, "accepted": a, "rejections": r}  # noqa: E731
+    source = lambda s, a, r, t=0.5: {"source": s, "accepted": a, "rejections": r, "prompt_id": s,  # noqa: E731
+                                      "time_s": t}
     return pd.DataFrame([
         {"target": "t", "draft": "d1", "gamma": 2, "alpha": 0.6, "speedup": 1.2, "c": 0.1, "accepted": 6,
-         "rejections": 4, "new_tokens": 100, "per_prompt": [source("code", 5, 1), source("docs", 1, 3)]},
+         "rejections": 4, "new_tokens": 100, "per_prompt": [source("code", 5, 1, 0.6), source("docs", 1, 3, 0.6)]},
         {"target": "t", "draft": "d1", "gamma": 4, "alpha": 0.6, "speedup": 1.4, "c": 0.1, "accepted": 6,
          "rejections": 4, "new_tokens": 100, "per_prompt": [source("code", 4, 1), source("docs", 2, 3)]},
         # a per-source study over fewer prompts: same (draft, gamma), fewer tokens, must not replace the main row
         {"target": "t", "draft": "d1", "gamma": 4, "alpha": 0.9, "speedup": 3.0, "c": 0.1, "new_tokens": 20,
          "study": "by_source"},
         {"target": "t", "draft": "d2", "gamma": 4, "alpha": 0.8, "speedup": 1.6, "c": 0.2, "accepted": 8,
-         "rejections": 2, "new_tokens": 100, "status": "ok"},
+         "rejections": 2, "new_tokens": 100, "status": "ok", "per_prompt": [{"prompt_id": "a", "time_s": 0.5}, {"prompt_id": "b", "time_s": 0.5}]},  # no sources
         {"target": "other", "draft": "d2", "gamma": 4, "alpha": 0.1, "speedup": 9.0, "c": 0.2},
     ])
 
@@ -74,6 +76,7 @@ def test_draft_summary_and_alpha_by_source():
     summary = draft_summary(rows).set_index("draft")
     assert summary.loc["d1", "alpha"] == 12 / 20 and summary.loc["d1", "best_gamma"] == 4
     assert summary.loc["d2", "best_speedup"] == 1.6 and summary.loc["d2", "c"] == 0.2
+    assert summary.loc["d1", "tied_gammas"] == [4]  # 0.5 s a prompt against 0.6 at gamma 2, on both prompts
     by_source = alpha_by_source(rows[rows["draft"] == "d1"]).set_index("source")
     assert by_source.loc["code", "alpha"] == 9 / 11 and by_source.loc["docs", "alpha"] == 3 / 9
     assert alpha_by_source(rows[rows["draft"] == "d2"]).empty
@@ -104,12 +107,38 @@ def test_batch_table_adds_ratios_and_prediction():
 
 def test_compare_drafts_cheap_against_dear():
     summary = pd.DataFrame([
-        {"draft": "a", "c": 0.1, "alpha": 0.6, "best_gamma": 3, "best_speedup": 1.5, "gamma_max": 9},
-        {"draft": "b", "c": 0.2, "alpha": 0.8, "best_gamma": 9, "best_speedup": 1.8, "gamma_max": 9}])
+        {"draft": "a", "c": 0.1, "alpha": 0.6, "best_gamma": 3, "best_speedup": 1.5, "gamma_max": 9,
+         "tied_gammas": [3]},
+        {"draft": "b", "c": 0.2, "alpha": 0.8, "best_gamma": 9, "best_speedup": 1.8, "gamma_max": 9,
+         "tied_gammas": [7, 9]}])
     out = compare_drafts(summary)
     assert out["cheap"]["draft"] == "a" and out["dear"]["draft"] == "b"
-    assert out["accuracy_wins"] and out["larger_gamma"] and out["at_edge"] == ["b"]
+    assert out["accuracy_wins"] and out["gamma_order"] == "larger" and out["at_edge"] == ["b"]
     assert compare_drafts(summary.iloc[:1]) is None
+
+
+def test_a_larger_best_gamma_needs_every_tied_gamma_larger():
+    """Regression: notebooks 07 and 09 said draft-2l 'peaks at a larger gamma' from the argmaxes (7 against 3), while
+    the prompts separate neither its gammas 3, 5, 7 nor the other draft's 3 and 5: the data cannot order them."""
+    from helpers.experiments.specdec_costs import tied_gammas
+    from helpers.stats import order_of_sets
+
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.1, 0.3, size=12)  # per-prompt seconds at the best gamma
+    scale = {1: 1.3, 3: 1.0, 5: 1.0, 7: 1.1}  # gamma 5 ties with 3 prompt by prompt, up to noise; 1 and 7 are slower
+    rows = [{"gamma": g, "speedup": 1.5 / f, "per_prompt": [
+        {"prompt_id": f"p{i}", "time_s": t * f * (1 + 0.03 * rng.standard_normal())} for i, t in enumerate(base)]}
+        for g, f in scale.items()]
+    rows[1]["speedup"] = 1.5  # gamma 3 the measured best, gamma 5 a hair behind
+    rows[2]["speedup"] = 1.49
+    assert tied_gammas(pd.DataFrame(rows)) == [3, 5]
+    assert order_of_sets([3, 5], [3, 5, 7]) == "overlapping"
+    assert order_of_sets([3], [5, 7]) == "larger" and order_of_sets([5, 7], [3]) == "smaller"
+    with pytest.raises(ValueError):
+        order_of_sets([], [3])
+    rows[0]["per_prompt"] = rows[0]["per_prompt"][1:]
+    with pytest.raises(ValueError, match="different prompts"):
+        tied_gammas(pd.DataFrame(rows))
 
 
 def test_interleaved_runs_keep_every_result_in_call_order():

@@ -22,7 +22,7 @@ from helpers.experiments.specdec_costs import forward_time, measure_costs
 from helpers.experiments.specdec_sweeps import gamma_rows, measure_pair
 from helpers.models.registry import parameter_count
 from helpers.specdec.analysis import linear_verify_cost, pooled_alpha, predicted_speedup
-from helpers.stats import bootstrap_ratio_interval, line_fit, wilson_interval
+from helpers.stats import bootstrap_ratio_interval, line_fit, tied_with_best, wilson_interval
 
 
 def measure_draft(target, draft, cases: list[dict], gammas, max_new_tokens: int, *, repeats: int = 2,
@@ -268,14 +268,6 @@ def timing_noise(rows) -> dict:
             "tt_rel_range": float((tt.max() - tt.min()) / np.median(tt)), "tt_rel_std": float(tt.std() / tt.mean()),
             "ar_s": ar.tolist(), "ar_rel_std": float(ar.std() / ar.mean()),
             "ar_rel_range": float((ar.max() - ar.min()) / np.median(ar))}
-
-
-def tied_with_best(values, tolerance: float) -> list[bool]:
-    """For each value (a speedup), whether it lies within ``tolerance`` (relative) of the largest: a tie."""
-    values = np.asarray(values, dtype=float)
-    if values.size == 0 or tolerance < 0:
-        raise ValueError("need values and a non-negative tolerance")
-    return [bool(v >= values.max() * (1 - tolerance)) for v in values]
 
 
 def gamma_ties(rows, tolerance: float) -> dict:

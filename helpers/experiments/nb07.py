@@ -13,6 +13,7 @@ from helpers.experiments.specdec_costs import measure_costs, median_length_case
 from helpers.experiments.specdec_sweeps import gamma_rows, measure_config, measure_pair, select_sweep, sweep_configs
 from helpers.prompts import encode_prompts, load_prompts, select_prompts
 from helpers.results import config_key, run_metadata
+from helpers.stats import order_of_sets
 
 RESULT = "07_speculative_decoding"  # the sweep (08 and 09 read it)
 BY_SOURCE = "07_speculative_decoding_by_source"  # the best configuration on the per-source prompt set
@@ -363,9 +364,13 @@ def optimum_numbers(optimum: dict, handout_best) -> dict:
     if len(optimum) != 2:
         return {**numbers, "drafts_tradeoff": 0}
     (pair_a, opt_a), (pair_b, opt_b) = optimum.items()  # the CPU profile's two drafts; which one peaks later
-    numbers["later_peak"] = (f"{pair_b} peaks at a larger gamma than {pair_a}" if opt_b["gamma"] > opt_a["gamma"] else
-                             f"{pair_b} peaks at a smaller gamma than {pair_a}" if opt_b["gamma"] < opt_a["gamma"] else
-                             f"both pairs peak at the same gamma")
+    # which peaks later, as far as the data can name the peaks: every gamma the prompts do not separate from the best
+    order = order_of_sets(opt_a["tied"], opt_b["tied"])
+    ties = (f"the gammas the prompts do not separate from each best: {', '.join(map(str, opt_b['tied']))} against "
+            f"{', '.join(map(str, opt_a['tied']))}")
+    numbers["later_peak"] = (f"{pair_b} peaks at a {order} gamma than {pair_a} ({ties})" if order != "overlapping" else
+                             f"which pair peaks later is not resolved ({ties})")
+    print(f"peaks: {numbers['later_peak']}")
     # the report's "opposite directions": the second draft costs more per token AND agrees more often
     numbers["drafts_tradeoff"] = int(opt_b["c"] > opt_a["c"] and min(opt_b["alpha_range"]) > max(opt_a["alpha_range"]))
     print(f"{pair_b}: c {opt_b['c']:.3f} vs {opt_a['c']:.3f}, alpha {min(opt_b['alpha_range']):.3f}.. vs "

@@ -15,7 +15,8 @@ import torch
 from tqdm.auto import tqdm
 
 from helpers.experiments.draft_design import (depth_latency, draft_config, eq5_agrees, gamma_ties, measure_draft,
-                                              measure_scale, predictors, scale_config, tied_with_best, timing_noise)
+                                              measure_scale, predictors, scale_config, timing_noise)
+from helpers.stats import tied_with_best
 from helpers.results import config_key, free_memory, measured_on, run_metadata
 
 RESULTS = "12_draft_design"

@@ -19,6 +19,7 @@ from helpers.models.runtime import cached_decoder, resolve_runtime
 from helpers.specdec.analysis import estimate_alpha, pooled_alpha, predicted_speedup
 from helpers.specdec.batched import batched_autoregressive_generate, batched_speculative_generate
 from helpers.specdec.linear import autoregressive_generate, speculative_generate
+from helpers.stats import bootstrap_ratio_interval, order_of_sets
 from helpers.timing import Timing, measure, measure_interleaved
 
 
@@ -243,9 +244,35 @@ def main_study_rows(frame, target: str):
     return rows.sort_values(["draft", "gamma"]).reset_index(drop=True)
 
 
+def tied_gammas(group, level: float = 0.95) -> list[int]:
+    """The gammas of one pair's sweep rows (each with ``per_prompt`` times of the same prompts) that the prompts do
+    not separate from the fastest: the paired bootstrap interval over prompts of a gamma's summed time over the
+    best's reaches down to 1. The measured optimum as far as the data can name it."""
+    def times(row) -> dict:
+        return {p["prompt_id"]: p["time_s"] for p in row["per_prompt"]}
+
+    best = group.loc[group["speedup"].idxmax()]
+    best_times = times(best)
+    tied = []
+    for _, row in group.iterrows():
+        if row["gamma"] == best["gamma"]:
+            tied.append(int(row["gamma"]))
+            continue
+        own = times(row)
+        if set(own) != set(best_times):
+            raise ValueError(f"gamma {row['gamma']} and gamma {best['gamma']} ran different prompts: a paired "
+                             "comparison needs the same ones")
+        ids = sorted(own)
+        low, _ = bootstrap_ratio_interval([own[i] for i in ids], [best_times[i] for i in ids], level=level)
+        if low <= 1:
+            tied.append(int(row["gamma"]))
+    return sorted(tied)
+
+
 def draft_summary(rows) -> "pd.DataFrame":
     """Per draft of :func:`main_study_rows`: c, pooled alpha (MLE over every round where accepted/rejections
-    are recorded, else the mean), the best gamma and its speedup, and the gammas measured."""
+    are recorded, else the mean), the best gamma and its speedup, the gammas the prompts do not separate from it
+    (:func:`tied_gammas`), and the gammas measured."""
     out = []
     for draft, group in rows.groupby("draft"):
         if {"accepted", "rejections"} <= set(group.columns) and group[["accepted", "rejections"]].notna().all().all():
@@ -254,8 +281,8 @@ def draft_summary(rows) -> "pd.DataFrame":
             alpha = float(group["alpha"].mean())
         best = group.loc[group["speedup"].idxmax()]
         out.append({"draft": draft, "c": float(group["c"].mean()), "alpha": alpha, "best_gamma": int(best["gamma"]),
-                    "best_speedup": float(best["speedup"]), "gammas": len(group),
-                    "gamma_max": int(group["gamma"].max())})
+                    "best_speedup": float(best["speedup"]), "tied_gammas": tied_gammas(group),
+                    "gammas": len(group), "gamma_max": int(group["gamma"].max())})
     return pd.DataFrame(out)
 
 
@@ -329,14 +356,15 @@ def batch_table(batch_rows: list[dict], gamma: int):
 
 def compare_drafts(summary) -> dict | None:
     """Notebook 09's Q1 comparison of notebook 07's drafts (:func:`draft_summary`): the cheapest (``cheap``, lowest c)
-    and the dearest (``dear``) draft, whether the dearer one wins (higher alpha and higher best speedup) and whether
-    its best gamma is larger, and the drafts whose best gamma is the largest measured (``at_edge``); None for fewer
-    than two drafts."""
+    and the dearest (``dear``) draft, whether the dearer one wins (higher alpha and higher best speedup), how its
+    best gamma compares (``gamma_order``: every gamma tied with its best above every one tied with the cheaper
+    draft's, ``larger``; below, ``smaller``; else ``overlapping``, the noise cannot order them), and the drafts whose
+    best gamma is the largest measured (``at_edge``); None for fewer than two drafts."""
     if len(summary) < 2:
         return None
     by_c = summary.sort_values("c")
     cheap, dear = by_c.iloc[0], by_c.iloc[-1]
     return {"cheap": cheap, "dear": dear,
             "accuracy_wins": bool(dear["alpha"] > cheap["alpha"] and dear["best_speedup"] > cheap["best_speedup"]),
-            "larger_gamma": bool(dear["best_gamma"] > cheap["best_gamma"]),
+            "gamma_order": order_of_sets(cheap["tied_gammas"], dear["tied_gammas"]),
             "at_edge": list(summary[summary["best_gamma"] == summary["gamma_max"]]["draft"])}

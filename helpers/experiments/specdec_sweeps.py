@@ -49,7 +49,7 @@ from tqdm.auto import tqdm
 
 from helpers.models import CPU_PAIR_DIR, PAIR_PREFIX
 from helpers.models.runtime import prepare_graphs
-from helpers.experiments.specdec_costs import interleaved_runs
+from helpers.experiments.specdec_costs import interleaved_runs, tied_gammas
 from helpers.specdec.analysis import pooled_alpha, pooled_speedup, predicted_speedup
 from helpers.specdec.linear import GenerationStats, autoregressive_generate, speculative_generate
 from helpers.stats import bootstrap_ratio_interval, wilson_interval
@@ -353,7 +353,8 @@ def measure_config(target, draft, cases: list[dict], gamma: int, max_new_tokens:
 
 def pair_optimum(frame) -> dict:
     """Per pair of a sweep frame: the measured best gamma, its speedup, where it lies in the sweep (``shape``),
-    the largest gamma measured, the range of alpha and c."""
+    the largest gamma measured, the range of alpha and c, and the gammas the prompts do not separate from the best
+    (``tied``: :func:`~helpers.experiments.specdec_costs.tied_gammas`)."""
     optimum = {}
     for pair, group in frame.groupby("pair", observed=True):
         top = group.loc[group["speedup"].idxmax()]
@@ -361,7 +362,8 @@ def pair_optimum(frame) -> dict:
         shape = ("is still rising at the largest gamma measured" if g == last else
                  "is already falling from the smallest gamma measured" if g == first else "peaks inside the sweep")
         optimum[pair] = {"gamma": g, "speedup": float(top["speedup"]), "shape": shape, "first": first, "last": last,
-                         "alpha_range": (group["alpha"].min(), group["alpha"].max()), "c": group["c"].iloc[0]}
+                         "alpha_range": (group["alpha"].min(), group["alpha"].max()), "c": group["c"].iloc[0],
+                         "tied": tied_gammas(group)}
     return optimum
 
 
