@@ -64,13 +64,13 @@ class CharTokenizer:
         return {"input_ids": ([1] if add_special_tokens else []) + [ord(ch) for ch in text]}
 
 
-def _two_mode_points(setting, cached, uncached, cache_costs=None):
-    """measured_points-like rows: n = 1 with the given per-round samples, and cached points at n = 2, 4, 8 whose
-    per-token cost is ``cache_costs`` seconds (runs 5 % apart)."""
+def _two_mode_points(setting, cached, uncached, cache_costs=None, paired=3):
+    """measured_points-like rows: n = 1 with the given per-round samples (the first ``paired`` taken side by side),
+    and cached points at n = 2, 4, 8 whose per-token cost is ``cache_costs`` seconds (runs 5 % apart)."""
     rows = [{"setting": setting, "cache": True, "new_tokens": 1, "time_s": float(np.median(cached)),
-             "samples": cached, "paired_runs": 3},
+             "samples": cached, "paired_runs": paired},
             {"setting": setting, "cache": False, "new_tokens": 1, "time_s": float(np.median(uncached)),
-             "samples": uncached, "paired_runs": 3}]
+             "samples": uncached, "paired_runs": paired}]
     for n in (2, 4, 8):
         t = 1.0 + (cache_costs or 0.1) * n
         rows.append({"setting": setting, "cache": True, "new_tokens": n, "time_s": t,
@@ -81,18 +81,31 @@ def _two_mode_points(setting, cached, uncached, cache_costs=None):
 def test_same_work_gap_reads_the_rounds_side_by_side():
     measured = pd.DataFrame(
         _two_mode_points("a", [1.0, 1.0, 1.0], [0.9, 1.1, 1.05])  # either way
-        + _two_mode_points("b", [1.0, 1.0, 1.0, 0.5], [0.9, 0.95, 0.97])  # slower in each paired round (4th unpaired)
-        + _two_mode_points("c", [1.0, 1.0, 1.0], [1.1, 1.2, 1.3]))  # faster in every round
+        + _two_mode_points("b", [1.0] * 6 + [0.5], [0.9, 0.95, 0.97, 0.9, 0.92, 0.96], paired=6)  # slower (7th unpaired)
+        + _two_mode_points("c", [1.0] * 6, [1.1, 1.2, 1.3, 1.1, 1.2, 1.1], paired=6)  # faster in every round
+        + _two_mode_points("d", [1.0, 1.0, 1.0, 0.5], [0.9, 0.95, 0.97]))  # one side, but 3 rounds: chance 1/4
     gap = kv_analysis.same_work_gap(measured)
-    assert list(gap["verdict"]) == ["either way", "cached slower in every round", "cached faster in every round"]
-    assert gap.loc["b", "rounds"] == 3 and gap.loc["b", "per-round low"] == pytest.approx(0.9)
-    assert gap.loc["a", "ratio of medians"] == pytest.approx(1.05)
+    assert list(gap["verdict"]) == ["either way", "cached slower in every round", "cached faster in every round",
+                                    "too few rounds"]
+    assert gap.loc["b", "rounds"] == 6 and gap.loc["b", "per-round low"] == pytest.approx(0.9)
+    assert gap.loc["a", "median round ratio"] == pytest.approx(1.05)
+    assert gap.loc["d", "p_sign"] == pytest.approx(0.25)
     text = kv_analysis.same_work_explanation(gap)
     assert "In the a setting the ratio" in text and "timing noise" in text
     assert "In the b setting the cached run is the slower one in every round (b: 0.90 to 0.97)" in text
     assert "In the c setting the cached run is the faster one" in text
+    assert ("In the d setting the cached run is the slower one in each round (d: 0.90 to 0.97), but over 3 rounds "
+            "pure noise keeps one sign with probability 0.25: too few rounds") in text
     only_noise = kv_analysis.same_work_explanation(gap.loc[["a"]])
     assert "slower" not in only_noise and "faster" not in only_noise
+
+
+def test_the_same_work_ratio_lies_inside_its_rounds():
+    """Regression: notebook 03 printed 'ratio of medians 0.93' for a setting whose paired rounds ran 0.95 to 1.11 (the
+    uncached point had a fourth, unpaired sample); the ratio is now the median of the paired rounds."""
+    measured = pd.DataFrame(_two_mode_points("s", [1.0, 1.0, 1.0], [0.95, 1.0, 1.11, 0.7]))
+    row = kv_analysis.same_work_gap(measured).loc["s"]
+    assert row["per-round low"] <= row["median round ratio"] <= row["per-round high"]
 
 
 def test_per_token_difference_against_the_same_model_spread():

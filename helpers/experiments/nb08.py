@@ -139,7 +139,10 @@ def host_numbers(fit: pd.DataFrame, fit07: dict, fit12: dict | None, device_name
             # fit B's line at the depth of notebook 07's target, against that target's measured step
             "host2_cpu_target_ms": float(fit["fit B (ms)"].max()) if fit12 else 0.0,
             "cpu_target_ms": float(fit.loc[fit["layers"].idxmax(), "measured (ms)"]),
-            "cpu_target_layers": int(fit["layers"].max())}
+            "cpu_target_layers": int(fit["layers"].max()),
+            # the report's "mostly its own arithmetic": fit B's per-layer line covers under half the target's step
+            "target_mostly_arithmetic": int(bool(fit12) and float(fit["fit B (ms)"].max())
+                                            < 0.5 * float(fit.loc[fit["layers"].idxmax(), "measured (ms)"]))}
 
 
 def _host_and_roofline(model_id: str, fixed_s: float, per_layer_s: float, compare: dict, context_len: int):

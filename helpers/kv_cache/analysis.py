@@ -147,21 +147,28 @@ def explain_table(order, fits: dict, table: pd.DataFrame, measured: pd.DataFrame
     return pd.DataFrame(explain).set_index("setting")
 
 
+SIGN_ROUNDS = 6  # a sign kept in every one of r rounds happens by chance with probability 2 * 0.5**r: under 5 % from 6
+
+
 def same_work_gap(measured: pd.DataFrame, n: int = 1) -> pd.DataFrame:
-    """At ``n`` new tokens (n = 1: the same single forward pass in both modes), per setting: the ratio of the
-    medians (without / with cache) and the same ratio run by run over the rounds in which both points were timed
-    side by side (the first ``paired_runs`` samples), with its range and a verdict: ``cached slower in every
-    round`` (every ratio below 1), ``cached faster in every round`` (every ratio above 1) or ``either way``."""
+    """At ``n`` new tokens (n = 1: the same single forward pass in both modes), per setting: the ratio without / with
+    cache run by run over the rounds in which both points were timed side by side (the first ``paired_runs``
+    samples), its median, range, the chance ``p_sign`` that pure noise keeps one sign in every round (two-sided sign
+    test, 2 * 0.5**rounds) and a verdict: ``cached slower in every round`` / ``cached faster in every round`` (every
+    ratio on one side of 1, over at least :data:`SIGN_ROUNDS` rounds), ``too few rounds`` (one side, fewer rounds:
+    chance could do it) or ``either way``. The median of the paired rounds, not a ratio of each mode's median over
+    all its samples: a mode timed more often is not paired, and that ratio may fall outside the rounds' range."""
     rows = []
     for setting, part in measured[measured["new_tokens"] == n].groupby("setting", sort=False):
         cached, uncached = part[part["cache"]].iloc[0], part[~part["cache"]].iloc[0]
         paired = min(int(cached["paired_runs"]), len(cached["samples"]), len(uncached["samples"]))
         per_round = [u / c for u, c in zip(uncached["samples"][:paired], cached["samples"][:paired])]
         low, high = min(per_round), max(per_round)
-        verdict = ("cached slower in every round" if high < 1 else "cached faster in every round" if low > 1
-                   else "either way")
-        rows.append({"setting": setting, "ratio of medians": float(uncached["time_s"] / cached["time_s"]),
-                     "rounds": paired, "per-round low": low, "per-round high": high, "verdict": verdict})
+        one_side = high < 1 or low > 1
+        verdict = ("either way" if not one_side else "too few rounds" if paired < SIGN_ROUNDS else
+                   "cached slower in every round" if high < 1 else "cached faster in every round")
+        rows.append({"setting": setting, "median round ratio": float(np.median(per_round)), "rounds": paired,
+                     "per-round low": low, "per-round high": high, "p_sign": 2 * 0.5 ** paired, "verdict": verdict})
     return pd.DataFrame(rows).set_index("setting")
 
 
@@ -187,6 +194,14 @@ def same_work_explanation(gap: pd.DataFrame) -> str:
         sentences.append(f"In the {_settings(slower.index)} setting{'s' if len(slower) > 1 else ''} the cached run "
                          f"is the slower one in every round ({ranges(slower)}), consistent with the small fixed cost "
                          "of the cache itself (creating it and storing the prompt's keys and values).")
+    few = gap[gap["verdict"] == "too few rounds"]
+    if len(few):
+        sides = ["slower" if r["per-round high"] < 1 else "faster" for _, r in few.iterrows()]
+        sentences.append(f"In the {_settings(few.index)} setting{'s' if len(few) > 1 else ''} the cached run is the "
+                         f"{_settings(sorted(set(sides)))} one in each round ({ranges(few)}), but over "
+                         f"{int(few['rounds'].max())} rounds pure noise keeps one sign with probability "
+                         f"{few['p_sign'].max():.2f}: too few rounds to tell a small fixed cost of the cache (creating "
+                         f"it, storing the prompt's keys and values) from noise; it takes {SIGN_ROUNDS}.")
     if len(faster):
         sentences.append(f"In the {_settings(faster.index)} setting{'s' if len(faster) > 1 else ''} the cached run "
                          f"is the faster one in every round ({ranges(faster)}); the work is the same, so no cost of "
