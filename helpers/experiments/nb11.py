@@ -175,7 +175,9 @@ def _sweep_text(v: dict, contexts) -> str:
         f"{long_rows.draft_ratio.iloc[-1]:.3f} (batch {long_rows.batch.iloc[-1]}); at context {short_ctx}: "
         f"{short_rows.draft_ratio.iloc[0]:.3f} -> {short_rows.draft_ratio.iloc[-1]:.3f}",
         f"Eq. 5 with the measured terms: mean |error| {sweep.eq5_error_pct.abs().mean():.1f}%, worst "
-        f"{worst.eq5_error_pct:+.1f}% at context {worst.context}, batch {worst.batch}",
+        f"{worst.eq5_error_pct:+.1f}% at context {worst.context}, batch {worst.batch}; below the measured speedup at "
+        f"{int((sweep.eq5_error_pct < 0).sum())} of {len(sweep)} points (by up to "
+        f"{max(0.0, -sweep.eq5_error_pct.min()):.1f}%), above it at {int((sweep.eq5_error_pct > 0).sum())}",
         f"T_V/T_T over the grid: {sweep.verify_ratio.min():.2f} .. {sweep.verify_ratio.max():.2f} (above one decode step "
         f"everywhere: {v['verify_above_step']}); batch {long_rows.batch.iloc[0]} -> {long_rows.batch.iloc[-1]}: "
         + ", ".join(f"{ctx}: {first:.2f} -> {last:.2f}" for ctx, (first, last) in v["verify_ends"].items())
@@ -223,6 +225,8 @@ def _sweep_numbers(v: dict) -> dict:
         "v_long_last": long_rows.verify_ratio.iloc[-1], "v_short_last": short_rows.verify_ratio.iloc[-1],
         "eq5_mean_error": sweep.eq5_error_pct.abs().mean(), "eq5_worst_error": worst.eq5_error_pct,
         "eq5_worst_context": int(worst.context), "eq5_worst_batch": int(worst.batch),
+        "eq5_points": len(sweep), "eq5_below": int((sweep.eq5_error_pct < 0).sum()),
+        "eq5_below_max": max(0.0, -sweep.eq5_error_pct.min()), "eq5_above": int((sweep.eq5_error_pct > 0).sum()),
         "v_long_first": long_rows.verify_ratio.iloc[0], "v_short_first": short_rows.verify_ratio.iloc[0],
         "v_above_step": int(v["verify_above_step"]), "v_grows": int(v["verify_grows"]),
         "round_long_first": v["round_first"], "round_long_last": v["round_last"],
