@@ -46,3 +46,18 @@ def test_roofline_lines_on_an_h100():
     assert numbers["fpRoofGpu"] == "H100 SXM" and numbers["fpRoofBFirst"] == 1
     assert numbers["fpRoofFirstBound"] in ("compute-bound", "memory-bound")
     assert numbers["fpRoofNearLinear"] == int(numbers["fpRoofLinearShare"] >= 0.8)
+
+
+def test_batch_one_is_the_dearest_only_beyond_noise(capsys):
+    """Regression: notebook 06 called B = 1 the dearest per sequence on any excess, noise included."""
+    import pandas as pd
+
+    from helpers.experiments.nb06 import batch_one_dearest
+
+    rows = pd.DataFrame({"batch_size": [1, 2, 4], "ms_per_sequence": [55.7, 53.7, 52.0],
+                         "time_ms_std": [1.3, 2.56, 4.0], "trials": [5, 5, 5]})
+    found = batch_one_dearest(rows)  # 2.0 ms apart; twice the SE of the difference sqrt(1.3^2 + 1.28^2)/sqrt(5)*2
+    assert found["fpBOneDearest"] == 1 and found["fpBOneExcessPct"] == pytest.approx(100 * (55.7 / 53.7 - 1))
+    assert found["fpBOneMarginPct"] == pytest.approx(100 * 2 * (1.3**2 / 5 + 1.28**2 / 5) ** 0.5 / 53.7)
+    noisy = batch_one_dearest(rows.assign(time_ms_std=[5.0, 10.0, 4.0]))
+    assert noisy["fpBOneDearest"] == 0 and "NOT the dearest" in capsys.readouterr().out

@@ -4,6 +4,7 @@ the notebook and :mod:`helpers.gpu_measure`; the measurement of what the result 
 and the roofline summary the notebook prints."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from helpers.experiments.common import check_budget
@@ -128,3 +129,20 @@ def roofline_lines(config, gpu_name: str, batch_sizes: list[int], seq_len: int) 
                    fpAiRatio=ai[first_b] / ridge, fpRoofTimeRatio=roof[last_b] / roof[first_b],
                    fpRoofLinearShare=roof_share, fpRoofNearLinear=int(roof_share >= 0.8))
     return lines, numbers
+
+
+def batch_one_dearest(ok) -> dict:
+    """Is the smallest batch the dearest per sequence beyond noise? ``ok``: the forward rows by batch size (with
+    ``ms_per_sequence``, ``time_ms_std``, ``trials``). Its excess over the dearest larger batch, and whether that exceeds
+    twice the standard error of the difference of the two per-sequence means (the report's numbers; printed)."""
+    first = ok.iloc[0]
+    dearest = ok.iloc[1:].loc[ok.iloc[1:]["ms_per_sequence"].idxmax()]
+    excess = first["ms_per_sequence"] / dearest["ms_per_sequence"] - 1
+    standard_error = lambda r: r["time_ms_std"] / r["batch_size"] / np.sqrt(r["trials"])  # noqa: E731
+    margin = 2 * np.hypot(standard_error(first), standard_error(dearest))
+    beyond = bool(first["ms_per_sequence"] - dearest["ms_per_sequence"] > margin)
+    margin_pct = 100 * margin / dearest["ms_per_sequence"]
+    print(f"B = {first['batch_size']} costs {excess:+.1%} per sequence against the dearest larger batch (B = "
+          f"{dearest['batch_size']}), twice the standard error of the difference {margin_pct:.1f}%: "
+          + ("the dearest per sequence beyond noise" if beyond else "NOT the dearest per sequence beyond noise"))
+    return {"fpBOneDearest": int(beyond), "fpBOneExcessPct": 100 * excess, "fpBOneMarginPct": margin_pct}
