@@ -46,7 +46,7 @@ from pathlib import Path
 
 import torch
 
-from helpers import paths
+from helpers import gpu_window, paths
 from helpers.experiments import gpu_costs, step_profile
 from helpers.experiments.gpu_costs import (CPU_PAIRS, DECODE_MODES, EQ5_ALPHAS, EQ5_CONTEXT, EQ5_DTYPE, EQ5_GAMMAS,
                                           EQ5_REPEATS, HANDOUT_PAIRS)
@@ -199,6 +199,13 @@ def _run(params: dict, eq5: dict, parts: list, out: Path, dry_run: bool, budget_
     return summary
 
 
+def window(out: Path, profile: str | None = None, *, order=PARTS, **options) -> dict:
+    """The lent GPU window over this module's parts: :func:`helpers.gpu_window.run_window` (self-check, then the
+    parts of ``order`` under a deadline, an archive and a summary under ``out``); ``options``: ``dry_run``,
+    ``deadline_s``, ``work``."""
+    return gpu_window.run_window(out, profile, order=order, params_of=profile_params, measure=run, **options)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python3 -m helpers.gpu_measure", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -224,7 +231,6 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", nargs="+", metavar="MODE",
                         help=f"decode modes of parts eq5/graphs, of {', '.join(DECODE_MODES)} (default eager graphs)")
     args = parser.parse_args(argv)
-    from helpers import gpu_window
 
     if args.unpack:
         profile, folder = gpu_window.unpack(args.unpack)
@@ -236,8 +242,8 @@ def main(argv=None) -> int:
     if args.out is None:
         parser.error("--out is required (on the GPU machine: --out $OUT)")
     if args.window:
-        summary = gpu_window.run_window(args.out, args.profile, dry_run=args.dry_run,
-                                        deadline_s=args.deadline_s or gpu_window.DEADLINE_S)
+        summary = window(args.out, args.profile, dry_run=args.dry_run,
+                         deadline_s=args.deadline_s or gpu_window.DEADLINE_S)
         return 0 if summary["self_check"]["ok"] else 2
     if not args.profile:
         parser.error("--profile is required without --window")

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from helpers import paths
+from helpers.budget import BudgetStore
 
 DEADLINE_S = 510.0  # measuring; + the self-check, archive and summary inside a 600-s command
 GPU_PROFILES = {"H100": "gpu-h100", "H200": "gpu-h200"}
@@ -179,18 +180,18 @@ def goals(folder: Path) -> list[str]:
 # ------------------------------------------------------------------------------------------------ the window
 
 
-def run_window(out: Path, profile: str | None = None, *, dry_run: bool = False, deadline_s: float = DEADLINE_S,
-               work: Path | None = None, order=None) -> dict:
-    """Self-check, then the parts of ``order`` under ``deadline_s``; returns (and writes) the summary."""
-    from helpers import gpu_measure
-
-    order = list(order or gpu_measure.PARTS)
+def run_window(out: Path, profile: str | None = None, *, order, params_of, measure, dry_run: bool = False,
+               deadline_s: float = DEADLINE_S, work: Path | None = None) -> dict:
+    """Self-check, then the parts of ``order`` under ``deadline_s``; returns (and writes) the summary. The measuring
+    comes in as functions (``helpers.gpu_measure.window`` passes its own): ``params_of(profile, dry_run)`` gives
+    ``(params, eq5)``, ``measure(profile, work, order, dry_run, budget_s, modes=, archived=)`` measures the parts."""
+    order = list(order)
     start = time.monotonic()
     out = Path(out).resolve()
     work = Path(work or tempfile.mkdtemp(prefix="workbook-window-")).resolve()
     if profile is None:
         profile = "gpu-h100" if dry_run else detect_profile(_cuda_name())
-    params, _ = gpu_measure.profile_params(profile, dry_run)
+    params, _ = params_of(profile, dry_run)
     if str(params["device"]).startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit(f"profile {profile!r} measures on a GPU, but torch {torch.__version__} sees no CUDA device "
                          "here; pass --dry-run for the CPU rehearsal")
@@ -200,12 +201,12 @@ def run_window(out: Path, profile: str | None = None, *, dry_run: bool = False, 
     summary = {"profile": params["profile"], "self_check": check, "parts_done": [], "stopped": None, "measured": 0}
     if check["ok"]:
         results = work / "results" / params["profile"]
-        gpu_measure.BudgetStore.after_row = lambda: write_archive(results, out, params["profile"])
+        BudgetStore.after_row = lambda: write_archive(results, out, params["profile"])
         try:
-            summary.update(gpu_measure.run(profile, work, order, dry_run, deadline_s - (time.monotonic() - start),
-                                           modes=None if check["graphs"] else ["eager"], archived=True))
+            summary.update(measure(profile, work, order, dry_run, deadline_s - (time.monotonic() - start),
+                                   modes=None if check["graphs"] else ["eager"], archived=True))
         finally:
-            gpu_measure.BudgetStore.after_row = None
+            BudgetStore.after_row = None
         write_archive(results, out, params["profile"])
         summary["goals"] = goals(results)
         for line in summary["goals"]:

@@ -246,7 +246,7 @@ def test_window_rehearsal_resumes_archives_and_reports_goals(dry, tmp_path):
 
     work, _, _ = dry
     out = tmp_path / "out"
-    summary = gpu_window.run_window(out, dry_run=True, work=work)
+    summary = gpu_measure.window(out, dry_run=True, work=work)
     assert summary["self_check"]["ok"] and summary["self_check"]["graphs"]
     assert summary["self_check"]["step_kernels"] is None  # a diagnostic for the GPU: counted only with CUDA
     assert "kernel count: no CUDA here" in summary["self_check"]["notes"]
@@ -262,7 +262,7 @@ def test_window_rehearsal_resumes_archives_and_reports_goals(dry, tmp_path):
 def test_window_deadline_stops_between_configurations(tmp_path, capsys):
     from helpers import gpu_window
 
-    summary = gpu_window.run_window(tmp_path / "out", dry_run=True, work=tmp_path / "work", deadline_s=3)
+    summary = gpu_measure.window(tmp_path / "out", dry_run=True, work=tmp_path / "work", deadline_s=3)
     assert summary["self_check"]["ok"] and summary["stopped"] and "run the same command again" in summary["stopped"]
     assert "INCOMPLETE" in capsys.readouterr().out
     assert (tmp_path / "out" / gpu_window.SUMMARY).exists()

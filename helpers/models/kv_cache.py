@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 if TYPE_CHECKING:  # only for annotations: the model file imports this one
-    from helpers.models.qwen3 import DecoderConfig
+    from helpers.models.decoder_config import DecoderConfig
 
 
 class KVCache:
