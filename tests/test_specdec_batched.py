@@ -54,7 +54,7 @@ def test_rows_equal_their_own_greedy_decoding(target, drafts, references, batch_
     prompts = PROMPTS[-batch_size:]  # B=2 mixes prompt lengths 4 and 11; B=4 also lengths 2 and 7
     result = batched_speculative_generate(target, drafts["perturbed"], prompts, 24, gamma=gamma)
     assert result.tokens == references[-batch_size:]
-    accepted = [n for row in result.stats["accepted"] for n in row]
+    accepted = [n for row in result.stats.accepted for n in row]
     assert 0 < sum(accepted) < gamma * len(accepted) or gamma == 1  # acceptance is partial, as intended
 
 
@@ -63,14 +63,14 @@ def test_all_rejected_and_all_accepted_paths(target, drafts, references, kind):
     result = batched_speculative_generate(target, drafts[kind], PROMPTS, 24, gamma=4)
     assert result.tokens == references
     if kind == "identical":  # every draft accepted: 5 tokens per round, so ceil(24 / 5) rounds
-        assert result.stats["rounds"] == 5
-        assert estimate_alpha([n for row in result.stats["accepted"] for n in row], 4) == 1.0
+        assert result.stats.rounds == 5
+        assert estimate_alpha([n for row in result.stats.accepted for n in row], 4) == 1.0
 
 
 def test_batched_autoregressive_baseline_matches_reference(target, references):
     result = batched_autoregressive_generate(target, PROMPTS, 24)
     assert result.tokens == references
-    assert result.stats["steps"] == 24
+    assert result.stats.steps == 24
 
 
 def test_rows_finish_at_different_times_on_eos(target, drafts, references):
@@ -119,7 +119,7 @@ def test_ragged_cache_rollback_equals_fresh_prefill(target, runtime):
 @pytest.mark.parametrize("runtime", ["minimal", "transformers"])
 def test_both_runtimes_give_each_row_its_own_greedy_decoding(target, drafts, references, runtime):
     result = batched_speculative_generate(target, drafts["perturbed"], PROMPTS, 12, 3, runtime=runtime)
-    assert result.stats["runtime"] == runtime
+    assert result.stats.runtime == runtime
     assert result.tokens == [references[i][:12] for i in range(len(PROMPTS))]
 
 
@@ -138,6 +138,6 @@ def test_phase_timing_covers_the_decode_and_changes_nothing(target):
     draft = perturbed_copy(target, 0.02)
     plain = batched_speculative_generate(target, draft, PROMPTS, 10, 3)
     timed = batched_speculative_generate(target, draft, PROMPTS, 10, 3, time_phases=True)
-    assert timed.tokens == plain.tokens and "phase_seconds" not in plain.stats
-    phases = timed.stats["phase_seconds"]
+    assert timed.tokens == plain.tokens and plain.stats.phase_seconds is None
+    phases = timed.stats.phase_seconds
     assert set(phases) == {"draft", "verify", "bookkeeping", "rollback"} and min(phases.values()) > 0

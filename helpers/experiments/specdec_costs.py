@@ -117,9 +117,9 @@ def compare_batched(target, draft, prompts, max_new_tokens: int, gamma: int, *, 
     runs = interleaved_runs({"ar": run_ar, "sd": run_sd}, repeats, warmup=1, device=device)
     (ar_times, ar_runs), (sd_times, sd_runs) = runs["ar"], runs["sd"]
     ar, sd = ar_runs[-1], sd_runs[-1]
-    ar_decode = [seconds - run.stats["prefill_seconds"] for seconds, run in zip(ar_times, ar_runs)]
-    sd_decode = [seconds - run.stats["prefill_seconds"] for seconds, run in zip(sd_times, sd_runs)]
-    accepted = [n for row in sd.stats["accepted"] for n in row]
+    ar_decode = [seconds - run.stats.prefill_seconds for seconds, run in zip(ar_times, ar_runs)]
+    sd_decode = [seconds - run.stats.prefill_seconds for seconds, run in zip(sd_times, sd_runs)]
+    accepted = [n for row in sd.stats.accepted for n in row]
     new_tokens = sum(len(row) for row in ar.tokens)
     ar_s, sd_s = statistics.median(ar_times), statistics.median(sd_times)
     # one more, untimed run that splits a round into its phases (on a GPU the phase boundaries synchronize)
@@ -130,17 +130,17 @@ def compare_batched(target, draft, prompts, max_new_tokens: int, gamma: int, *, 
         "sd_s": sd_s,
         "ar_decode_s": statistics.median(ar_decode),
         "sd_decode_s": statistics.median(sd_decode),
-        "ar_steps": ar.stats["steps"],
-        "phase_seconds": phased.stats["phase_seconds"],
+        "ar_steps": ar.stats.steps,
+        "phase_seconds": phased.stats.phase_seconds,
         "speedup": ar_s / sd_s,
         "decode_speedup": statistics.median(ar_decode) / statistics.median(sd_decode),
         "ar_tokens_per_s": new_tokens / ar_s,
         "sd_tokens_per_s": new_tokens / sd_s,
-        "rounds": sd.stats["rounds"],
+        "rounds": sd.stats.rounds,
         # the batch runs until its slowest row is done: max/mean rounds per row is the straggler factor
-        "rounds_per_row_mean": statistics.fmean(len(row) for row in sd.stats["accepted"]),
-        "rounds_per_row_max": max(len(row) for row in sd.stats["accepted"]),
-        "mean_accepted_per_round": sd.stats["mean_accepted_per_round"],
+        "rounds_per_row_mean": statistics.fmean(len(row) for row in sd.stats.accepted),
+        "rounds_per_row_max": max(len(row) for row in sd.stats.accepted),
+        "mean_accepted_per_round": sd.stats.mean_accepted_per_round,
         "alpha": estimate_alpha(accepted, gamma),
         "rows_identical": sum(a == b for a, b in zip(ar.tokens, sd.tokens)) / len(prompts),
     }

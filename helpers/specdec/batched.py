@@ -35,12 +35,40 @@ from helpers.specdec.core import PhaseClock, accept, finish_row, sample, vocab_s
 from helpers.timing import sync
 
 
+@dataclass(frozen=True)
+class BatchedStats:
+    """What one batched run did. ``target_forwards``: decode steps of AR, rounds of speculative decoding (each one
+    target forward); ``accepted[b]``: row b's accepted drafts per round (for ``specdec.analysis.estimate_alpha``);
+    ``phase_seconds``: the decode time by phase where the run was asked to time them."""
+
+    target_forwards: int
+    prefill_seconds: float
+    runtime: str
+    gamma: int = 0
+    draft_forwards: int = 0
+    accepted: list[list[int]] = field(default_factory=list)
+    phase_seconds: dict | None = None
+
+    @property
+    def rounds(self) -> int:
+        """Speculative rounds (for AR: decode steps)."""
+        return self.target_forwards
+
+    steps = rounds
+
+    @property
+    def mean_accepted_per_round(self) -> float:
+        """Accepted drafts per row-round (0 for AR, which drafts nothing)."""
+        per_round = [n for row in self.accepted for n in row]
+        return sum(per_round) / len(per_round) if per_round else 0.0
+
+
 @dataclass
 class BatchedGeneration:
     """Generated tokens per row (prompt excluded, cut after EOS or at max_new_tokens) and run statistics."""
 
     tokens: list[list[int]]
-    stats: dict = field(default_factory=dict)
+    stats: BatchedStats
 
 
 class RaggedBatch:
@@ -147,8 +175,7 @@ def batched_autoregressive_generate(model, prompts, max_new_tokens: int, eos_tok
     generated, steps = decode_batch(lambda tokens: cache.extend(tokens, logits_to_keep=1)[:, -1], retain,
                                     torch.tensor([[r[-1]] for r in rows], device=device), max_new_tokens,
                                     set() if eos_token_id is None else {eos_token_id})
-    return BatchedGeneration(generated, {"steps": steps, "target_forwards": steps, "prefill_seconds": prefill_seconds,
-                                        "runtime": runtime})
+    return BatchedGeneration(generated, BatchedStats(steps, prefill_seconds, runtime))
 
 
 def _draft_rows(draft_cache: RaggedBatch, tails: torch.Tensor, gamma: int) -> torch.Tensor:
@@ -171,9 +198,9 @@ def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, ga
     Each round: gamma draft forwards (the first feeds two tokens per row), ONE target forward verifying
     gamma + 1 positions per row, one host sync for the accepted counts. Row b accepts the longest prefix of
     its drafts that matches the target's argmax and then takes the target's own next token.
-    ``stats["accepted"][b]`` lists row b's accepted drafts per round (for ``specdec.analysis.estimate_alpha``).
+    ``stats.accepted[b]`` lists row b's accepted drafts per round (for ``specdec.analysis.estimate_alpha``).
 
-    With ``time_phases``, ``stats["phase_seconds"]`` splits the decode time into ``draft`` (the gamma draft
+    With ``time_phases``, ``stats.phase_seconds`` splits the decode time into ``draft`` (the gamma draft
     forwards), ``verify`` (the target forward, the acceptance test and its host sync), ``bookkeeping`` (committing
     tokens, stopping rules) and ``rollback`` (the per-row cache ``keep`` of both models, dropping finished rows).
     On a GPU each boundary adds a synchronize, so time phases in a run that is not itself the timed one.
@@ -222,16 +249,5 @@ def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, ga
         draft_cache.keep(committed - 2, rows=keep_rows)
         active = [active[i] for i in still]
         phases["rollback"] += clock.lap()
-    return BatchedGeneration(generated, _batched_stats(accepted, rounds, gamma, prefill_seconds, runtime,
-                                                       phases if time_phases else None))
-
-
-def _batched_stats(accepted: list[list[int]], rounds: int, gamma: int, prefill_seconds: float, runtime: str,
-                   phases: dict | None) -> dict:
-    per_round = [n for row in accepted for n in row]
-    stats = {"rounds": rounds, "target_forwards": rounds, "draft_forwards": rounds * gamma, "accepted": accepted,
-             "mean_accepted_per_round": sum(per_round) / len(per_round) if per_round else 0.0, "gamma": gamma,
-             "prefill_seconds": prefill_seconds, "runtime": runtime}
-    if phases is not None:
-        stats["phase_seconds"] = phases
-    return stats
+    return BatchedGeneration(generated, BatchedStats(rounds, prefill_seconds, runtime, gamma, rounds * gamma, accepted,
+                                                     phases if time_phases else None))
