@@ -130,7 +130,8 @@ def test_figures_draw_every_draft(measured):
     fig = design_figure(table)
     assert len(fig.axes) == 3 and len(fig.axes[2].lines) == len(table)
     fig = gamma_figure(gamma_frame(measured), table)
-    assert len(fig.axes[0].get_legend().get_texts()) == len(table)
+    assert sum(ax.get_visible() for ax in fig.axes) == len(table)  # a panel per draft
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["measured", "Eq. 5", "Eq. 5 optimum"]
 
 
 def test_wilson_interval_is_exact_at_the_ends():

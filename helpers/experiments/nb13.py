@@ -22,7 +22,7 @@ RESULTS = "13_drafting_from_the_target"
 __all__ = ["RESULTS", "PARAMETERS", "specs", "workloads", "configs", "load_models", "measure", "step_costs",
            "method_label", "comparison", "alpha_by_position", "method_alpha", "alpha_by_workload", "accepted_less_far",
            "costs_in_round",
-           "eq5_table", "by_source", "headline", "training_costs", "round_accounting", "separating_terms", "who_wins",
+           "eq5_table", "by_source", "headline", "training_costs", "round_accounting", "separating_terms", "who_wins", "linear_at_depth",
            "medusa_against_linear", "far_from_corpus", "stop_against_plain", "uniform_tau", "what_it_takes"]
 PARAMETERS = ("device", "fd_target", "fd_draft", "fd_dtype", "fd_threads", "fd_prompt_count", "fd_far_count",
               "fd_new_tokens", "fd_repeats", "fd_gammas", "fd_dynamic", "fd_medusa_trees", "fd_stop_below",
@@ -337,6 +337,15 @@ def training_costs(card: dict, pair_dir) -> pd.DataFrame:
     ])
 
 
+FAMILY_COLOURS = {"draft model": "tab:blue", "Medusa heads": "tab:green", "feature draft": "tab:orange",
+                  "prompt lookup": "tab:gray"}  # one hue per drafter, the same in every figure
+
+
+def _family(label: str) -> str:
+    """The drafter family of a method label ("linear g5", "eagle tree d6 k2 n10", "lookup ...")."""
+    return FAMILIES.get(label.split()[0], label.split()[0])
+
+
 def plot_speedup_tau(summary: pd.DataFrame, title: str):
     """Speedup over AR against τ, one marker per method, coloured by drafter."""
     import matplotlib.pyplot as plt
@@ -345,7 +354,7 @@ def plot_speedup_tau(summary: pd.DataFrame, title: str):
 
     fig, ax = plt.subplots(figsize=plotting.figsize(0.45))
     for name, group in summary[summary.drafter != "AR"].groupby("drafter", sort=False):
-        ax.plot(group.tau, group.speedup, "o", label=name)
+        ax.plot(group.tau, group.speedup, "o", color=FAMILY_COLOURS.get(name), label=name)
         for row in group.itertuples():
             ax.annotate(row.label, (row.tau, row.speedup), fontsize=5, xytext=(2, 2), textcoords="offset points")
     ax.axhline(1.0, color="grey", lw=0.8)
@@ -356,15 +365,20 @@ def plot_speedup_tau(summary: pd.DataFrame, title: str):
 
 
 def plot_alpha_by_position(alpha: pd.DataFrame, title: str):
-    """a_d against draft position d, one line per method (pooled over every round)."""
+    """a_d against draft position d, one line per method (pooled over every round), coloured by drafter (a second
+    method of the same drafter dashed, a third dotted)."""
     import matplotlib.pyplot as plt
 
     from helpers import plotting
 
     fig, ax = plt.subplots(figsize=plotting.figsize(0.4))
     pooled = alpha[alpha.source == "all"]
+    seen: dict[str, int] = {}
     for label, group in pooled.groupby("label", sort=False):
-        ax.plot(group.position, group.alpha, "o-", label=label)
+        family = _family(label)
+        style = ("o-", "s--", "^:")[seen.get(family, 0) % 3]
+        seen[family] = seen.get(family, 0) + 1
+        ax.plot(group.position, group.alpha, style, color=FAMILY_COLOURS.get(family), label=label)
     ax.set(xlabel="draft position d", ylabel="$a_d$ = P(reach d | reached d-1)", ylim=(0, 1), title=title)
     ax.legend(fontsize="x-small", frameon=False)
     fig.tight_layout()
@@ -442,14 +456,19 @@ def who_wins(held: dict, alpha: pd.DataFrame, costs: dict, summary: pd.DataFrame
         "c_eagle": costs["c"]["eagle"], "c_draft": costs["c"]["draft"], "c_medusa": costs["c"]["medusa"]}}
 
 
+def linear_at_depth(summary: pd.DataFrame, depth: int) -> str:
+    """The label of the linear chain whose γ is ``depth`` (Medusa's number of heads), or the nearest measured one."""
+    chains = summary[summary.label.str.fullmatch(r"linear g\d+")]
+    gammas = chains.label.str.removeprefix("linear g").astype(int)
+    return chains.loc[(gammas - depth).abs().idxmin(), "label"]
+
+
 def medusa_against_linear(summary: pd.DataFrame, rows: list[dict], num_heads: int) -> dict:
     """Medusa's chain against linear speculation at the same depth (γ = the number of heads; the nearest measured γ
     where that one was not): τ, speedup and the acceptance by position that separates them (head k guesses without
     seeing the k-1 drafts before it)."""
     medusa = summary[summary.label == "medusa chain"].iloc[0]
-    chains = summary[summary.label.str.fullmatch(r"linear g\d+")]
-    gammas = chains.label.str.removeprefix("linear g").astype(int)
-    linear = chains.loc[(gammas - num_heads).abs().idxmin()]
+    linear = summary[summary.label == linear_at_depth(summary, num_heads)].iloc[0]
     pooled = alpha_by_position(rows, ["medusa chain", linear.label])
     rates = pooled[pooled.source == "all"].set_index(["label", "position"]).alpha
     pairs = [(d, rates.get(("medusa chain", d), float("nan")), rates.get((linear.label, d), float("nan")))

@@ -3,7 +3,6 @@ batch per context length, and what the self-draft's window buys."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 
 from helpers.plotting import figsize
@@ -22,38 +21,39 @@ def context_use_figure(loss_by_position: dict[str, dict[str, float]]):
 
 def _by_context(frame: pd.DataFrame):
     contexts = sorted(frame.context.unique())
-    colours = plt.get_cmap("viridis")(np.linspace(0.05, 0.85, len(contexts)))
+    colours = [plt.get_cmap("tab10")(i % 10) for i in range(len(contexts))]  # distinct hues: contexts stay apart
     return [(context, colour, frame[frame.context == context].sort_values("batch")) for context, colour in
             zip(contexts, colours)]
 
 
 def terms_figure(frame: pd.DataFrame, short_batch: pd.DataFrame | None = None):
-    """Three panels over the (context, batch) grid: c = T_D/T_T against the KV/weight byte ratio, T_V/T_T against
-    batch, and the measured full-batch speedup against batch (solid) with Eq. 5's prediction from the same runs'
-    terms (dashed) and the whole-run speedup, tail of stragglers included (dotted); ``short_batch`` (batch,
-    speedup): notebook 09's separate-draft speculation at short context, for contrast."""
-    fig, axes = plt.subplots(1, 3, figsize=figsize(0.36))
+    """Three panels over the (context, batch) grid, a colour per context: c = T_D/T_T against the KV/weight byte
+    ratio, T_V/T_T against batch, and the measured full-batch speedup against batch (solid) with Eq. 5's prediction
+    from the same runs' terms (dashed); ``short_batch`` (batch, speedup): notebook 09's separate-draft speculation
+    at short context, for contrast (black squares). The whole-run speedup is in the notebook's table."""
+    fig, axes = plt.subplots(1, 3, figsize=figsize(0.42))
     for context, colour, rows in _by_context(frame):
         label = f"{context} tokens"
         axes[0].plot(rows.kv_weight_ratio, rows.draft_ratio, "o-", color=colour, label=label)
-        axes[1].plot(rows.batch, rows.verify_ratio, "o-", color=colour, label=label)
-        axes[2].plot(rows.batch, rows.full_batch_speedup, "o-", color=colour, label=label)
-        axes[2].plot(rows.batch, rows.eq5_speedup, "--", color=colour, alpha=0.7)
-        axes[2].plot(rows.batch, rows.speedup, ":", color=colour, alpha=0.7)
+        axes[1].plot(rows.batch, rows.verify_ratio, "o-", color=colour)
+        axes[2].plot(rows.batch, rows.full_batch_speedup, "o-", color=colour)
+        axes[2].plot(rows.batch, rows.eq5_speedup, "--", color=colour, alpha=0.8)
     if short_batch is not None and len(short_batch):
-        axes[2].plot(short_batch.batch, short_batch.speedup, "s:", color="tab:red", label="nb 09 (draft model)")
+        axes[0].plot([], [], "s-", color="black", label="nb 09 (draft model)")  # its legend entry; drawn right
+        axes[2].plot(short_batch.batch, short_batch.speedup, "s-", color="black")
+    axes[0].plot([], [], "--", color="grey", label="Eq. 5 (right)")
     axes[0].set_xscale("log")
     axes[0].set_xlabel("KV bytes / weight bytes per step")
     axes[0].set_ylabel(r"$c = T_D/T_T$")
     axes[1].set_ylabel(r"$T_V(\gamma)/T_T$")
-    axes[2].set_ylabel("speedup over batched AR")
+    axes[2].set_ylabel("full-batch speedup over AR")
     axes[2].axhline(1.0, color="grey", lw=0.8)
     for ax in axes[1:]:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size")
-    axes[2].legend(fontsize="x-small", title="full batch; Eq. 5 dashed;\nwhole run dotted", title_fontsize="x-small",
-                   loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize="x-small", frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 
