@@ -108,9 +108,13 @@ def cost_model_figure(model_table):
     fig, ax = plt.subplots(figsize=(4.6, 4.0))
     for family, group in model_table.groupby("method", sort=False):
         ax.scatter(group.measured, group.predicted, color=FAMILY_COLOURS.get(family, "grey"), label=family, s=26)
+        if "label" in group:  # each point named, so that the text's claims about single methods can be checked
+            for row in group.itertuples():
+                ax.annotate(row.label, (row.measured, row.predicted), fontsize=5, xytext=(3, -2),
+                            textcoords="offset points")
     low = min(model_table.measured.min(), model_table.predicted.min()) * 0.9
     high = max(model_table.measured.max(), model_table.predicted.max()) * 1.08
-    ax.plot([low, high], [low, high], color="black", lw=0.8, ls=":")
+    ax.plot([low, high], [low, high], color="black", lw=0.8, ls=":", label="prediction = measurement")
     ax.set_xlim(low, high)
     ax.set_ylim(low, high)
     ax.set_xlabel("measured decode speedup")
