@@ -53,9 +53,10 @@ def step_time(rows):
     fig, (left, right) = plt.subplots(1, 2, figsize=plotting.figsize(0.32))
     sizes = [r["batch"] for r in rows]
     left.plot(sizes, [r["step_s"] * 1000 for r in rows], marker="o")
-    left.set(xscale="log", xlabel="batch size", ylabel="ms per decode step", ylim=(0, None))
+    left.set(xscale="log", xlabel="batch size", ylabel="ms per decode step",
+             ylim=(0, 1.1 * max(r["step_s"] * 1000 for r in rows)))  # room above the top marker
     right.plot(sizes, [r["tok_s"] for r in rows], marker="o", color="C2")
-    right.set(xscale="log", xlabel="batch size", ylabel="tokens / s", ylim=(0, None))
+    right.set(xscale="log", xlabel="batch size", ylabel="tokens / s", ylim=(0, 1.1 * max(r["tok_s"] for r in rows)))
     for ax in (left, right):
         ax.set_xticks(sizes, [str(s) for s in sizes])
     fig.tight_layout()
