@@ -31,10 +31,18 @@ def _imported_modules(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                found.add(".".join(base + ([node.module] if node.module else [])))
+                source = ".".join(base + ([node.module] if node.module else []))
             else:
-                found.add(node.module or "")
+                source = node.module or ""
+            found.add(source)
+            # ``from helpers import gpu_measure``: the names that are modules count as imported modules
+            found |= {f"{source}.{alias.name}" for alias in node.names if _is_module(f"{source}.{alias.name}")}
     return {name for name in found if name == "helpers" or name.startswith("helpers.")}
+
+
+def _is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
 
 
 def _package(module: str) -> str:
@@ -93,6 +101,24 @@ def test_packages_import_downwards_only():
     cycles = import_cycles(graph)
     detail = {tuple(c): {p: sorted(graph[p] & set(c)) for p in c} for c in cycles}
     assert not cycles, f"import cycles between packages (package -> the members it imports): {detail}"
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Module -> the ``helpers`` modules it imports (a package's ``__init__`` left out: it re-exports its members)."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    packages = {_module_name(path) for path in HELPERS.rglob("__init__.py")}
+    for path in HELPERS.rglob("*.py"):
+        if path.name != "__init__.py":
+            graph[_module_name(path)] |= _imported_modules(path) - packages - {_module_name(path)}
+    return graph
+
+
+def test_modules_import_without_cycles():
+    """Regression: helpers.gpu_measure and helpers.gpu_window imported each other (``from helpers import ...``, which
+    the package rule did not see), and so did the model file and its cache."""
+    graph = module_graph()
+    cycles = import_cycles(graph)
+    assert not cycles, f"modules that import each other, directly or around a circle: {cycles}"
 
 
 def _long_functions(path: Path) -> list[str]:
