@@ -25,8 +25,9 @@ def occupancy_timeline(timelines: dict[str, dict[str, list]], batch_size: int):
         ax.axhline(batch_size, color="gray", lw=0.6, ls="--")
         ax.set(title=workload.replace("_", " "), xlabel="time (s)", ylim=(0, batch_size + 0.5))
     axes[0][0].set_ylabel("sequences per decode step")
-    axes[0][-1].legend(loc="lower right", fontsize="x-small")
-    fig.tight_layout()
+    fig.legend(*axes[0][-1].get_legend_handles_labels(), loc="lower center", ncol=3, fontsize="x-small",
+               frameon=False)  # below the panels: the curves end low at the right, where a legend would sit
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     return fig
 
 
