@@ -35,7 +35,12 @@ def _format_cell(value, float_format: str) -> str:
     if value is None or (isinstance(value, float) and value != value):
         return "--"
     if isinstance(value, float):
-        return float_format.format(value)
+        if "g}" in float_format and value.is_integer() and abs(value) < 1e15:
+            return format_number(int(value))  # a count that a row of mixed dtypes turned into a float: 4096, not 4.1e+03
+        text = float_format.format(value)
+        if "e" in text and 1 <= abs(value) < 1e6:
+            return format_number(int(round(value)))  # 1240 tokens/s, not 1.24e+03
+        return text
     return format_number(value)  # bools, ints and text as in prose
 
 

@@ -84,6 +84,15 @@ def test_booktabs_table_and_numbers(tmp_path, monkeypatch):
         tables.write_numbers("01_x", "unit", {"bad key": 1})
 
 
+def test_table_counts_stay_integers_and_large_values_plain():
+    """Regression: a row of mixed dtypes turned context lengths into floats, printed 1.02e+03 and 4.1e+03 (4096), and
+    1240 tokens/s printed 1.24e+03."""
+    df = pd.DataFrame({"context": [1024, 4096], "speedup": [1.234, 0.5], "tok/s": [1241.7, 88.12]})
+    tex = tables.table_tex(df)
+    assert "1{,}024 & 1.23 & 1{,}242" in tex and "4{,}096 & 0.5 & 88.1" in tex and "e+" not in tex
+    assert "2.00" in tables.table_tex(pd.DataFrame({"x": [2.0]}), float_format="{:.2f}")  # fixed formats untouched
+
+
 def test_relative_spread_is_robust_to_one_outlier():
     assert timing.relative_spread([1.0]) == 0.0
     assert timing.relative_spread([1.0, 1.0, 1.0]) == 0.0

@@ -366,8 +366,9 @@ def optimum_numbers(optimum: dict, handout_best) -> dict:
     (pair_a, opt_a), (pair_b, opt_b) = optimum.items()  # the CPU profile's two drafts; which one peaks later
     # which peaks later, as far as the data can name the peaks: every gamma the prompts do not separate from the best
     order = order_of_sets(opt_a["tied"], opt_b["tied"])
-    ties = (f"the gammas the prompts do not separate from each best: {', '.join(map(str, opt_b['tied']))} against "
-            f"{', '.join(map(str, opt_a['tied']))}")
+    draft = lambda pair: pair.split(" / ")[-1]  # noqa: E731 - the pairs share the target
+    ties = (f"the gammas the prompts do not separate from each best: {', '.join(map(str, opt_b['tied']))} with "
+            f"{draft(pair_b)}, {', '.join(map(str, opt_a['tied']))} with {draft(pair_a)}")
     numbers["later_peak"] = (f"{pair_b} peaks at a {order} gamma than {pair_a} ({ties})" if order != "overlapping" else
                              f"which pair peaks later is not resolved ({ties})")
     print(f"peaks: {numbers['later_peak']}")

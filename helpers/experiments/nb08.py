@@ -218,9 +218,9 @@ def prediction_numbers(predicted: pd.DataFrame, regimes: dict, compare: dict, fa
                 if max(gap) <= 1e-3 else f"no higher on the {fast['gpu']} than on the {slow['gpu']}")
     print("with the host cost, the predicted speedup is", host_cmp)
     return numbers | {
-        "host_gpu_cmp": host_cmp, "rank_roof": "stays ahead of" if keeps["roofline only"] else "falls behind",
-        "rank_host": "stays ahead of" if keeps["+ host cost"] else "falls behind",
-        "rank_host2": ("stays ahead of" if keeps["+ host cost B"] else "falls behind") if "+ host cost B" in keeps
+        "host_gpu_cmp": host_cmp, "rank_roof": "ahead of" if keeps["roofline only"] else "behind",
+        "rank_host": "ahead of" if keeps["+ host cost"] else "behind",
+        "rank_host2": ("ahead of" if keeps["+ host cost B"] else "behind") if "+ host cost B" in keeps
         else "(not computed)",
         "rank_host_fits_agree": int("+ host cost B" not in keeps or keeps["+ host cost"] == keeps["+ host cost B"])}
 

@@ -36,7 +36,7 @@ def sweep_config(params: dict) -> dict:
 def batch_config(params: dict, batch_size: int) -> dict:
     return {"kind": "batched", **pair_config(params), "batch_size": batch_size, "gamma": params["analysis_batch_gamma"],
             "new_tokens": params["analysis_batch_new_tokens"], "prompt_len": params["analysis_prompt_len"],
-            "phases": True}
+            "phases": True, "costs_on": "the decoder's runtime"}
 
 
 def configs(params: dict) -> list[dict]:
@@ -177,9 +177,9 @@ def compare_costs_with_07(rows_07, draft_name: str, tokenizer, T_T: float, T_D: 
     longer = conditions["context (tokens)"].idxmax() if conditions["context (tokens)"].notna().all() else None
     context_explains = longer is None or bool(conditions["T_T (ms)"].idxmax() == longer
                                               and conditions["T_D (ms)"].idxmax() == longer)
-    c_reason = ("the longer context is also the dearer forward (or a context is unknown), so context may explain part of "
-                "the gap" if context_explains
-                else "the measurement at the longer context is the cheaper one, so context does not explain the gap: "
+    c_reason = ("a context is unknown, so context may explain part of the gap" if longer is None
+                else "the longer context is also the dearer forward, so context may explain part of the gap"
+                if context_explains else "the measurement at the longer context is the cheaper one, so context does not explain the gap: "
                      "it is timing variation between two runs on a shared machine")
     print(f"c of {draft_name}: {r07['c']:.3f} in 07, {c:.3f} here ({abs(r07['c'] / c - 1):.0%} apart); same runtime: "
           f"{conditions['runtime'].nunique() == 1}; {c_reason}")

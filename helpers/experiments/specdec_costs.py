@@ -327,13 +327,15 @@ def cost_terms(cost_row: dict) -> dict:
 def batched_point(target, draft, prompts, max_new_tokens: int, gamma: int, *, repeats: int,
                   timing_repeats: int) -> dict:
     """One batch size of notebook 09's batched curve: :func:`compare_batched` on ``prompts`` plus the Eq. 5 costs
-    ``T_T``, ``T_D`` and ``T_V`` (at ``gamma``) measured at this batch size on the transformers runtime (as the
-    batched decoder runs)."""
+    ``T_T``, ``T_D`` and ``T_V`` (at ``gamma``) measured at this batch size on the runtime the batched decoders run
+    on (``runtime``: the model file wherever it implements the pair; regression: the costs were timed on the
+    transformers runtime while the batched runs used the model file, so c at B = 1 came out 0.093 against 0.065)."""
     device = next(target.parameters()).device
+    runtime = resolve_runtime("auto", target, draft)  # what batched_*_generate resolve by default
     run = compare_batched(target, draft, prompts, max_new_tokens, gamma, repeats=repeats)
     cost = measure_costs(target, draft, torch.tensor(prompts, device=device), [gamma], repeats=timing_repeats,
-                         runtime="transformers")
-    return {**run, "T_T": cost["T_T"], "T_D": cost["T_D"], "T_V": cost["T_V"][gamma]}
+                         runtime=runtime)
+    return {**run, "T_T": cost["T_T"], "T_D": cost["T_D"], "T_V": cost["T_V"][gamma], "runtime": runtime}
 
 
 BATCH_COLUMNS = ["batch_size", "ar_tokens_per_s", "sd_tokens_per_s", "speedup", "decode_speedup", "alpha",
