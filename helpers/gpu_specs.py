@@ -40,6 +40,14 @@ def gpu_spec(name: str) -> pd.Series:
     raise KeyError(f"no datasheet row for GPU {name!r}; add it to {SPECS_PATH} (known: {', '.join(specs['gpu'])})")
 
 
+def memory_bandwidth(device_name: str) -> float | None:
+    """Bytes per second of a GPU's memory (datasheet), or None for a device without a datasheet row (a CPU)."""
+    try:
+        return float(gpu_spec(device_name)["bandwidth_gbs"]) * 1e9
+    except KeyError:
+        return None
+
+
 def forward_flops_bytes(config, batch_size: int, new_tokens: int, context_len: int,
                         bytes_per_param: int = 2) -> tuple[float, float]:
     """FLOPs and bytes moved by one forward of ``new_tokens`` per row over ``context_len`` cached tokens.

@@ -124,8 +124,7 @@ def _kernel_count(device: torch.device, notes: list) -> int | None:
     """The GPU kernels one eager decode step of the shipped 1-layer draft launches (the profiler's CUDA events),
     beside the model file's ``LAYER_KERNELS`` (the CPU count of kernel-launching ops per layer): a batch-1 step on a
     GPU is bound by its kernel count, so the window's rows are read with it. None without CUDA."""
-    from torch.profiler import ProfilerActivity, profile
-
+    from helpers.experiments.step_profile import profiled_kernels
     from helpers.models import load_model
     from helpers.models.qwen3 import LAYER_KERNELS
     from helpers.models.runtime import minimal_view
@@ -139,11 +138,7 @@ def _kernel_count(device: torch.device, notes: list) -> int | None:
     with torch.inference_mode():
         model(torch.arange(1, 9, device=device)[None], cache)
         model(token, cache)  # warm: the first call may allocate or pick kernels
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            model(token, cache)
-            torch.cuda.synchronize()
-    kernels = sum(1 for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA)
+        kernels = len(profiled_kernels(lambda: model(token, cache), device))
     notes.append(f"kernel count: one eager decode step of the {model.config.num_layers}-layer draft launched {kernels} "
                  f"CUDA kernels and copies (the model file counts {LAYER_KERNELS} kernel ops per layer on a CPU)")
     return kernels

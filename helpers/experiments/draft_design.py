@@ -79,9 +79,8 @@ def eq5_curve(alpha: float, T_T: float, draft_round: dict, verify: dict, gammas)
     :func:`linear_verify_cost`. So the optimum it gives is never below Eq. 5 at a measured gamma (regression: a mean
     of the per-gamma draft costs put notebook 12's optimum below Eq. 5 at the measured best gamma)."""
     gammas = [int(g) for g in gammas]
-    if len(draft_round) > 1:
-        line = line_fit(list(draft_round), [g * t for g, t in draft_round.items()], clamp="nonnegative")
-        round_draft = line  # seconds of a round's g draft steps (fixed part and part per step each >= 0)
+    if len(draft_round) > 1:  # seconds of a round's g draft steps (fixed part and part per step each >= 0)
+        round_draft = line_fit(list(draft_round), [g * t for g, t in draft_round.items()], clamp="nonnegative")
     else:
         round_draft = lambda g: g * next(iter(draft_round.values()))  # noqa: E731
     line_v = linear_verify_cost(list(verify), list(verify.values()))

@@ -9,6 +9,7 @@ import pandas as pd
 import torch
 
 from helpers.experiments import step_profile
+from helpers.gpu_specs import memory_bandwidth
 from helpers.results import latest_ok_rows, run_metadata
 
 COSTS = "09_handout_costs"  # eq5 part: the handout pairs, random weights, bf16
@@ -20,16 +21,6 @@ def read_rows(folder: Path, name: str) -> list[dict]:
     return latest_ok_rows(Path(folder) / f"{name}.jsonl")
 
 
-def _bandwidth(device_name: str) -> float | None:
-    """Bytes per second of the GPU's memory (datasheet), or None for a device without a datasheet row."""
-    from helpers.gpu_specs import gpu_spec
-
-    try:
-        return float(gpu_spec(device_name)["bandwidth_gbs"]) * 1e9
-    except KeyError:
-        return None
-
-
 def cost_table(rows: list[dict]) -> pd.DataFrame:
     """One line per (pair, decode mode): T_T, T_D in ms, c, T_V(gamma)/T_T at the smallest and largest gamma, the
     graph replays that prove graphs ran, and the target's weight-read floor (the weight bytes a decode step reads,
@@ -37,7 +28,7 @@ def cost_table(rows: list[dict]) -> pd.DataFrame:
     measured decode step."""
     lines = []
     for row in rows:
-        bandwidth = _bandwidth(row.get("device_name", ""))
+        bandwidth = memory_bandwidth(row.get("device_name", ""))
         read = row.get("target_decode_bytes", row["target_weight_bytes"])  # an untied input embedding is not read
         floor = read / bandwidth if bandwidth else None
         gammas = sorted(row.get("verify_ratio", {}), key=int)

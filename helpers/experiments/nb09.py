@@ -179,7 +179,8 @@ def compare_costs_with_07(rows_07, draft_name: str, tokenizer, T_T: float, T_D: 
                                               and conditions["T_D (ms)"].idxmax() == longer)
     c_reason = ("a context is unknown, so context may explain part of the gap" if longer is None
                 else "the longer context is also the dearer forward, so context may explain part of the gap"
-                if context_explains else "the measurement at the longer context is the cheaper one, so context does not explain the gap: "
+                if context_explains
+                else "the measurement at the longer context is the cheaper one, so context does not explain the gap: "
                      "it is timing variation between two runs on a shared machine")
     print(f"c of {draft_name}: {r07['c']:.3f} in 07, {c:.3f} here ({abs(r07['c'] / c - 1):.0%} apart); same runtime: "
           f"{conditions['runtime'].nunique() == 1}; {c_reason}")

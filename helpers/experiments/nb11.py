@@ -106,7 +106,8 @@ def _at(sweep: pd.DataFrame, context: int) -> pd.DataFrame:
 def sweep_summary(sweep: pd.DataFrame, contexts, gamma: int) -> dict:
     """Section 3: the long-context, large-batch corner where MagicDec's mechanism should show (each speedup against
     1 beyond its own repeat spread), how the speedup and c move with the batch at the longest and the shortest
-    context, Eq. 5's error, verification's cost, and what holds the speedup back (c against a full step at the shortest context, T_V/T_T).
+    context, Eq. 5's error, verification's cost, and what holds the speedup back (c against a full step at the
+    shortest context, T_V/T_T).
     Returns ``region`` (to display), ``long_ctx``, ``long_rows``, ``long_rises`` (section 5 reads them), ``text``
     and ``numbers``."""
     v = _sweep_values(sweep, contexts, gamma)
@@ -132,7 +133,7 @@ def _sweep_values(sweep: pd.DataFrame, contexts, gamma: int) -> dict:
     # would cost if the KV it reads did not matter. Not a floor: the draft reads window + sinks tokens, fewer than the
     # shortest context, so it may cost a little less; near it, reading less KV has little left to save
     sweep["c_short_step"] = [sweep[(sweep.context == short_ctx) & (sweep.batch == b)].ar_step_s.iloc[0] / t
-                        for b, t in zip(sweep.batch, sweep.ar_step_s)]
+                             for b, t in zip(sweep.batch, sweep.ar_step_s)]
     sweep["eq5_if_v1"] = predicted_speedup(gamma, sweep.alpha, sweep.draft_ratio, 1.0)
     held_rows = sweep.loc[region.index]  # with the columns computed above
     vs_short = held_rows.draft_ratio / held_rows.c_short_step  # 1: the draft costs what a full step at short context does
@@ -193,7 +194,8 @@ def _sweep_text(v: dict, contexts) -> str:
         f"the whole run is slower than the full batch by {tail.min():.2f}x .. {tail.max():.2f}x: the batch ran up to "
         f"{sweep.straggler.max():.2f}x the rounds of its mean row, its slowest rows finishing on a shrinking batch"]
     lines += [f"  L={r.context}, B={r.batch}: c = {r.draft_ratio:.2f} against a full step at short context "
-              f"T_T({short_ctx}, B)/T_T(L, B) = {r.c_short_step:.2f}; T_V/T_T = {r.verify_ratio:.2f}; with T_V = T_T Eq. 5 would give {r.eq5_if_v1:.2f}x"
+              f"T_T({short_ctx}, B)/T_T(L, B) = {r.c_short_step:.2f}; T_V/T_T = {r.verify_ratio:.2f}; with T_V = T_T "
+              f"Eq. 5 would give {r.eq5_if_v1:.2f}x"
               for r in v["held_rows"].itertuples()]
     lines.append(f"c / the short-context step at those points: {v['vs_short'].min():.2f} .. {v['vs_short'].max():.2f} "
                  f"(median within 30% either way: {v['c_near_short_step']}; the draft reads {v['draft_kv_tokens']} "

@@ -22,7 +22,8 @@ RESULTS = "13_drafting_from_the_target"
 __all__ = ["RESULTS", "PARAMETERS", "specs", "workloads", "configs", "load_models", "measure", "step_costs",
            "method_label", "comparison", "alpha_by_position", "method_alpha", "alpha_by_workload", "accepted_less_far",
            "costs_in_round",
-           "eq5_table", "by_source", "headline", "training_costs", "round_accounting", "separating_terms", "who_wins", "linear_at_depth",
+           "eq5_table", "by_source", "headline", "training_costs", "round_accounting", "separating_terms", "who_wins",
+           "linear_at_depth",
            "medusa_against_linear", "far_from_corpus", "stop_against_plain", "uniform_tau", "what_it_takes"]
 PARAMETERS = ("device", "fd_target", "fd_draft", "fd_dtype", "fd_threads", "fd_prompt_count", "fd_far_count",
               "fd_new_tokens", "fd_repeats", "fd_gammas", "fd_dynamic", "fd_medusa_trees", "fd_stop_below",
@@ -426,9 +427,6 @@ def who_wins(held: dict, alpha: pd.DataFrame, costs: dict, summary: pd.DataFrame
     side = _compare(eagle["speedup"], linear["speedup"])
     rounds = {name: round_accounting(summary, held[name]["label"]) for name in ("eagle", "linear")}
     reason = separating_terms(rounds["eagle"], rounds["linear"])
-    # the accounting is exact: tau over the round's cost gives back each measured speedup
-    for name in rounds:
-        assert abs(rounds[name]["tau"] / rounds[name]["round"] / held[name]["speedup"] - 1) < 1e-9
     e, l = rounds["eagle"], rounds["linear"]
     text = (f"feature draft {eagle['label']}: {eagle['speedup']:.2f}x (tau {eagle['tau']:.2f}); distilled draft "
             f"{linear['label']}: {linear['speedup']:.2f}x (tau {linear['tau']:.2f}): the feature draft is {side} it "

@@ -166,14 +166,11 @@ def step_table(rows: list[dict]) -> pd.DataFrame:
     """One line per profiled (model, width): kernels (and per layer), a replay's wall time, the kernels' summed time
     (busy), the idle share of their span, the matrix products' time, and the HBM floor (the weight bytes a step
     reads over the datasheet bandwidth; the same at every width: a step reads each weight once)."""
-    from helpers.gpu_specs import gpu_spec
+    from helpers.gpu_specs import memory_bandwidth
 
     lines = []
     for row in rows:
-        try:
-            bandwidth = float(gpu_spec(row.get("device_name", ""))["bandwidth_gbs"]) * 1e9
-        except KeyError:
-            bandwidth = None
+        bandwidth = memory_bandwidth(row.get("device_name", ""))
         lines.append({"model": row["model"], "width": row["width"], "kernels": row["kernels"],
                       "kernels/layer": row["kernels"] / row["num_layers"], "wall ms": row["wall_ms"],
                       "busy ms": row["busy_ms"], "idle": row["idle_share"],
