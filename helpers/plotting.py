@@ -10,7 +10,9 @@ from pathlib import Path
 
 import matplotlib
 import matplotlib.pyplot as plt
+import numpy as np
 import seaborn as sns
+from matplotlib.transforms import Bbox
 
 from helpers import memory, paths
 
@@ -50,6 +52,66 @@ def save_figure(fig, name: str, profile: str, png: bool = True) -> Path:
     if png:
         fig.savefig(out.with_suffix(".png"), metadata={"Software": None}, **_SAVED_KW)
     return out
+
+
+def _label_offsets() -> list[tuple[float, float, str]]:
+    """(dx, dy, alignment) in points, nearest first: beside the marker, then rings of 12 directions farther out."""
+    offsets = [(5, 0, "left"), (-5, 0, "right"), (4, 7, "left"), (4, -7, "left"), (-4, 7, "right"), (-4, -7, "right"),
+               (0, 11, "center"), (0, -11, "center")]
+    for radius in (16, 24, 34, 46):
+        for step in range(12):
+            dx, dy = radius * np.cos(np.pi * step / 6), 0.6 * radius * np.sin(np.pi * step / 6)  # labels are wide
+            align = "left" if dx > 1 else "right" if dx < -1 else "center"
+            offsets.append((round(float(dx), 1), round(float(dy), 1), align))
+    return offsets
+
+
+LABEL_OFFSETS = _label_offsets()
+LEADER_BEYOND = 12  # points: a label placed farther from its marker gets a thin line to it
+
+
+def _overlap(box, other) -> float:
+    """The area two display boxes share (0 when apart)."""
+    width = min(box.x1, other.x1) - max(box.x0, other.x0)
+    height = min(box.y1, other.y1) - max(box.y0, other.y0)
+    return max(width, 0.0) * max(height, 0.0)
+
+
+def place_labels(ax, points, texts, colours, fontsize: float = 6) -> list:
+    """Annotate each point with its text at the first of :data:`LABEL_OFFSETS` whose box overlaps no marker, no
+    label placed before it and no legend, and stays inside the axes (in drawn pixels); where none is free, at the
+    place inside the axes that overlaps least. Labels away from their marker get a thin leader line. Draw the figure
+    (``fig.canvas.draw()``) after its final layout and before calling this."""
+    renderer = ax.figure.canvas.get_renderer()
+    inside = ax.get_window_extent(renderer)
+    half = 2.8 * ax.figure.dpi / 72  # a marker of s=28 is about 5.3 points across
+    boxes = [Bbox.from_extents(px - half, py - half, px + half, py + half)
+             for px, py in ax.transData.transform(list(points))]
+    if ax.get_legend() is not None:
+        boxes.append(ax.get_legend().get_window_extent(renderer))
+    placed = []
+    for (x, y), text, colour in zip(points, texts, colours):
+        best = None  # (overlap, offset) of the least crowded place inside the axes
+        for dx, dy, align in LABEL_OFFSETS:
+            label = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=fontsize,
+                                ha=align, va="center")
+            box = label.get_window_extent(renderer).expanded(1.02, 1.05)
+            label.remove()
+            if not (inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1):
+                continue
+            crowding = sum(_overlap(box, other) for other in boxes)
+            if best is None or crowding < best[0]:
+                best = (crowding, (dx, dy, align), box)
+            if crowding == 0:
+                break
+        (dx, dy, align), box = best[1:] if best else (LABEL_OFFSETS[0], None)
+        leader = (dict(arrowstyle="-", color=colour, lw=0.4, shrinkA=0, shrinkB=2)
+                  if max(abs(dx), abs(dy)) > LEADER_BEYOND else None)
+        label = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=fontsize,
+                            color=colour, ha=align, va="center", arrowprops=leader)
+        placed.append(label)
+        boxes.append(box or label.get_window_extent(renderer))  # the text's box, not its leader line's
+    return placed
 
 
 def memory_breakdown_figure(model_id: str = "Qwen/Qwen3-14B", gpu: str = "L40S (48 GB)", batch_size: int = 8,

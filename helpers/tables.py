@@ -91,6 +91,11 @@ def format_number(value, digits: int = 3) -> str:
     return latex_escape(value)
 
 
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and its noun in agreement: "1 thread", "2 threads", "1 KV head"; ``plural`` for irregular nouns."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def write_numbers(name: str, profile: str, numbers: dict, digits: int = 3) -> Path:
     """Write ``\\wbset{key}{value}`` lines to ``report/generated/<profile>/<name>.numbers.tex``.
 

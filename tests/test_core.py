@@ -93,6 +93,12 @@ def test_table_counts_stay_integers_and_large_values_plain():
     assert "2.00" in tables.table_tex(pd.DataFrame({"x": [2.0]}), float_format="{:.2f}")  # fixed formats untouched
 
 
+def test_counts_agree_with_their_nouns():
+    """Regression: captions said "1 thread(s)" and "1 layer(s)"."""
+    assert tables.count(1, "thread") == "1 thread" and tables.count(2, "thread") == "2 threads"
+    assert tables.count(0, "KV head") == "0 KV heads" and tables.count(3, "batch", "batches") == "3 batches"
+
+
 def test_relative_spread_is_robust_to_one_outlier():
     assert timing.relative_spread([1.0]) == 0.0
     assert timing.relative_spread([1.0, 1.0, 1.0]) == 0.0

@@ -76,6 +76,20 @@ def test_nb07_summaries():
         pooled * (1 - pooled) / 100), abs(0.75 - pooled) / np.sqrt(pooled * (1 - pooled) / 80)))
 
 
+def test_rounds_without_draft_explain_acc_per_round_below_alpha_at_gamma_1(capsys):
+    # gamma 1: 50 tests, 4 more rounds whose one token the target gave alone (a prompt's last token)
+    frame = _sweep_frame().assign(rounds=[54, 45, 40], proposed=[50, 88, 117])
+    assert nb07.rounds_without_draft(frame) == {"a / b": (4, 54)}
+    accepted = frame["accepted"].iloc[0]
+    assert accepted / 54 < accepted / (accepted + frame["rejections"].iloc[0])  # acc./round < alpha
+    nb07.print_rounds_without_draft(frame)
+    assert "4 of 54 rounds (a / b) proposed no draft" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match="accepted / tests"):
+        nb07.print_rounds_without_draft(frame.assign(alpha=[0.5, 0.75, 0.7]))
+    nb07.print_rounds_without_draft(frame[frame["gamma"] > 1])  # no gamma 1: nothing to say
+    assert capsys.readouterr().out == ""
+
+
 def test_nb09_batch_trend_and_depths(capsys):
     by_batch = pd.DataFrame({"batch_size": [1, 2, 4], "speedup": [1.5, 1.3, 1.1], "decode_speedup": [1.6, 1.4, 1.0],
                              "predicted": [1.7, 1.5, 1.2], "straggler": [1.0, 1.1, 1.3], "T_V/T_T": [1.2, 1.1, 1.6],

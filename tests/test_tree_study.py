@@ -236,8 +236,9 @@ def test_ties_with_the_fastest_come_from_a_paired_bootstrap_over_prompts():
 def test_point_labels_do_not_overlap_in_a_dense_cluster():
     """Regression: notebook 10's method figure piled labels on each other ("d6 k3 n10" over "d5 k2 n8")."""
     import matplotlib.pyplot as plt
+    from matplotlib.text import Text
 
-    from helpers.experiments.tree_figures import place_labels
+    from helpers.plotting import place_labels
 
     fig, ax = plt.subplots(figsize=(4, 3))
     points = [(5 + 0.3 * i, 1.6 + 0.01 * (i % 2)) for i in range(4)]  # four markers nearly on top of each other
@@ -246,6 +247,33 @@ def test_point_labels_do_not_overlap_in_a_dense_cluster():
     fig.canvas.draw()
     labels = place_labels(ax, points, [f"g8 p<0.0{i}" for i in range(4)], ["C0"] * 4)
     renderer = fig.canvas.get_renderer()
-    boxes = [label.get_window_extent(renderer) for label in labels]
+    for label in labels:
+        label.update_positions(renderer)
+    boxes = [Text.get_window_extent(label, renderer) for label in labels]  # the texts (leader lines may cross)
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    plt.close(fig)
+
+
+def test_point_labels_keep_clear_of_the_legend_and_fall_back_to_the_least_crowded_place():
+    import matplotlib.pyplot as plt
+    from matplotlib.text import Text
+
+    from helpers.plotting import place_labels
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.scatter([9.5], [1.9], label="a family whose legend entry is long")
+    ax.set(xlim=(0, 10), ylim=(1.0, 2.0))
+    ax.legend(loc="upper right")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    (label,) = place_labels(ax, [(9.5, 1.9)], ["a label"], ["C0"])
+    label.update_positions(renderer)
+    assert not Text.get_window_extent(label, renderer).overlaps(ax.get_legend().get_window_extent(renderer))
+    # 30 labels on one point: no free place is left, yet each lands inside the axes
+    labels = place_labels(ax, [(5.0, 1.5)] * 30, [f"label {i}" for i in range(30)], ["C1"] * 30)
+    inside = ax.get_window_extent(renderer)
+    for label in labels:
+        label.update_positions(renderer)
+        box = Text.get_window_extent(label, renderer)
+        assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1
     plt.close(fig)

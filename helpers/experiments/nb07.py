@@ -160,6 +160,27 @@ def verify_slopes(frame) -> dict:
             for pair, group in frame.groupby("pair", observed=True)}
 
 
+def rounds_without_draft(frame) -> dict:
+    """Per pair at gamma 1: (rounds that proposed no draft, rounds). A prompt's last token comes from the target
+    alone (the drafter is asked for at most the tokens left minus one), so such a round counts in acc./round
+    (accepted / rounds) but not in alpha (accepted / tests): acc./round sits below alpha at gamma 1."""
+    ones = frame[frame["gamma"] == 1]
+    return {row["pair"]: (int(row["rounds"] - row["proposed"]), int(row["rounds"])) for _, row in ones.iterrows()}
+
+
+def print_rounds_without_draft(frame) -> None:
+    """At gamma 1, alpha recomputed from the rounds that tested a draft (asserted equal to the row's alpha), and how
+    many rounds proposed none (printed; nothing where the sweep has no gamma 1)."""
+    counts = rounds_without_draft(frame)
+    for _, row in frame[frame["gamma"] == 1].iterrows():
+        none, rounds = counts[row["pair"]]
+        assert abs(row["accepted"] / (rounds - none) - row["alpha"]) < 1e-9, "alpha is not accepted / tests"
+    if counts:
+        print("gamma 1: acc./round lies below alpha because "
+              + ", ".join(f"{none} of {rounds} rounds ({pair})" for pair, (none, rounds) in counts.items())
+              + " proposed no draft: a prompt's last token, which the target gives alone")
+
+
 def prefill_share(frame):
     """Whether the prefill was timed as a phase (not on CUDA, where that would need a sync per phase), and its
     share of each speculative run's time."""

@@ -15,6 +15,7 @@ from helpers.experiments.specdec_sweeps import measure_pair, summarise
 from helpers.models import DRAFT_FAMILY, load_cpu_model, load_cpu_tokenizer
 from helpers.prompts import encode_prompts, load_prompts, select_prompts
 from helpers.specdec.analysis import predicted_speedup
+from helpers.tables import count
 
 
 def add_arguments(parser) -> None:
@@ -105,7 +106,7 @@ def run(args) -> dict:
         summary = summarise([{**row, "pair": draft_name} for row in rows])
         costs = measure_costs(target, draft, cases[0]["input_ids"], args.gammas, repeats=20, compile=args.compile)
         print(f"\n== cpu-pair/target / cpu-pair/{draft_name} ({len(cases)} prompts, {args.max_new_tokens} new tokens, "
-              f"greedy, {args.threads} thread(s); ours and AR on the {costs['runtime']} runtime"
+              f"greedy, {count(args.threads, 'thread')}; ours and AR on the {costs['runtime']} runtime"
               + (", decode steps compiled)" if args.compile else ")"))
         print_table(summary, costs)
         per_pair.append(pair_figures(summary, costs, draft_name))

@@ -1,10 +1,12 @@
 """Notebook 10's figures of the method comparison: τ and speedup against the nodes per round (:func:`sweep_figure`,
-labels placed clear of each other by :func:`place_labels`), the best of each family per workload
+labels placed clear of each other by :func:`helpers.plotting.place_labels`), the best of each family per workload
 (:func:`workload_figure`) and Eq. 5 against the measurement (:func:`cost_model_figure`). The tree drawing and its
 explorer are :mod:`helpers.explorers.tree`; the cost of a round's forwards is :func:`forward_costs_figure`."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+
+from helpers.plotting import place_labels
 
 FAMILY_COLOURS = {"ar": "#000000", "linear": "#1f77b4", "adaptive": "#17becf", "static": "#ff7f0e",
                   "dynamic": "#d62728", "lookup": "#2ca02c"}
@@ -13,45 +15,10 @@ FAMILY_COLOURS = {"ar": "#000000", "linear": "#1f77b4", "adaptive": "#17becf", "
 LABEL_KEY = ("labels: g5 = γ drafts per round;  g8 p<0.05 = at most 8, stop when the draft's probability < 0.05;  "
              "2-1-1-1-1 = children per depth of a static tree;\nd6 k3 n12 = dynamic tree of depth 6, top-3 "
              "expansion, 12 nodes;  n3 fixed 8 = prompt lookup with 3-grams, 8 drafts")
-LABEL_OFFSETS = [(5, 0, "left"), (-5, 0, "right"), (4, 7, "left"), (4, -7, "left"), (-4, 7, "right"),
-                 (-4, -7, "right"), (0, 11, "center"), (0, -11, "center"), (8, 14, "left"), (8, -14, "left"),
-                 (-8, 14, "right"), (-8, -14, "right")]  # points: beside, diagonal, above/below, farther out
-
-
-def place_labels(ax, points, texts, colours, fontsize: float = 6) -> list:
-    """Annotate each point with its text at the first of :data:`LABEL_OFFSETS` whose box overlaps no marker, no
-    label placed before it and stays inside the axes (in drawn pixels); beside the point if none is free."""
-    from matplotlib.transforms import Bbox
-
-    renderer = ax.figure.canvas.get_renderer()
-    inside = ax.get_window_extent(renderer)
-    half = 2.8 * ax.figure.dpi / 72  # a marker of s=28 is about 5.3 points across
-    boxes = [Bbox.from_extents(px - half, py - half, px + half, py + half)
-             for px, py in ax.transData.transform(list(points))]
-    placed = []
-    for (x, y), text, colour in zip(points, texts, colours):
-        for dx, dy, align in LABEL_OFFSETS:
-            label = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=fontsize,
-                                color=colour, ha=align, va="center")
-            box = label.get_window_extent(renderer).expanded(1.02, 1.05)
-            within = inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1
-            if within and not any(box.overlaps(other) for other in boxes):
-                break
-            label.remove()
-        else:  # no free place: beside the point, where it reads as its label
-            dx, dy, align = LABEL_OFFSETS[0]
-            label = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=fontsize,
-                                color=colour, ha=align, va="center")
-            box = label.get_window_extent(renderer)
-        placed.append(label)
-        boxes.append(box)
-    return placed
-
-
 def sweep_figure(summary, title: str = ""):
     """τ (left) and measured speedup over AR (right) against the nodes verified per round, one point per method
     configuration, coloured by family: what more nodes buy in accepted tokens and what they cost in time. Point
-    labels avoid each other (:func:`place_labels`), and a key under the plots spells the abbreviations out."""
+    labels avoid each other (:func:`helpers.plotting.place_labels`), and a key under the plots spells the abbreviations out."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
     methods = summary[summary["method"] != "ar"]
     for family, group in methods.groupby("method", sort=False):
@@ -108,10 +75,6 @@ def cost_model_figure(model_table):
     fig, ax = plt.subplots(figsize=(4.6, 4.0))
     for family, group in model_table.groupby("method", sort=False):
         ax.scatter(group.measured, group.predicted, color=FAMILY_COLOURS.get(family, "grey"), label=family, s=26)
-        if "label" in group:  # each point named, so that the text's claims about single methods can be checked
-            for row in group.itertuples():
-                ax.annotate(row.label, (row.measured, row.predicted), fontsize=5, xytext=(3, -2),
-                            textcoords="offset points")
     low = min(model_table.measured.min(), model_table.predicted.min()) * 0.9
     high = max(model_table.measured.max(), model_table.predicted.max()) * 1.08
     ax.plot([low, high], [low, high], color="black", lw=0.8, ls=":", label="prediction = measurement")
@@ -119,8 +82,12 @@ def cost_model_figure(model_table):
     ax.set_ylim(low, high)
     ax.set_xlabel("measured decode speedup")
     ax.set_ylabel("Eq. 5 prediction (measured terms)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
+    if "label" in model_table:  # each point named, so that the text's claims about single methods can be checked
+        fig.canvas.draw()  # label boxes are measured in drawn pixels
+        place_labels(ax, list(zip(model_table.measured, model_table.predicted)), list(model_table.label),
+                     [FAMILY_COLOURS.get(m, "grey") for m in model_table.method], fontsize=5)
     return fig
 
 

@@ -147,8 +147,8 @@ def write_report(profile: str, figures: dict, timings: dict) -> None:
              "vs uncached": figures["uncached_s"] / min(t.samples)} for name, t in timings.items()]
     tables.write_table(pd.DataFrame(rows), "04_kv_bench", profile, float_format="{:.3g}",
                        caption=f"python -m helpers.bench kv_cache: {figures['model']} ({figures['weights']} weights), "
-                               f"{n} new tokens after {figures['prompt_len']} prompt tokens, {figures['threads']} "
-                               f"thread(s), {figures['device_name']}.")
+                               f"{n} new tokens after {figures['prompt_len']} prompt tokens, "
+                               f"{tables.count(figures['threads'], 'thread')}, {figures['device_name']}.")
     tables.write_numbers("04_kv_bench", profile, {
         "kvBenchSpeedup": figures["speedup"], "kvBenchMedianSpeedup": figures["median_speedup"],
         "kvBenchRepeats": len(next(iter(timings.values())).samples), "kvBenchNew": n, "kvBenchPrompt": figures["prompt_len"],
