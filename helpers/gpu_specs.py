@@ -179,13 +179,14 @@ def layer_cost_fit(layers, seconds, names=None) -> dict:
     """:func:`fit_layer_cost` with what a reader needs to judge it: ``fixed_s``, ``per_layer_s`` (clipped at 0),
     ``clipped`` (the least-squares intercept or slope was negative and set to 0, so the line no longer minimises the
     squared error), ``points``, ``r2`` of the fitted line (nan below three points), and ``residuals``: a frame of
-    measured, fitted and relative residual (measured/fitted - 1) per point, indexed by ``names``."""
+    measured, fitted and residual relative to the measurement ((measured - fitted) / measured) per point, indexed by
+    ``names``."""
     x, y = np.asarray(layers, dtype=float), np.asarray(seconds, dtype=float)
     fixed, per_layer = fit_layer_cost(x, y)
     line = line_fit(x, y, clamp="nonnegative")
     fitted = line(x)
     residuals = pd.DataFrame({"layers": x.astype(int), "measured (ms)": y * 1e3, "fitted (ms)": fitted * 1e3,
-                              "residual": y / fitted - 1}, index=list(names) if names is not None else None)
+                              "residual": (y - fitted) / y}, index=list(names) if names is not None else None)
     return {"fixed_s": fixed, "per_layer_s": per_layer, "clipped": line.clamped,
             "points": len(x), "r2": line.r2,
             "residuals": residuals, "max_abs_residual": float(residuals["residual"].abs().max())}

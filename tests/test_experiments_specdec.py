@@ -109,6 +109,9 @@ def test_nb08_tie_tolerance_and_grid():
     rows = pd.DataFrame({"status": ["ok"] * 2, "target": ["t", "t"], "draft": ["a", "b"], "T_T_s": [1.0, 1.1]})
     assert nb08.tie_tolerance(rows) == pytest.approx(0.1)
     assert nb08.tie_tolerance(rows.iloc[:1]) == 0.0
+    # regression: the pairs' AR baselines (the speedups' numerators) differed by 6.7% while only T_T's 5.2% counted
+    both = rows.assign(T_T_s=[5.0, 4.75], ar_tokens_per_s=[181.9, 194.0])
+    assert nb08.tie_tolerance(both) == pytest.approx(194.0 / 181.9 - 1)
     assert nb08.column("H100 SXM", "roofline only") == "H100 SXM, roofline only (model)"
     grid = nb08.prediction_grid(lambda t, d, g, gpu, host: {"c": 0.1, "speedup": g + host[0]}, {"G": None},
                                 ["org/d1"], [2, 3], {"roofline only": (0.0, 0.0)}, {"org/d1": 0.7}, "org/t")
@@ -133,3 +136,32 @@ def test_a_missing_sweep_row_is_named_before_any_model_is_touched(cpu_params, tm
     with pytest.raises(MissingResultError, match="has no row"):
         nb07.measure_sweep(cpu_params, lambda name: ResultStore("gpu-missing", name), Untouchable(), prompt_rows,
                            progress=False)
+
+
+def test_gpu_measurements_set_beside_the_cpu_profiles_gpu_models(monkeypatch, capsys):
+    """Regression: the CPU report called its host-cost regimes a bracket of any GPU run and the graphs' c the weight
+    ratio "on any GPU", while the committed H100 rows said otherwise (eager 8B step far outside, graphs c 0.42-0.50)."""
+    from helpers.experiments import gpu_costs
+
+    folder = paths.REPO_ROOT / "results" / "gpu-h100"
+    monkeypatch.setattr(gpu_costs, "gpu_cost_folders", lambda: [folder])
+    steps = nb08.gpu_steps("Qwen/Qwen3-8B", {"A": (0.0, 0.311e-3)})
+    row = steps.iloc[0]
+    assert row["layers"] == 36 and row["eager ms"] > row["graphs ms"] > row["HBM floor ms"] > 0
+    assert row["eager within the regimes"] == (row["HBM floor ms"] <= row["eager ms"] <= max(row["HBM floor ms"],
+                                                                                           row["host fit A ms"]))
+    numbers = nb08.print_gpu_steps(steps, "Qwen/Qwen3-8B", 0.311)
+    assert numbers["gpu_measured"] == 1 and numbers["gpu_measured_profile"] == "gpu-h100"
+    assert numbers["gpu_eager_per_layer_ms"] == pytest.approx(row["eager ms"] / 36)
+    launch = {name: 28 / 36 for name in nb09.HANDOUT_PAIRS} | {"Llama-3.2-1B / Llama-3.1-8B": 0.5}
+    weights = {"Qwen3-0.6B / Qwen3-8B": 0.079, "Qwen3-1.7B / Qwen3-8B": 0.227, "Llama-3.2-1B / Llama-3.1-8B": 0.165}
+    costs = nb09.gpu_draft_costs(launch, weights)
+    c_numbers = nb09.print_gpu_draft_costs(costs)
+    graphs = costs[costs["decode"] == "graphs"].set_index("pair")["c"]
+    assert c_numbers["gpu_c_graphs_ratio"] == pytest.approx(graphs["Qwen3-1.7B / Qwen3-8B"]
+                                                            / graphs["Qwen3-0.6B / Qwen3-8B"])
+    assert c_numbers["gpu_c_graphs_between"] == int(((graphs > 0.079) & (graphs < 28 / 36)).all())
+    monkeypatch.setattr(gpu_costs, "gpu_cost_folders", lambda: [])  # no window yet: the models stay models
+    assert nb08.print_gpu_steps(nb08.gpu_steps("Qwen/Qwen3-8B", {"A": (0.0, 1e-4)}), "x", 0.1) == {"gpu_measured": 0}
+    assert nb09.print_gpu_draft_costs(nb09.gpu_draft_costs(launch, weights)) == {"gpu_c_measured": 0}
+    assert "no GPU window" in capsys.readouterr().out

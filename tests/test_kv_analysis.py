@@ -159,3 +159,18 @@ def test_source_excerpt_cuts_from_start_to_stop():
     assert text.splitlines()[-1].strip().startswith("first")
     assert len(text.splitlines()) == 2
     assert kv_analysis.source_excerpt(kv_analysis.source_excerpt, "return").strip().startswith("return")
+
+
+def test_table_speedup_is_the_median_of_the_paired_rounds():
+    """Regression: the table printed a ratio of medians (0.932) outside the paired rounds' range (0.95-1.11) that the
+    prose quotes, because the noisy mode's extra rounds entered one median and not the other."""
+    measured = pd.DataFrame([
+        {"setting": "s", "cache": True, "new_tokens": 1, "time_s": 1.0, "samples": [1.0, 1.0, 1.0, 1.3, 1.4],
+         "paired_runs": 3, "flagged": True},
+        {"setting": "s", "cache": False, "new_tokens": 1, "time_s": 1.0, "samples": [0.96, 1.0, 1.11],
+         "paired_runs": 3, "flagged": False}])
+    curves = pd.DataFrame([{"setting": "s", "cache": c, "new_tokens": 1, "time_s": t, "extrapolated": False}
+                           for c, t in ((True, 1.0 * 1.0726), (False, 1.0))])  # medians of unequal sample sets
+    table = kv_analysis.speedup_table(curves, measured)
+    assert table.loc[("s", 1), "speedup"] == pytest.approx(1.0)  # median of 0.96, 1.0, 1.11
+    assert kv_analysis.same_work_gap(measured).loc["s", "median round ratio"] == table.loc[("s", 1), "speedup"]

@@ -14,6 +14,11 @@ import torch
 
 from helpers.results import free_memory
 
+# (target, draft) of the handout's Table 1: notebook 07 names those it did not measure, notebook 09 and the GPU window
+# measure their cost terms
+HANDOUT_PAIRS = (("Qwen/Qwen3-8B", "Qwen/Qwen3-1.7B"), ("Qwen/Qwen3-8B", "Qwen/Qwen3-0.6B"),
+                 ("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.2-1B"))
+
 
 def notebook_params(namespace: dict, prefix: str) -> dict:
     """The parameters of one notebook from its namespace (``globals()``): ``profile``, ``device`` and every name

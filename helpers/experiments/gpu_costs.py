@@ -9,6 +9,7 @@ import pandas as pd
 import torch
 
 from helpers.experiments import step_profile
+from helpers.experiments.common import HANDOUT_PAIRS
 from helpers.gpu_specs import memory_bandwidth
 from helpers.results import latest_ok_rows, run_metadata
 
@@ -19,6 +20,20 @@ GRAPHS = "09_compiled_decode"  # graphs part: the CPU pair's terms and end-to-en
 def read_rows(folder: Path, name: str) -> list[dict]:
     """The latest ok row per configuration of ``folder/name.jsonl`` (empty when the file does not exist)."""
     return latest_ok_rows(Path(folder) / f"{name}.jsonl")
+
+
+def gpu_cost_folders() -> list[Path]:
+    """The profiles' result folders that hold Eq. 5 cost rows measured on a GPU (``results/<profile>/``): this run's
+    output root where it has any, else the committed ones, so that a CPU profile's notebook can set its predictions
+    beside what a GPU measured."""
+    from helpers.paths import REPO_ROOT, output_root
+
+    for root in (output_root(), REPO_ROOT):
+        found = [folder for folder in sorted((root / "results").glob("*/"))
+                 if any(row.get("device") == "cuda" for row in read_rows(folder, COSTS))]
+        if found:
+            return found
+    return []
 
 
 def cost_table(rows: list[dict]) -> pd.DataFrame:
@@ -33,7 +48,8 @@ def cost_table(rows: list[dict]) -> pd.DataFrame:
         floor = read / bandwidth if bandwidth else None
         gammas = sorted(row.get("verify_ratio", {}), key=int)
         lines.append({
-            "target": row["target"], "draft": row["draft"], "decode": row.get("decode", "eager"),
+            "device_name": row.get("device_name"), "target": row["target"], "draft": row["draft"],
+            "target_layers": row.get("target_layers"), "decode": row.get("decode", "eager"),
             "T_T ms": row["T_T"] * 1e3, "T_D ms": row["T_D"] * 1e3, "c": row["c"],
             "T_V/T_T (lowest gamma)": row["verify_ratio"][gammas[0]] if gammas else None,
             "T_V/T_T (highest gamma)": row["verify_ratio"][gammas[-1]] if gammas else None,
@@ -104,7 +120,7 @@ def write_report_tables(profile: str) -> list[str]:
     costs = cost_table(read_rows(folder, COSTS) + [row for row in pair_rows if row.get("kind") == "eq5_terms"])
     e2e = e2e_table(pair_rows)
     if len(costs):
-        short = costs.drop(columns=["HBM floor ms"]).assign(target=costs["target"].map(short_name),
+        short = costs.drop(columns=["HBM floor ms", "device_name", "target_layers"]).assign(target=costs["target"].map(short_name),
                                                             draft=costs["draft"].map(short_name))
         short = short.rename(columns={"T_V/T_T (lowest gamma)": "T_V/T_T min g", "T_V/T_T (highest gamma)":
                                       "T_V/T_T max g", "graph replays": "replays", "kernels per layer": "kernels/layer",
@@ -133,8 +149,6 @@ def write_report_tables(profile: str) -> list[str]:
 # ------------------------------------------------------------------------------------------ measuring (GPU window)
 
 # The handout's pairs and lookaheads (no notebook has a parameter for them yet): parts eq5 and graphs.
-HANDOUT_PAIRS = [["Qwen/Qwen3-8B", "Qwen/Qwen3-1.7B"], ["Qwen/Qwen3-8B", "Qwen/Qwen3-0.6B"],
-                 ["meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.2-1B"]]
 EQ5_GAMMAS = [2, 3, 5, 7]
 EQ5_CONTEXT = 256  # cached tokens before the timed forward
 EQ5_REPEATS = 30

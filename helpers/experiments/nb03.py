@@ -230,3 +230,24 @@ def cost_numbers(costs, diff: dict) -> dict:
                 kvbOldMatmulShare=round(100 * o["matmul share of time"]),
                 kvbBaseVocab=int(b["vocab"]), kvbOldVocab=int(o["vocab"]), kvbBaseMlp=int(b["MLP width"]),
                 kvbOldMlp=int(o["MLP width"]))
+
+
+def smaller_against_baseline(explain, table) -> dict:
+    """§2.1.3's comparison (printed): the smaller model against the baseline at the same prompt and the largest n
+    both measured without the cache: their speedups, cached costs per token, the share of the uncached time that
+    recomputing the prefix adds (the fit's quadratic share), and which of the smaller model's points stayed noisy.
+    The report's numbers."""
+    small, base = explain.loc["smaller model"], explain.loc["baseline"]
+    noisy = [int(n) for (setting, n), flag in table["noisy"].items() if setting == "smaller model" and flag]
+    gains_less = bool(small["speedup there (measured)"] < base["speedup there (measured)"])
+    quad_lower = bool(small["uncached: quadratic share at n_max"] < base["uncached: quadratic share at n_max"])
+    print(f"smaller model vs baseline (both {int(small['prompt tokens'])}-token prompts, measured to n = "
+          f"{int(small['no-cache measured up to'])} and {int(base['no-cache measured up to'])}): speedup "
+          f"{small['speedup there (measured)']:.2f}x vs {base['speedup there (measured)']:.2f}x; cached "
+          f"{small['cached ms/token']:.2f} vs {base['cached ms/token']:.2f} ms/token; recomputation's share of the "
+          f"uncached time {small['uncached: quadratic share at n_max']:.3f} vs {base['uncached: quadratic share at n_max']:.3f}"
+          f"; noisy points of the smaller model at n = {', '.join(map(str, noisy)) or 'none'}")
+    return {"kvbSmallGainsLess": int(gains_less), "kvbSmallQuadLower": int(quad_lower),
+            "kvbSmallSameN": int(small["no-cache measured up to"] == base["no-cache measured up to"]),
+            "kvbSmallCheaper": base["cached ms/token"] / small["cached ms/token"],
+            "kvbSmallNoisyCount": len(noisy), "kvbSmallNoisyList": ", ".join(map(str, noisy)) or "none"}

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from helpers.experiments.common import LoadedModels, check_budget, seed_and_threads, took
+from helpers.experiments.common import HANDOUT_PAIRS, LoadedModels, check_budget, seed_and_threads, took
 from helpers.experiments.specdec_costs import measure_costs, median_length_case
 from helpers.experiments.specdec_sweeps import gamma_rows, measure_config, measure_pair, select_sweep, sweep_configs
 from helpers.prompts import encode_prompts, load_prompts, select_prompts
@@ -166,6 +166,15 @@ def rounds_without_draft(frame) -> dict:
     (accepted / rounds) but not in alpha (accepted / tests): acc./round sits below alpha at gamma 1."""
     ones = frame[frame["gamma"] == 1]
     return {row["pair"]: (int(row["rounds"] - row["proposed"]), int(row["rounds"])) for _, row in ones.iterrows()}
+
+
+def pair_numbers(pairs) -> dict:
+    """Which of the handout's Table 1 pairs this profile's sweep measured (printed); the report's numbers."""
+    measured = [tuple(pair) for pair in pairs]
+    missing = [f"{t.split('/')[-1]} / {d.split('/')[-1]}" for t, d in HANDOUT_PAIRS if (t, d) not in measured]
+    print(f"{len(measured)} pairs measured; of the handout's Table 1 pairs not measured here: {', '.join(missing) or 'none'}")
+    return {"n_pairs": len(measured), "handout_pairs_missing": len(missing),
+            "handout_pairs_missing_list": ", ".join(missing) or "none"}
 
 
 def print_rounds_without_draft(frame) -> None:

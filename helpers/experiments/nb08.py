@@ -36,17 +36,21 @@ def sweep_rows(profile: str) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def tie_tolerance(own: pd.DataFrame) -> float:
-    """The run-to-run spread of the timings (the same target's T_T, timed once per pair under the same
-    conditions); 0 where no target was timed twice."""
-    spread = run_to_run_spread(own[own["status"] == "ok"])
-    return 0.0 if spread != spread else spread
+    """The run-to-run spread of the timings: the larger of the same target's T_T and of its AR baseline's tokens/s
+    (the numerator of every speedup), each timed once per pair on the same prompts and conditions; 0 where no target
+    was timed twice."""
+    ok = own[own["status"] == "ok"]
+    spreads = [run_to_run_spread(ok, column) for column in ("T_T_s", "ar_tokens_per_s") if column in ok]
+    spreads = [spread for spread in spreads if spread == spread]
+    return max(spreads, default=0.0)
 
 
 def print_best_worst(own: pd.DataFrame, tolerance: float) -> pd.DataFrame:
     """The best and the worst configuration among the rows with a handout gamma, and what is tied with each."""
     chosen = best_and_worst(own, tolerance=tolerance)  # among the rows flagged handout_gamma (gamma in {2, 3, 5, 7})
     for _, row in chosen.iterrows():
-        print(f"{row['which']}: {describe_ties(row['ties'])}, within {tolerance:.1%} (run-to-run T_T spread) of the "
+        print(f"{row['which']}: {describe_ties(row['ties'])}, within {tolerance:.1%} (run-to-run spread of T_T and of AR) "
+              f"of the "
               f"{row['which']} -> " + ("a single configuration" if row["n_tied"] == 1 else
                                        f"{row['n_tied']} configurations, indistinguishable in one run"))
     return chosen
@@ -96,7 +100,7 @@ def print_fit_a(ok_rows: pd.DataFrame, context_len: int) -> tuple[pd.DataFrame, 
           f"{fit07['fixed_s'] * 1e3:.3f} ms per forward, b = {fit07['per_layer_s'] * 1e3:.3f} ms per layer (runtime: "
           f"{', '.join(sorted(ok_rows['runtime'].unique()))})"
           + ("; the least-squares intercept was negative and is clipped to 0" if fit07["clipped"] else "")
-          + f"; largest residual {fit07['max_abs_residual']:.0%}")
+          + f"; largest residual {fit07['max_abs_residual']:.0%} of the measured time")
     return fit, fit07
 
 
@@ -115,7 +119,7 @@ def print_fit_b(profile: str, fit: pd.DataFrame) -> dict | None:
     print(fit12["residuals"].round(3).to_string())
     print(f"fit B, notebook 12's {fit12['points']} equal-size drafts on {family['device_name'].iloc[0]}: a = "
           f"{fit12['fixed_s'] * 1e3:.3f} ms per forward, b = {fit12['per_layer_s'] * 1e3:.3f} ms per layer, r2 "
-          f"{fit12['r2']:.3f}, largest residual {fit12['max_abs_residual']:.0%}")
+          f"{fit12['r2']:.3f}, largest residual {fit12['max_abs_residual']:.0%} of the measured time")
     fit["fit B (ms)"] = (fit12["fixed_s"] + fit12["per_layer_s"] * fit["layers"]) * 1e3  # the 07 models it did not see
     print(fit[["layers", "measured (ms)", "fit B (ms)"]].round(3).to_string())
     return fit12
@@ -271,3 +275,54 @@ def grid_numbers(model: pd.DataFrame, gpus: list, regimes: dict) -> dict:
         key = gpu_spec(gpu_name)["gpu"].replace(" ", "") + ("_host2" if regime.endswith("B") else "_host")
         numbers[f"grid_low_{key}"], numbers[f"grid_high_{key}"] = low, high
     return numbers
+
+
+def gpu_steps(target: str, host_fits: dict) -> pd.DataFrame:
+    """What the GPU windows measured for ``target`` (:func:`helpers.experiments.gpu_costs.gpu_cost_folders`: batch 1,
+    context 256, random weights, bf16; the mean over the pairs that timed it): the decode step eager and replayed as
+    a CUDA graph, the GPU's HBM floor (the weight bytes a step reads over its bandwidth), the host time each fit of
+    the "+ host cost" regime assumes for this depth, and whether the eager step lies between the two regimes (the
+    floor alone, and the longer of the floor and fit A's host time). Empty without GPU rows."""
+    from helpers.experiments.gpu_costs import COSTS, cost_table, gpu_cost_folders, read_rows
+
+    lines = []
+    for folder in gpu_cost_folders():
+        costs = cost_table(read_rows(folder, COSTS))
+        mine = costs[costs["target"] == target]
+        eager, graphs = (mine[mine["decode"] == mode]["T_T ms"] for mode in ("eager", "graphs"))
+        if eager.empty:
+            continue
+        layers = int(mine["target_layers"].iloc[0])
+        floor = float(mine["HBM floor ms"].iloc[0])
+        host = {name: (fixed + per_layer * layers) * 1e3 for name, (fixed, per_layer) in host_fits.items()}
+        lines.append({"profile": folder.name, "gpu": mine["device_name"].iloc[0], "layers": layers,
+                      "eager ms": float(eager.mean()), "graphs ms": float(graphs.mean()) if len(graphs) else None,
+                      "HBM floor ms": floor, **{f"host fit {name} ms": t for name, t in host.items()},
+                      "eager per layer ms": float(eager.mean()) / layers,
+                      "eager within the regimes": floor <= float(eager.mean()) <= max(floor, host["A"])})
+    return pd.DataFrame(lines)
+
+
+def print_gpu_steps(steps: pd.DataFrame, target: str, host_per_layer_ms: float) -> dict:
+    """:func:`gpu_steps` set against the two regimes (printed); the report's numbers (``gpu_measured`` 0 without
+    GPU rows)."""
+    if steps.empty:
+        print("no GPU window has measured the target's step yet: the regimes above stay a model")
+        return {"gpu_measured": 0}
+    for _, row in steps.iterrows():
+        floor, eager, graphs = row["HBM floor ms"], row["eager ms"], row["graphs ms"]
+        replayed = (f"; replayed as a CUDA graph {graphs:.1f} ms, a roofline share of {floor / graphs:.2f}"
+                    if pd.notna(graphs) else "")
+        print(f"{row['gpu']} ({row['profile']}): {target} eager step {eager:.1f} ms = {row['eager per layer ms']:.2f} ms "
+              f"per layer (fit A assumed {host_per_layer_ms:.2f}); the regimes give {floor:.2f} ms (floor) to "
+              f"{max(floor, row['host fit A ms']):.2f} ms (+ host cost, fit A) -> "
+              + ("within them" if row["eager within the regimes"] else "OUTSIDE them: a GPU host launching each kernel "
+                 "from Python costs more per layer than the CPU's fit") + replayed)
+    first = steps.iloc[0]
+    return {"gpu_measured": 1, "gpu_measured_name": first["gpu"], "gpu_measured_profile": first["profile"],
+            "gpu_eager_ms": first["eager ms"], "gpu_eager_per_layer_ms": first["eager per layer ms"],
+            "gpu_graphs_ms": first["graphs ms"] if pd.notna(first["graphs ms"]) else 0.0,
+            "gpu_floor_ms": first["HBM floor ms"], "gpu_host_a_ms": first["host fit A ms"],
+            "gpu_eager_within": int(first["eager within the regimes"]),
+            "gpu_graphs_share": first["HBM floor ms"] / first["graphs ms"] if pd.notna(first["graphs ms"]) else 0.0,
+            "gpu_eager_over_fit_a": first["eager per layer ms"] / host_per_layer_ms}

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from helpers.experiments import common
 from helpers.experiments.common import check_budget, seed_and_threads
 from helpers.results import free_memory, run_metadata
 
@@ -120,9 +121,8 @@ def measure(params: dict, store, progress: bool = True) -> None:
 
 HANDOUT_MODELS = ("Qwen/Qwen3-8B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-0.6B", "meta-llama/Llama-3.1-8B",
                   "meta-llama/Llama-3.2-1B")
-HANDOUT_PAIRS = {"Qwen3-0.6B / Qwen3-8B": ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B"),
-                 "Qwen3-1.7B / Qwen3-8B": ("Qwen/Qwen3-1.7B", "Qwen/Qwen3-8B"),
-                 "Llama-3.2-1B / Llama-3.1-8B": ("meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B")}
+HANDOUT_PAIRS = {f"{draft.split('/')[-1]} / {target.split('/')[-1]}": (draft, target)
+                 for target, draft in common.HANDOUT_PAIRS}  # "Qwen3-1.7B / Qwen3-8B" -> (draft, target)
 
 
 def print_handout_depths() -> dict[str, int]:
@@ -153,6 +153,53 @@ def print_draft_cost_ratios(layers: dict) -> tuple[dict, dict]:
               f"(gamma*c > 1 from gamma = {int(np.floor(1 / ratio)) + 1}); memory-bound c = weight bytes ratio "
               f"{bytes_c[name]:.3f}")
     return launch_c, bytes_c
+
+
+def gpu_draft_costs(launch_c: dict, bytes_c: dict) -> pd.DataFrame:
+    """The handout pairs' c = T_D/T_T as the GPU windows measured it (random weights, bf16, batch 1, context 256;
+    :func:`helpers.experiments.gpu_costs.gpu_cost_folders`), eager and replayed as CUDA graphs, beside the two
+    regimes' c: the launch-bound layer ratio and the memory-bound weight-byte ratio. Empty without GPU rows."""
+    from helpers.experiments.gpu_costs import COSTS, cost_table, gpu_cost_folders, read_rows
+
+    by_models = {models: name for name, models in HANDOUT_PAIRS.items()}
+    lines = []
+    for folder in gpu_cost_folders():
+        for _, row in cost_table(read_rows(folder, COSTS)).iterrows():
+            name = by_models.get((row["draft"], row["target"]))
+            if name is not None:
+                lines.append({"gpu": row["device_name"], "pair": name, "decode": row["decode"], "c": row["c"],
+                              "launch-bound c": launch_c[name], "memory-bound c": bytes_c[name],
+                              "between": bytes_c[name] <= row["c"] <= launch_c[name]})
+    return pd.DataFrame(lines)
+
+
+def print_gpu_draft_costs(gpu_c: pd.DataFrame) -> dict:
+    """:func:`gpu_draft_costs` against the two regimes (printed); the report's numbers (``gpu_c_measured`` 0 without
+    rows of both Qwen3 pairs in both modes)."""
+    if gpu_c.empty:
+        print("no GPU window has measured the handout pairs' c yet: both regimes above stay models")
+        return {"gpu_c_measured": 0}
+    print(gpu_c.round(3).to_string(index=False))
+    first = gpu_c[gpu_c["gpu"] == gpu_c["gpu"].iloc[0]].set_index(["pair", "decode"])["c"]
+    keys = [(pair, mode) for pair in ("Qwen3-0.6B / Qwen3-8B", "Qwen3-1.7B / Qwen3-8B") for mode in ("eager", "graphs")]
+    if not all(key in first.index for key in keys):
+        return {"gpu_c_measured": 0}
+    graphs = gpu_c[gpu_c["decode"] == "graphs"]
+    ratio = first[("Qwen3-1.7B / Qwen3-8B", "graphs")] / first[("Qwen3-0.6B / Qwen3-8B", "graphs")]
+    print(f"with CUDA graphs every measured c lies between the memory-bound and the launch-bound c: "
+          f"{bool(graphs['between'].all())}; the larger draft's c over the smaller's {ratio:.2f}x, against "
+          f"{graphs['memory-bound c'].max() / graphs['memory-bound c'].min():.2f}x in weight bytes")
+    eager = gpu_c[gpu_c["decode"] == "eager"]
+    nearer_launch = bool(((eager["c"] - eager["launch-bound c"]).abs()
+                          < (eager["c"] - eager["memory-bound c"]).abs()).all())
+    gamma_over_one = int(np.floor(1 / min(first[keys[0]], first[keys[2]]))) + 1  # gamma * c > 1 from here, eager
+    print(f"eager: every c nearer the launch-bound than the memory-bound c: {nearer_launch}; gamma * c > 1 from "
+          f"gamma = {gamma_over_one} for both Qwen3 drafts")
+    return {"gpu_c_measured": 1, "gpu_c_name": gpu_c["gpu"].iloc[0], "gpu_c_graphs_ratio": ratio,
+            "gpu_c_eager_nearer_launch": int(nearer_launch), "gpu_c_eager_gamma": gamma_over_one,
+            "gpu_c_graphs_between": int(graphs["between"].all()),
+            "gpu_c_eager_06b": first[keys[0]], "gpu_c_graphs_06b": first[keys[1]],
+            "gpu_c_eager_17b": first[keys[2]], "gpu_c_graphs_17b": first[keys[3]]}
 
 
 def compare_costs_with_07(rows_07, draft_name: str, tokenizer, T_T: float, T_D: float, c: float,

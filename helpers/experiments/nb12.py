@@ -250,3 +250,27 @@ def depth_at_scale(scale: pd.DataFrame, depth: dict, scale_model: str) -> dict:
                "scale_slowest_ms": scale.step_ms.max(), "scale_fastest": int(scale.loc[scale.step_ms.idxmin()].layers),
                "scale_fastest_ms": scale.step_ms.min()}
     return {"series": series, "fit_text": fit_text, "text": text, "numbers": numbers}
+
+
+def embedding_sharing(by: pd.DataFrame) -> dict:
+    """The draft sharing the target's embedding against the same shape with its own (``by``: the design table
+    indexed by short name): what a round adds to each draft forward (in-round minus alone, ms), and whether sharing
+    cuts (``sharing_helps``) or raises (``sharing_hurts``) that addition by 10% or more; printed. The report's
+    numbers."""
+    missing = {"draft-2x192-shared", "draft-2x192"} - set(by.index)
+    assert not missing, f"this comparison needs {sorted(missing)} in design_drafts"
+    shared, own = by.loc["draft-2x192-shared"], by.loc["draft-2x192"]
+    added = {name: row.T_D_round_ms - row.T_D_ms for name, row in (("shared", shared), ("own", own))}
+    helps, hurts = added["shared"] < 0.9 * added["own"], added["shared"] > 1.1 * added["own"]
+    print(f"draft-2x192-shared: T_D {shared.T_D_ms:.3f} ms alone, {shared.T_D_round_ms:.3f} ms in a round "
+          f"(+{added['shared']:.3f} ms); draft-2x192: {own.T_D_ms:.3f} ms, {own.T_D_round_ms:.3f} ms "
+          f"(+{added['own']:.3f} ms); alpha {shared.alpha:.3f} vs {own.alpha:.3f}; speedup {shared.speedup:.2f}x vs "
+          f"{own.speedup:.2f}x -> what a round adds, shared over own: {added['shared'] / added['own']:.2f}x "
+          f"(cut by 10% or more: {helps}; raised by 10% or more: {hurts})")
+    return {"shared_round_penalty": shared.T_D_round_ms / shared.T_D_ms,
+            "own_round_penalty": own.T_D_round_ms / own.T_D_ms,
+            "shared_round_added_ms": added["shared"], "own_round_added_ms": added["own"],
+            "round_added_ratio": added["shared"] / added["own"], "sharing_helps": int(helps),
+            "sharing_hurts": int(hurts), "shared_alpha": shared.alpha, "own_alpha": own.alpha,
+            "shared_speedup": shared.speedup, "own_speedup": own.speedup,
+            "shared_speedup_higher": int(shared.speedup > own.speedup)}

@@ -70,11 +70,17 @@ def fit_values(measured: pd.DataFrame, fits: dict) -> list[float]:
 
 
 def speedup_table(curves: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
-    """Per (setting, n): time with and without the cache, their ratio, whether the no-cache time is extrapolated,
-    and which modes stayed noisy (flagged)."""
+    """Per (setting, n): time with and without the cache (medians), the speedup (the median of the paired rounds'
+    ratios where both modes were measured, else the ratio of the times, one of them extrapolated), whether the
+    no-cache time is extrapolated, and which modes stayed noisy (flagged)."""
     table = curves.pivot_table(index=["setting", "new_tokens"], columns="cache", values="time_s").rename(
         columns={True: "with cache (s)", False: "without cache (s)"})
-    table["speedup"] = table["without cache (s)"] / table["with cache (s)"]
+    # measured on both sides: the median of the rounds timed side by side (as the prose quotes it), not the ratio of
+    # each mode's median, which takes in the extra rounds of a noisy mode and can fall outside the paired range
+    paired = {key: float(np.median(_paired_ratios(part))) for key, part in
+              measured.groupby(["setting", "new_tokens"], sort=False) if part["cache"].nunique() == 2}
+    table["speedup"] = [paired.get(key, without / with_) for key, without, with_ in
+                        zip(table.index, table["without cache (s)"], table["with cache (s)"])]
     table["no-cache extrapolated"] = curves[~curves["cache"]].set_index(["setting", "new_tokens"])["extrapolated"]
     noisy = measured[measured["flagged"]].groupby(["setting", "new_tokens"])["cache"].agg(
         lambda c: " & ".join("with" if x else "without" for x in sorted(c, reverse=True)))
@@ -147,6 +153,14 @@ def explain_table(order, fits: dict, table: pd.DataFrame, measured: pd.DataFrame
     return pd.DataFrame(explain).set_index("setting")
 
 
+def _paired_ratios(point: pd.DataFrame) -> list[float]:
+    """Without / with cache, round by round, over the rounds in which the two modes of one (setting, n) were timed
+    side by side (the first ``paired_runs`` samples of each)."""
+    cached, uncached = point[point["cache"]].iloc[0], point[~point["cache"]].iloc[0]
+    paired = min(int(cached["paired_runs"]), len(cached["samples"]), len(uncached["samples"]))
+    return [u / c for u, c in zip(uncached["samples"][:paired], cached["samples"][:paired])]
+
+
 SIGN_ROUNDS = 6  # a sign kept in every one of r rounds happens by chance with probability 2 * 0.5**r: under 5 % from 6
 
 
@@ -160,10 +174,8 @@ def same_work_gap(measured: pd.DataFrame, n: int = 1) -> pd.DataFrame:
     all its samples: a mode timed more often is not paired, and that ratio may fall outside the rounds' range."""
     rows = []
     for setting, part in measured[measured["new_tokens"] == n].groupby("setting", sort=False):
-        cached, uncached = part[part["cache"]].iloc[0], part[~part["cache"]].iloc[0]
-        paired = min(int(cached["paired_runs"]), len(cached["samples"]), len(uncached["samples"]))
-        per_round = [u / c for u, c in zip(uncached["samples"][:paired], cached["samples"][:paired])]
-        low, high = min(per_round), max(per_round)
+        per_round = _paired_ratios(part)
+        paired, low, high = len(per_round), min(per_round), max(per_round)
         one_side = high < 1 or low > 1
         verdict = ("either way" if not one_side else "too few rounds" if paired < SIGN_ROUNDS else
                    "cached slower in every round" if high < 1 else "cached faster in every round")
