@@ -71,8 +71,12 @@ def test_lookup_coverage_and_copies(params, study):
     assert len(coverage) == len(greedy) and coverage.context.between(0, 1).all()
     share = coverage.groupby("workload", sort=False)[["prompt", "context"]].mean()
     assert nb10.share_text(share, params["pld_ngram"]).count("\n") == 1
-    lookup = nb10.lookup_summary(coverage, study["summaries"], per_source, label, int(per_source.prompts.min()))
+    lookup = nb10.lookup_summary(coverage, study["summaries"], per_source, label, int(per_source.prompts.min()),
+                                 study["rows"]["in-context"])
     assert lookup["numbers"]["pld_label"] == label and "cover_in_prompt" in lookup["numbers"]
+    # the best draft-model method is named with those the prompts cannot separate from it
+    numbers = lookup["numbers"]
+    assert numbers["in_model_tied_count"] >= 1 and numbers["in_model_tied_low"] <= numbers["in_model_speedup"]
     copied = nb10.copies(study["tokenizer"], study["cases"]["in-context"], greedy)
     assert copied["share"] > 0.5 and copied["numbers"]["in_copied_pct"] == 100 * copied["share"]
     task = nb10.copy_task(study["target"], study["tokenizer"], {**params, "tree_grounded_count": 1})

@@ -48,3 +48,18 @@ def test_window_summary(measured):
     numbers = found["numbers"]
     assert numbers["win_best"] in [int(w) for w in numbers["win_tied"].split(", ")]
     assert numbers["win_tied_min"] <= numbers["win_best"] <= numbers["win_tied_max"]
+
+
+def test_window_row_against_the_grid_point_of_the_same_configuration(capsys):
+    """Regression: two tables showed one configuration at 1.32 and 1.34 with nothing saying they were two runs."""
+    import pandas as pd
+
+    from helpers.experiments import nb11
+
+    windows = pd.DataFrame({"window": [32, 64], "full_batch_speedup": [1.2, 1.34], "full_batch_spread": [0.02, 0.06]})
+    sweep = pd.DataFrame({"context": [4096], "batch": [8], "full_batch_speedup": [1.32], "full_batch_spread": [0.01]})
+    check = nb11.window_against_grid(windows, sweep, 64, 4096, 8)
+    assert check["within"] and check["window_grid_apart_pct"] == pytest.approx(100 * (1.34 / 1.32 - 1))
+    assert not nb11.window_against_grid(windows.assign(full_batch_spread=0.001), sweep, 64, 4096, 8)["within"]
+    assert nb11.window_against_grid(windows, sweep, 64, 512, 1)["window_grid_compared"] == 0
+    assert "BEYOND" in capsys.readouterr().out

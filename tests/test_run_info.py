@@ -35,7 +35,8 @@ def test_one_run_and_the_reason_for_each_difference(profile):
     assert summary["one_run"] and summary["threads"] == [1] and summary["devices"] == ["CPU X"]
     steps = run_info.explain(run_info.target_step_times(rows)).set_index("what")
     assert steps.loc["T_T", "why"].tolist() == ["agrees", "agrees"]
-    assert steps.loc["T_T at batch 8", "why"] == "minimal, ragged batch runtime"
+    # regression: the ragged-batch runtime was named as the reason, where a step of 8 rows does 8 rows' work
+    assert steps.loc["T_T at batch 8", "why"] == "batch 8"
     # a generic runtime FASTER than the minimal one is not explained by the runtime: another machine or run is
     assert steps.loc["verify of 1 token", "why"] == "unexplained"
 
@@ -77,3 +78,27 @@ def test_committed_cpu_results_are_one_machine_at_one_thread_setting():
     assert len(summary["threads"]) == 1 and len(summary["devices"]) == 1, summary
     steps = run_info.explain(run_info.target_step_times(rows))
     assert not (steps["why"] == "unexplained").any(), steps.to_string()
+
+
+def test_every_notebook_that_times_the_step_is_listed_and_the_tolerance_comes_from_repeats(profile):
+    """Regression: notebooks 05, 11 and 13 timed the target's step and were missing from the table, and a fixed
+    +-35% band called a real batch-8 cost "agrees"."""
+    common = {"threads": 1, "run_id": "r1", "device_name": "CPU X"}
+    write_rows(profile, "12_draft_design", [  # one notebook times the same step twice: 10 and 10.5 ms
+        {**common, "config_key": f"e{i}", "target": run_info.TARGET, "draft": f"d{i}", "costs": {"T_T": t}}
+        for i, t in enumerate((0.010, 0.0105))])
+    write_rows(profile, "05_continuous_batching", [
+        {**common, "config_key": "f", "experiment": "step_time", "model": run_info.TARGET,
+         "rows": [{"batch": 1, "step_s": 0.0101}, {"batch": 8, "step_s": 0.013}]}])
+    write_rows(profile, "11_long_context_self_speculation", [
+        {**common, "config_key": "g", "kind": "speedup", "model": "cpu-pair/target-long", "batch": 1,
+         "context": 4096, "ar_step_s": 0.019}])
+    write_rows(profile, "13_drafting_from_the_target", [
+        {**common, "config_key": "h", "kind": "costs", "target": run_info.TARGET, "T_T": 0.0099}])
+    steps = run_info.explain(run_info.target_step_times(run_info.read_all("p")))
+    assert steps.attrs["tolerance"] == pytest.approx(1.05)
+    why = steps.set_index("what")["why"]
+    assert why["step at batch 8"] == "batch 8" and why["step at batch 1"] == "agrees"  # 1.3x: outside 1.05
+    assert why["AR step of target-long"] == "context 4096"
+    assert set(steps["notebook"]) >= {"05", "11", "13"}
+

@@ -197,12 +197,19 @@ def ties_with_fastest(open_rows: list[dict], open_summary: pd.DataFrame, best: d
     tied_labels = ties[ties.tied].label.tolist()
     trees_all_slower = not any(open_summary.set_index("label").loc[label].method in TREES for label in tied_labels)
     adaptive = best_of(open_summary, "adaptive")
+    # within each tree family: is its smallest tree the fastest, or tied with it (the same paired bootstrap)?
+    smallest_tied = {}
+    for family in TREES:
+        family_ties = tied_with_fastest(open_rows, methods=(family,))
+        smallest = open_summary[open_summary.method == family].sort_values("nodes").label.iloc[0]
+        smallest_tied[family] = bool(family_ties.set_index("label").loc[smallest, "tied"])
     text = (f"tied with the fastest ({ties.label.iloc[0]}, {ties.speedup.iloc[0]:.2f}x) on {prompt_count} prompts: "
             f"{tied_labels} ({ties[ties.tied].speedup.min():.2f}x .. {ties.speedup.iloc[0]:.2f}x); clearly slower: "
             f"{len(ties) - len(tied_labels)} methods, every tree among them: {trees_all_slower}\n"
             f"adaptive lookahead {adaptive.label}: {adaptive.speedup:.2f}x at {adaptive.depth:.1f} drafts/round vs "
-            f"best fixed gamma {linear.speedup:.2f}x ({adaptive.speedup / linear.speedup:.2f}x of it)")
-    numbers = {"adaptive": adaptive.label, "adaptive_speedup": adaptive.speedup,
+            f"best fixed gamma {linear.speedup:.2f}x ({adaptive.speedup / linear.speedup:.2f}x of it)\n"
+            f"the smallest tree of each family is the family's fastest or tied with it: {smallest_tied}")
+    numbers = {"smallest_trees_tied": int(all(smallest_tied.values())), "adaptive": adaptive.label, "adaptive_speedup": adaptive.speedup,
                "adaptive_over_linear": adaptive.speedup / linear.speedup, "adaptive_depth": adaptive.depth,
                "adaptive_wins": int(adaptive.speedup > linear.speedup), "adaptive_tied": int(adaptive.label in tied_labels),
                "tied_fastest": ", ".join(tied_labels), "tied_count": len(tied_labels),
@@ -251,15 +258,19 @@ def share_text(share: pd.DataFrame, ngram: int) -> str:
 
 
 def lookup_summary(coverage_frame: pd.DataFrame, summaries: dict, per_source: pd.DataFrame, pld_label: str,
-                   source_prompts: int) -> dict:
+                   source_prompts: int, in_context_rows: list[dict]) -> dict:
     """Section 4: does prompt lookup follow the share of the output in the context (rank correlation over the
-    prompts), PLD against the best draft-model method on each workload, and PLD per source."""
+    prompts), PLD against the best draft-model method on each workload (with the draft-model methods the in-context
+    prompts cannot tell from that best: :func:`helpers.experiments.tree_study.tied_with_fastest`), and PLD per
+    source."""
     share = coverage_frame.groupby("workload", sort=False)[["prompt", "context"]].mean()
     pld_corr = coverage_frame[["context", "pld_speedup"]].rank().corr().iloc[0, 1]
     slowest = coverage_frame.loc[coverage_frame.pld_speedup.idxmin()]
     in_context, open_summary = summaries["in-context"], summaries["open-ended"]
     pld_in, pld_open = best_of(in_context, "lookup"), best_of(open_summary, "lookup")
     in_model = best_of(in_context, DRAFT_MODEL_METHODS)
+    in_ties = tied_with_fastest(in_context_rows)
+    in_tied = in_ties[in_ties.tied]
     open_cover = coverage_frame[coverage_frame.workload == "open-ended"].groupby("source", sort=False).context.mean()
     pld_by_source = per_source.set_index("source")["lookup x"]
     text = (f"{pld_label} per prompt: {coverage_frame.pld_speedup.min():.2f}x to {coverage_frame.pld_speedup.max():.2f}x "
@@ -268,7 +279,8 @@ def lookup_summary(coverage_frame: pd.DataFrame, summaries: dict, per_source: pd
             f"the context)\nprompt lookup: {pld_in.speedup:.2f}x over AR at tau {pld_in.tau:.2f} on the in-context "
             f"prompts ({pld_in.label}), {pld_open.speedup:.2f}x at tau {pld_open.tau:.2f} on the open-ended ones "
             f"({pld_open.label}); the best draft-model method on the in-context prompts, {in_model.label}, "
-            f"{in_model.speedup:.2f}x at tau {in_model.tau:.2f}: PLD is {pld_in.speedup / in_model.speedup:.2f}x of it\n"
+            f"{in_model.speedup:.2f}x at tau {in_model.tau:.2f}: PLD is {pld_in.speedup / in_model.speedup:.2f}x of it "
+            f"({len(in_tied)} draft-model methods tied with it there, {in_tied.speedup.min():.2f}x and up)\n"
             f"PLD per source of the open-ended prompts ({source_prompts} prompts each, too few to rank the sources): "
             + ", ".join(f"{s} {pld_by_source[s]:.2f}x ({100 * open_cover[s]:.0f}% in context)"
                         for s in pld_by_source.index))
@@ -283,6 +295,7 @@ def lookup_summary(coverage_frame: pd.DataFrame, summaries: dict, per_source: pd
         "pld_in": pld_in.speedup, "pld_in_tau": pld_in.tau, "pld_open": pld_open.speedup, "pld_open_tau": pld_open.tau,
         "pld_in_faster": int(pld_in.speedup > pld_open.speedup),
         "in_model": in_model.label, "in_model_speedup": in_model.speedup, "in_model_tau": in_model.tau,
+        "in_model_tied_count": len(in_tied), "in_model_tied_low": in_tied.speedup.min(),
         "pld_over_model": pld_in.speedup / in_model.speedup, "pld_beats_model": int(pld_in.speedup > in_model.speedup),
         "pld_best_source": pld_by_source.idxmax(), "pld_best_source_speedup": pld_by_source.max(),
         "pld_best_source_cover": 100 * open_cover[pld_by_source.idxmax()],

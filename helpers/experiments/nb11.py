@@ -265,3 +265,21 @@ def window_summary(windows: pd.DataFrame) -> dict:
                "win_tied_count": len(tied_windows), "win_tied_min": min(tied_windows),
                "win_tied_max": max(tied_windows), "win_tied_low": windows[tied].full_batch_speedup.min()}
     return {"text": text, "numbers": numbers}
+
+
+def window_against_grid(windows: pd.DataFrame, sweep: pd.DataFrame, window: int, context: int, batch: int) -> dict:
+    """The window study's row at the grid's window against the grid's row at the same context and batch: two runs
+    of one configuration (printed). ``within``: their full-batch speedups differ by no more than the larger of the
+    two rows' repeat spreads (relative)."""
+    mine = windows[windows.window == window]
+    grid = sweep[(sweep.context == context) & (sweep.batch == batch)]
+    if mine.empty or grid.empty:
+        print(f"no grid point at window {window}, context {context}, batch {batch}: nothing to compare")
+        return {"window_grid_compared": 0, "within": True}
+    a, b = mine.iloc[0], grid.iloc[0]
+    apart = abs(a.full_batch_speedup / b.full_batch_speedup - 1)
+    spread = max(a.full_batch_spread, b.full_batch_spread)
+    print(f"window {window} at {context} tokens, batch {batch}: full batch {a.full_batch_speedup:.3f}x here, "
+          f"{b.full_batch_speedup:.3f}x in the grid ({apart:.1%} apart; repeats' spread up to {spread:.1%}): "
+          + ("within it" if apart <= spread else "BEYOND it"))
+    return {"window_grid_compared": 1, "within": bool(apart <= spread), "window_grid_apart_pct": 100 * apart}

@@ -386,9 +386,16 @@ def plot_alpha_by_position(alpha: pd.DataFrame, title: str):
     return fig
 
 
-def _compare(a: float, b: float, tolerance: float = 0.02) -> str:
-    """'above' / 'below' / 'level with' (within ``tolerance`` relative)."""
-    return "level with" if abs(a / b - 1) <= tolerance else ("above" if a > b else "below")
+def paired_side(rows: list[dict], label: str, other: str, level: float = 0.95) -> tuple[str, float, float]:
+    """Whether method ``label`` runs faster than ``other`` on the same prompts beyond what the prompts can tell:
+    the percentile bootstrap interval over prompts (:func:`helpers.stats.bootstrap_ratio_interval`) of ``other``'s
+    summed seconds over ``label``'s; 'above' when it lies above 1, 'below' when below, else 'level with'. Returns the
+    word and the interval."""
+    from helpers.stats import bootstrap_ratio_interval
+
+    times = pd.DataFrame(rows).pivot_table(index="id", columns="label", values="seconds", aggfunc="sum")
+    low, high = bootstrap_ratio_interval(times[other], times[label], level=level)
+    return ("above" if low > 1 else "below" if high < 1 else "level with"), low, high
 
 
 def round_accounting(summary: pd.DataFrame, label: str) -> dict:
@@ -418,19 +425,19 @@ def separating_terms(feature: dict, linear: dict, tolerance: float = 0.03) -> st
     return f"the feature draft has {tau} and {cost}"
 
 
-def who_wins(held: dict, alpha: pd.DataFrame, costs: dict, summary: pd.DataFrame) -> dict:
-    """The feature draft's best chain against the distilled draft's best linear speculation, and why, from the
-    measured rounds (:func:`round_accounting`: τ and a round's cost, by part), with first-position acceptance a_1
-    and the step cost c timed alone beside them."""
+def who_wins(held: dict, alpha: pd.DataFrame, costs: dict, summary: pd.DataFrame, rows: list[dict]) -> dict:
+    """The feature draft's best chain against the distilled draft's best linear speculation (:func:`paired_side`
+    over ``rows``, the workload's runs), and why, from the measured rounds (:func:`round_accounting`: τ and a round's
+    cost, by part), with first-position acceptance a_1 and the step cost c timed alone beside them."""
     eagle, linear = held["eagle"], held["linear"]
     a1 = alpha[(alpha.position == 1) & (alpha.source == "all")].set_index("label").alpha
-    side = _compare(eagle["speedup"], linear["speedup"])
+    side, low, high = paired_side(rows, eagle["label"], linear["label"])
     rounds = {name: round_accounting(summary, held[name]["label"]) for name in ("eagle", "linear")}
     reason = separating_terms(rounds["eagle"], rounds["linear"])
     e, l = rounds["eagle"], rounds["linear"]
     text = (f"feature draft {eagle['label']}: {eagle['speedup']:.2f}x (tau {eagle['tau']:.2f}); distilled draft "
             f"{linear['label']}: {linear['speedup']:.2f}x (tau {linear['tau']:.2f}): the feature draft is {side} it "
-            f"(2% counts as level). A round costs {e['round']:.2f} against {l['round']:.2f} target steps: drafting "
+            f"(its time ratio's 95% bootstrap interval over prompts: {low:.2f}-{high:.2f}). A round costs {e['round']:.2f} against {l['round']:.2f} target steps: drafting "
             f"{e['drafting']:.2f} against {l['drafting']:.2f}, verifying {e['verifying']:.2f} against "
             f"{l['verifying']:.2f}, the rest {e['rest']:.2f} against {l['rest']:.2f}: {reason}. First-position "
             f"acceptance a_1 {a1.get(eagle['label'], float('nan')):.3f} vs {a1.get(linear['label'], float('nan')):.3f}; "
@@ -446,7 +453,8 @@ def who_wins(held: dict, alpha: pd.DataFrame, costs: dict, summary: pd.DataFrame
         "eagle_reason": reason, "eagle_label": eagle["label"], "eagle_speedup": eagle["speedup"],
         "eagle_tau": eagle["tau"],
         "linear_label": linear["label"], "linear_speedup": linear["speedup"], "linear_tau": linear["tau"],
-        "eagle_vs_linear": eagle["speedup"] / linear["speedup"], "eagle_side": side,
+        "eagle_vs_linear": eagle["speedup"] / linear["speedup"], "eagle_side": side, "eagle_vs_linear_low": low,
+        "eagle_vs_linear_high": high,
         **{f"{part}_{name}": rounds[name][part] for name in rounds for part in ("round", "drafting", "verifying",
                                                                                  "rest")},
         "eagle_a1": float(a1.get(eagle["label"], float("nan"))), "linear_a1": float(a1.get(linear["label"],
@@ -508,3 +516,13 @@ def stop_against_plain(held_summary: pd.DataFrame, far: pd.DataFrame, stop_label
     return {"text": text, "numbers": {"stop_held_speedup": float(speed[stop_label]),
                                       "plain_held_speedup": float(speed[plain_label]),
                                       "plain_far_lowest": float(far[plain_label].min()), "stop_far_ahead": ahead}}
+
+
+def far_prompt_counts(rows: list[dict]) -> dict:
+    """How many prompts each far source has (printed): a source of one prompt ranks methods by one timing, so
+    differences of a few percent there are not resolved. The report's numbers."""
+    counts = pd.DataFrame(rows).groupby("source")["id"].nunique()
+    single = sorted(counts.index[counts == 1])
+    print(f"far prompts per source: {counts.to_dict()}; sources of a single prompt: {', '.join(single) or 'none'}")
+    return {"far_min_prompts": int(counts.min()), "far_max_prompts": int(counts.max()),
+            "far_single_sources": len(single), "far_single_list": ", ".join(single) or "none"}

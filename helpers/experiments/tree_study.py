@@ -372,7 +372,10 @@ def first_choice_calibration(rounds) -> dict:
     """How the draft's probability compares with the target's agreement, from verified trees
     (``tree_generate(..., record_rounds=True).rounds``): at every node of each round's accepted path, the draft's
     first choice among that node's children, its draft probability (``scores`` are cumulative log-probabilities)
-    and whether the target took it. Returns ``mean_probability``, ``accepted_rate`` and ``tested`` (how many)."""
+    and whether the target took it. Returns ``mean_probability``, ``accepted_rate``, its 95% Wilson interval
+    (``accepted_low``, ``accepted_high``: one example holds a few dozen such nodes) and ``tested`` (how many)."""
+    from helpers.stats import wilson_interval
+
     probs, hits = [], []
     for tree in rounds:
         for depth, node in enumerate(tree.path):
@@ -384,7 +387,9 @@ def first_choice_calibration(rounds) -> dict:
             hits.append(depth + 1 < len(tree.path) and tree.path[depth + 1] == first)
     if not probs:
         raise ValueError("no verified node with children: record rounds of a tree generation")
-    return {"mean_probability": float(np.mean(probs)), "accepted_rate": float(np.mean(hits)), "tested": len(probs)}
+    low, high = wilson_interval(int(sum(hits)), len(hits))
+    return {"mean_probability": float(np.mean(probs)), "accepted_rate": float(np.mean(hits)), "accepted_low": low,
+            "accepted_high": high, "tested": len(probs)}
 
 
 def copied_prefix(tokenizer, case: dict, generated) -> tuple[int, int]:
