@@ -256,7 +256,7 @@ def timing_noise(rows) -> dict:
     """How much the same measurement moved over the run, from stored :func:`measure_draft` rows (one per draft, each
     timing the SAME target on the same prompts): ``T_T`` (ms) of each draft's cost run, with its min, max and
     (max - min) / median; and the AR time of the same prompts in each draft's sweep, with its relative standard
-    deviation ``ar_rel_std`` — the tolerance below which two speedups (each a ratio against such a time) do not
+    deviation ``ar_rel_std`` — twice it is the tolerance below which two speedups (each a ratio of two timings) do not
     rank. ``c = T_D/T_T`` of one draft inherits its own run's T_T, so c values closer than ``tt_rel_range`` apart do
     not rank either."""
     tt = np.array([1e3 * row["costs"]["T_T"] for row in rows], dtype=float)

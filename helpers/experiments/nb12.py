@@ -99,12 +99,14 @@ def accuracy_or_latency(table: pd.DataFrame, rows: list[dict]) -> dict:
             f"{latency.property} (r2 {latency.r2:.2f}) -> {'latency' if latency_wins else 'accuracy'} predicts the "
             "speedup better here"]
     noise = timing_noise(rows)  # every draft's row timed the SAME target (T_T) and AR on the same prompts
-    tolerance = noise["ar_rel_std"]  # two speedups closer than this (relative) are a tie
+    # a speedup is a ratio of two timings, each with about the AR time's relative std: two speedups compare four
+    # such timings, so their ratio's relative std is about twice it; closer than that, two speedups are a tie
+    tolerance = 2 * noise["ar_rel_std"]
     text.append(f"T_T of the one target over the {len(rows)} cost runs: {noise['tt_min_ms']:.2f} .. "
                 f"{noise['tt_max_ms']:.2f} ms ({100 * noise['tt_rel_range']:.0f}% of its median; relative std "
                 f"{100 * noise['tt_rel_std']:.1f}%); AR time of the same prompts over the {len(rows)} sweeps: relative "
-                f"std {100 * tolerance:.1f}% (range {100 * noise['ar_rel_range']:.0f}%) -> speedups within "
-                f"{100 * tolerance:.1f}% of each other are ties")
+                f"std {100 * noise['ar_rel_std']:.1f}% (range {100 * noise['ar_rel_range']:.0f}%) -> two speedups, four "
+                f"such timings: within {100 * tolerance:.1f}% of each other they are ties")
     c_text, c_numbers = _c_ranks(table, noise, latency)
     text.append(c_text)
     tied = pd.Series(tied_with_best(table.speedup, tolerance), index=table.index)
@@ -125,6 +127,7 @@ def accuracy_or_latency(table: pd.DataFrame, rows: list[dict]) -> dict:
                "accurate_alpha": most_accurate.alpha, "accurate_speedup": most_accurate.speedup,
                "tt_min_ms": noise["tt_min_ms"], "tt_max_ms": noise["tt_max_ms"],
                "tt_range_pct": 100 * noise["tt_rel_range"], "tolerance_pct": 100 * tolerance,
+               "ar_std_pct": 100 * noise["ar_rel_std"],
                "ar_range_pct": 100 * noise["ar_rel_range"], **c_numbers,
                "fastest_tied": ", ".join(tied_fastest), "fastest_tied_count": len(tied_fastest),
                "fastest_tied_low": table[tied].speedup.min(), "alpha_min": table.alpha.min(),
