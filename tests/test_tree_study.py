@@ -234,6 +234,9 @@ def test_ties_with_the_fastest_come_from_a_paired_bootstrap_over_prompts():
     assert wrong["misplaced"] == ["static 2-1"] and not wrong["separates"]
     with pytest.raises(ValueError, match="no rows"):
         tied_with_fastest(rows, ("dynamic",))
+    # regression: a GPU profile's single in-context prompt failed the bootstrap; one prompt separates nothing
+    one = tied_with_fastest([row for row in rows if row["id"] == "p0"])
+    assert one.tied.all() and one.low.iloc[1:].isna().all()
 
 
 def test_point_labels_do_not_overlap_in_a_dense_cluster():

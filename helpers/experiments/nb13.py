@@ -389,11 +389,13 @@ def plot_alpha_by_position(alpha: pd.DataFrame, title: str):
 def paired_side(rows: list[dict], label: str, other: str, level: float = 0.95) -> tuple[str, float, float]:
     """Whether method ``label`` runs faster than ``other`` on the same prompts beyond what the prompts can tell:
     the percentile bootstrap interval over prompts (:func:`helpers.stats.bootstrap_ratio_interval`) of ``other``'s
-    summed seconds over ``label``'s; 'above' when it lies above 1, 'below' when below, else 'level with'. Returns the
-    word and the interval."""
+    summed seconds over ``label``'s; 'above' when it lies above 1, 'below' when below, else 'level with' (also with a
+    single prompt, which has no interval: nan). Returns the word and the interval."""
     from helpers.stats import bootstrap_ratio_interval
 
     times = pd.DataFrame(rows).pivot_table(index="id", columns="label", values="seconds", aggfunc="sum")
+    if len(times) < 2:
+        return "level with", float("nan"), float("nan")
     low, high = bootstrap_ratio_interval(times[other], times[label], level=level)
     return ("above" if low > 1 else "below" if high < 1 else "level with"), low, high
 

@@ -441,7 +441,8 @@ def tied_with_fastest(rows, methods=DRAFT_MODEL_METHODS, *, decode: bool = False
     ``slower`` = its pooled seconds over the fastest's on the same prompts, and a paired percentile bootstrap
     interval of that ratio over prompts (``low``, ``high``; :func:`helpers.stats.bootstrap_ratio_interval`:
     prompts are the unit that varies, and resampling them carries both the timing noise and the prompt-to-prompt
-    spread). ``tied`` when ``low <= 1``: a resampling of the prompts can make it as fast as the fastest. Sorted
+    spread). ``tied`` when ``low <= 1``: a resampling of the prompts can make it as fast as the fastest. With a
+    single prompt there is no interval (nan) and every method counts as tied: one prompt separates nothing. Sorted
     fastest first; the fastest is tied with itself."""
     from helpers.stats import bootstrap_ratio_interval
 
@@ -456,12 +457,12 @@ def tied_with_fastest(rows, methods=DRAFT_MODEL_METHODS, *, decode: bool = False
     fastest = speedup.index[0]
     out = []
     for label in speedup.index:
-        low, high = ((1.0, 1.0) if label == fastest else
+        low, high = ((1.0, 1.0) if label == fastest else (float("nan"), float("nan")) if len(times) < 2 else
                      bootstrap_ratio_interval(times[label], times[fastest], level=level, resamples=resamples,
                                               seed=seed))
         out.append({"label": label, "speedup": float(speedup[label]),
                     "slower": float(times[label].sum() / times[fastest].sum()), "low": low, "high": high,
-                    "tied": bool(low <= 1)})
+                    "tied": bool(low <= 1 or low != low)})
     return pd.DataFrame(out)
 
 
