@@ -50,3 +50,17 @@ def test_compare_numbers(params):
     assert numbers["genCmpTimeRatio"] == 3.0 and numbers["genCmpParamRatio"] == 2.0
     assert numbers["genCmpOrder"] == "a, b" and numbers["genKvShares"] == "10% for a, 25% for b"
     assert numbers["genCmpFastest"] == "a" and numbers["genCmpSlowest"] == "b"
+
+
+def test_prefill_split_is_checked_against_a_prefill_alone(capsys):
+    """Regression: §1.3.1 charged the decode steps' own growth with context to the prefill (0.164 s at 64 tokens
+    against 0.089 s for a one-token generation there) and said nothing of it."""
+    from helpers.experiments import nb02
+
+    inputs = [{"status": "ok", "input_len": n, "new_tokens": 64, "time_s_median": t}
+              for n, t in ((1, 0.413), (64, 0.577), (128, 0.749))]
+    outputs = [{"status": "ok", "input_len": 64, "new_tokens": k, "time_s_median": t} for k, t in ((1, 0.089), (2, 0.1))]
+    numbers = nb02.prefill_check(inputs, outputs)
+    assert numbers["genPrefillSplitS"] == pytest.approx(0.164) and numbers["genPrefillOverstated"] == 1
+    assert nb02.prefill_check(inputs, outputs[1:]) == {"genPrefillChecked": 0}
+    assert "overstates" in capsys.readouterr().out

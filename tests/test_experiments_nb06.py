@@ -61,3 +61,16 @@ def test_batch_one_is_the_dearest_only_beyond_noise(capsys):
     assert found["fpBOneMarginPct"] == pytest.approx(100 * 2 * (1.3**2 / 5 + 1.28**2 / 5) ** 0.5 / 53.7)
     noisy = batch_one_dearest(rows.assign(time_ms_std=[5.0, 10.0, 4.0]))
     assert noisy["fpBOneDearest"] == 0 and "NOT the dearest" in capsys.readouterr().out
+
+
+def test_gpu_forward_rows_set_the_roofline_beside_a_measurement(capsys):
+    """Regression: the report said small batches save little on the H100 by the roofline, while the committed H100
+    rows showed B = 16 at 1.5x B = 1 (a host-bound eager forward at 25x its roofline time)."""
+    from helpers.memory import load_config
+
+    found = nb06.gpu_forward_rows(load_config(nb06.ROOFLINE_MODEL), 256)
+    h100 = next(f for f in found if f["profile"] == "gpu-h100")
+    assert h100["first"] == 1 and h100["ratio"] == pytest.approx(h100["last_ms"] / h100["first_ms"])
+    numbers = nb06.print_gpu_forward(found)
+    assert numbers["fpGpuMeasured"] == 1 and numbers["fpGpuHostBound"] == int(numbers["fpGpuOverRoof"] > nb06.HOST_BOUND)
+    assert nb06.print_gpu_forward([]) == {"fpGpuMeasured": 0} and "stays a model" in capsys.readouterr().out

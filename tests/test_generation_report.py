@@ -87,6 +87,8 @@ def test_input_findings_recover_the_fixed_cost_and_the_crossover():
     assert found["numbers"]["genInPredictText"].startswith(
         "at none of the swept input lengths: the longest, 32,768 tokens, is predicted at 83.0 GB, over the "
         "datasheet's 80 GB but under the 85.5 GB the card exposes (H100 80GB: 81,559 MiB), leaving 2.5 GB (3% of it)")
+    # regression: the 2.5 GB left was not set against §1.2.1's 2 GB reserve for what the prediction leaves out
+    assert found["numbers"]["genInPredictText"].endswith("more than the 2 GB §1.2.1 reserves for them")
     assert found["lines"][-1].startswith("Prediction: Qwen/Qwen3-8B in bfloat16 at batch 8 exceeds the memory the "
                                          "card exposes at none")
     found_40 = gr.input_findings(input_rows(), 8, 4.0, PREDICTION_40, "Qwen/Qwen3-8B in bfloat16")

@@ -103,6 +103,24 @@ def test_embedding_sharing_compares_what_a_round_adds(capsys):
     numbers = nb12.embedding_sharing(by)
     assert numbers["round_added_ratio"] == pytest.approx(0.369 / 0.308)
     assert numbers["sharing_hurts"] == 1 and numbers["sharing_helps"] == 0
-    assert "raised by 10% or more: True" in capsys.readouterr().out
+    assert "raised beyond it: True" in capsys.readouterr().out
+    # within the cost runs' spread (13% in the committed run) the difference is not resolved either way
+    within = nb12.embedding_sharing(by, 0.25)
+    assert within["sharing_hurts"] == within["sharing_helps"] == 0
     with pytest.raises(AssertionError, match="draft-2x192"):
         nb12.embedding_sharing(by.drop(index="draft-2x192"))
+
+
+def test_same_shape_recipes_name_the_recipe_not_the_shape(capsys):
+    """Regression: 'no design beats draft-2l' compared recipes (target-initialised, more steps) as if shapes."""
+    by = pd.DataFrame({"layers": [2, 2, 2, 4], "width": [192, 192, 192, 144], "shared_embedding": [False, True, False,
+                                                                                                   False],
+                       "heldout_loss": [3.27, 3.8, 3.70, 3.25], "alpha": [0.82, 0.7, 0.75, 0.8],
+                       "speedup": [1.67, 1.37, 1.40, 1.68]},
+                      index=["draft-2l", "draft-2x192-shared", "draft-2x192", "draft-4x144"])
+    card = {"stages": {"draft": {"steps": 2500}}, "draft_family": {"stage": {"steps": 1500}}}
+    numbers = nb12.same_shape_recipes(by, card)
+    assert numbers["same_shape_draft"] == "draft-2x192" and numbers["ref_steps"] == 2500
+    assert numbers["same_shape_speedup"] == 1.40 and numbers["ref_loss"] == 3.27
+    assert nb12.same_shape_recipes(by.drop(index="draft-2x192"), card) == {"same_shape": 0}
+    assert "random initialisation, 1500 steps" in capsys.readouterr().out

@@ -70,7 +70,7 @@ def test_eq5_table_predicts_every_fixed_gamma_chain(params, study):
     table = nb13.eq5_table(study["rows"]["held-out"], study["costs"], study["summaries"]["held-out"])
     assert set(table.label) == {f"linear g{g}" for g in params["fd_gammas"]} | {
         f"eagle g{g}" for g in params["fd_gammas"]} | {"medusa chain"}
-    assert (table.tau_eq4 >= 1).all() and (table.speedup_eq5 > 0).all()
+    assert (table.tau_from_a >= 1).all() and (table.speedup_eq5 > 0).all()
 
 
 def test_verdicts_agree_with_the_numbers_they_quote(params, study):
@@ -112,6 +112,18 @@ def test_separating_terms_names_the_term_and_the_part_that_differ():
         "against 0.64 target steps)")
     assert nb13.separating_terms({**feature, "tau": 4.0, "round": 2.2}, linear) == (
         "the feature draft has a tau +11% and rounds of the same cost (+0.0%)")
+    # regression: a fixed 3% decided "the same tau"; the prompts' bootstrap interval of the tau ratio decides now
+    assert nb13.separating_terms({**feature, "tau": 4.0}, linear, (0.97, 1.2)).startswith(
+        "the feature draft has the same tau (+11.1%, interval over prompts 0.97-1.20)")
+    assert "a tau +3%" in nb13.separating_terms(feature, linear, (1.01, 1.05))
+
+
+def test_tau_interval_pairs_the_prompts_target_forwards():
+    rows = [{"id": f"p{i}", "label": label, "target_forwards": n} for i in range(4)
+            for label, n in (("a", 10), ("b", 12 + (i % 2)))]
+    low, high = nb13.tau_interval(rows, "a", "b")
+    assert 1.2 <= low <= high <= 1.3  # a needs fewer forwards for the same tokens: its tau is higher
+    assert nb13.tau_interval(rows[:2], "a", "b") != nb13.tau_interval(rows[:2], "a", "b")  # one prompt: nan
 
 
 def test_what_it_takes_inverts_eq5_and_the_measured_round_cost():
@@ -119,7 +131,7 @@ def test_what_it_takes_inverts_eq5_and_the_measured_round_cost():
     puts Eq. 5 exactly at the goal; a goal past γ + 1 tokens per round has no α, past a free draft no step cost."""
     import pandas as pd
 
-    eq5 = pd.DataFrame([{"label": "eagle g5", "gamma": 5, "c": 0.1, "T_V/T_T": 1.3, "tau_eq4": 3.9,
+    eq5 = pd.DataFrame([{"label": "eagle g5", "gamma": 5, "c": 0.1, "T_V/T_T": 1.3, "tau_from_a": 3.9,
                          "tau_measured": 3.8, "speedup_eq5": 2.1, "speedup_measured": 1.9}])
     out = nb13.what_it_takes(eq5, "eagle g5", 2.3)["numbers"]
     assert out["goal_round_eq5"] == pytest.approx(1.8) and out["goal_round_measured"] == pytest.approx(2.0)

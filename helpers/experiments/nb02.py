@@ -122,6 +122,8 @@ def compare_numbers(params: dict, measured, verdicts: dict, overlap_text: str) -
     fastest, slowest = measured.iloc[0], measured.iloc[-1]
     kv_shares = ", ".join(f"{v:.0%} for {k}" for k, v in zip(measured["model"], measured["KV share of bytes"]))
     return dict(genVocabVerdict=verdicts["verdicts"]["vocab"]["text"],
+                genBytesVerdict=verdicts["verdicts"]["bytes per step (MB)"]["text"],
+                genBytesExplains=int(verdicts["verdicts"]["bytes per step (MB)"]["explains"]),
                 genKvVerdict=verdicts["verdicts"]["KV heads"]["text"], genKvShares=kv_shares,
                 genCmpTimeRatio=slowest["time"] / fastest["time"],
                 genCmpParamRatio=slowest["parameters"] / fastest["parameters"],
@@ -130,3 +132,21 @@ def compare_numbers(params: dict, measured, verdicts: dict, overlap_text: str) -
                 genCmpOrder=", ".join(measured["model"]), genCmpExplainedBy=verdicts["explained_by"],
                 genCmpOverlapText=overlap_text, genCmpInputLen=params["gen_compare_input_len"],
                 genCmpNewTokens=params["gen_compare_new_tokens"])
+
+
+def prefill_check(input_rows: list[dict], output_rows: list[dict]) -> dict:
+    """The input sweep's split of a generation into decode steps (the time at the shortest input) and prefill (the
+    rest), checked where the output sweep measured a one-token generation at an input length the input sweep also
+    ran: that generation is a prefill and nothing more (printed). The report's numbers (``genPrefillChecked`` 0
+    where the sweeps share no such point)."""
+    times_in = {r["input_len"]: r["time_s_median"] for r in input_rows if r.get("status") == "ok"}
+    single = [r for r in output_rows if r.get("status") == "ok" and r["new_tokens"] == 1 and r["input_len"] in times_in]
+    if not single or len(times_in) < 2:
+        print("no one-token generation at an input length of the input sweep: the prefill split is not checked")
+        return {"genPrefillChecked": 0}
+    length, direct = single[0]["input_len"], single[0]["time_s_median"]
+    split = times_in[length] - times_in[min(times_in)]
+    print(f"prefill at {length} input tokens: {split:.3f} s by the input sweep's split, {direct:.3f} s measured alone "
+          f"(a one-token generation) -> the split {'overstates' if split > direct else 'does not overstate'} it")
+    return {"genPrefillChecked": 1, "genPrefillLen": length, "genPrefillSplitS": split, "genPrefillDirectS": direct,
+            "genPrefillOverstated": int(split > direct)}

@@ -146,3 +146,52 @@ def batch_one_dearest(ok) -> dict:
           f"{dearest['batch_size']}), twice the standard error of the difference {margin_pct:.1f}%: "
           + ("the dearest per sequence beyond noise" if beyond else "NOT the dearest per sequence beyond noise"))
     return {"fpBOneDearest": int(beyond), "fpBOneExcessPct": 100 * excess, "fpBOneMarginPct": margin_pct}
+
+
+HOST_BOUND = 3  # a forward this many times its roofline time is bound by something else: the host's launches
+
+
+def gpu_forward_rows(config, seq_len: int) -> list[dict]:
+    """What the GPU windows measured of the roofline's model (``results/gpu-*/06_forward_pass_scaling``, forward
+    rows at ``seq_len``; this run's output root, else the committed rows): per GPU, the median forward time per
+    batch size against the roofline of that GPU (:func:`helpers.gpu_specs.roofline_seconds`). Empty without rows."""
+    from helpers.gpu_specs import collect_results
+    from helpers.paths import REPO_ROOT
+
+    found = []
+    for root in (None, REPO_ROOT):
+        runs = collect_results("06_forward_pass_scaling", root=root)
+        if len(runs) and "device" in runs:
+            runs = runs[(runs["device"] == "cuda") & (runs["measure"] == "forward") & (runs["seq_len"] == seq_len)
+                        & (runs["model"] == ROOFLINE_MODEL) & (runs["status"] == "ok")]
+            if len(runs):
+                break
+    else:
+        return found
+    for (profile, device_name), group in runs.groupby(["profile", "device_name"]):
+        spec = gpu_spec(device_name)
+        medians = group.set_index("batch_size")["time_s_median"].sort_index()
+        first, last = int(medians.index[0]), int(medians.index[-1])
+        roof = {b: roofline_seconds(config, spec, b, seq_len, 0) for b in (first, last)}
+        found.append({"profile": profile, "gpu": device_name, "first": first, "last": last,
+                      "first_ms": 1e3 * medians[first], "last_ms": 1e3 * medians[last],
+                      "ratio": medians[last] / medians[first], "roof_ratio": roof[last] / roof[first],
+                      "over_roof": medians[first] / roof[first]})
+    return found
+
+
+def print_gpu_forward(found: list[dict]) -> dict:
+    """:func:`gpu_forward_rows` against the roofline (printed); the report's numbers (``fpGpuMeasured`` 0 without)."""
+    if not found:
+        print("no GPU window has measured this forward yet: the roofline above stays a model")
+        return {"fpGpuMeasured": 0}
+    for f in found:
+        print(f"{f['gpu']} ({f['profile']}), measured medians: B = {f['first']} {f['first_ms']:.1f} ms -> B = "
+              f"{f['last']} {f['last_ms']:.1f} ms, x{f['ratio']:.2f} (roofline x{f['roof_ratio']:.1f}); B = "
+              f"{f['first']} runs {f['over_roof']:.0f}x its roofline time: "
+              + ("host-bound, so the roofline's growth does not show" if f["over_roof"] > HOST_BOUND
+                 else "near the roofline"))
+    f = found[0]
+    return {"fpGpuMeasured": 1, "fpGpuName": f["gpu"], "fpGpuFirstMs": f["first_ms"], "fpGpuLastMs": f["last_ms"],
+            "fpGpuRatio": f["ratio"], "fpGpuRoofRatio": f["roof_ratio"], "fpGpuOverRoof": f["over_roof"],
+            "fpGpuHostBound": int(f["over_roof"] > HOST_BOUND)}

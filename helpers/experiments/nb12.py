@@ -255,21 +255,21 @@ def depth_at_scale(scale: pd.DataFrame, depth: dict, scale_model: str) -> dict:
     return {"series": series, "fit_text": fit_text, "text": text, "numbers": numbers}
 
 
-def embedding_sharing(by: pd.DataFrame) -> dict:
+def embedding_sharing(by: pd.DataFrame, tolerance: float = 0.1) -> dict:
     """The draft sharing the target's embedding against the same shape with its own (``by``: the design table
     indexed by short name): what a round adds to each draft forward (in-round minus alone, ms), and whether sharing
-    cuts (``sharing_helps``) or raises (``sharing_hurts``) that addition by 10% or more; printed. The report's
-    numbers."""
+    cuts (``sharing_helps``) or raises (``sharing_hurts``) that addition by more than ``tolerance`` (relative: the
+    spread of the cost runs' T_T, which every in-round cost is measured against); printed. The report's numbers."""
     missing = {"draft-2x192-shared", "draft-2x192"} - set(by.index)
     assert not missing, f"this comparison needs {sorted(missing)} in design_drafts"
     shared, own = by.loc["draft-2x192-shared"], by.loc["draft-2x192"]
     added = {name: row.T_D_round_ms - row.T_D_ms for name, row in (("shared", shared), ("own", own))}
-    helps, hurts = added["shared"] < 0.9 * added["own"], added["shared"] > 1.1 * added["own"]
+    helps, hurts = added["shared"] < (1 - tolerance) * added["own"], added["shared"] > (1 + tolerance) * added["own"]
     print(f"draft-2x192-shared: T_D {shared.T_D_ms:.3f} ms alone, {shared.T_D_round_ms:.3f} ms in a round "
           f"(+{added['shared']:.3f} ms); draft-2x192: {own.T_D_ms:.3f} ms, {own.T_D_round_ms:.3f} ms "
           f"(+{added['own']:.3f} ms); alpha {shared.alpha:.3f} vs {own.alpha:.3f}; speedup {shared.speedup:.2f}x vs "
           f"{own.speedup:.2f}x -> what a round adds, shared over own: {added['shared'] / added['own']:.2f}x "
-          f"(cut by 10% or more: {helps}; raised by 10% or more: {hurts})")
+          f"(cut beyond the cost runs' {tolerance:.1%} spread: {helps}; raised beyond it: {hurts})")
     return {"shared_round_penalty": shared.T_D_round_ms / shared.T_D_ms,
             "own_round_penalty": own.T_D_round_ms / own.T_D_ms,
             "shared_round_added_ms": added["shared"], "own_round_added_ms": added["own"],
@@ -277,3 +277,25 @@ def embedding_sharing(by: pd.DataFrame) -> dict:
             "sharing_hurts": int(hurts), "shared_alpha": shared.alpha, "own_alpha": own.alpha,
             "shared_speedup": shared.speedup, "own_speedup": own.speedup,
             "shared_speedup_higher": int(shared.speedup > own.speedup)}
+
+
+def same_shape_recipes(by: pd.DataFrame, card: dict) -> dict:
+    """``draft-2l`` against the family's draft of its exact shape (``by``: the design table indexed by short name;
+    ``card``: the training card): same layers and width, a different recipe (initialised from the target's first
+    layers and trained the reference draft's steps, against a random initialisation and the family's steps), so
+    what separates them is the recipe, not the shape (printed). The report's numbers (``same_shape`` 0 where the
+    family has no draft of that shape)."""
+    ref = by.loc["draft-2l"]
+    twins = by[(by.layers == ref.layers) & (by.width == ref.width) & (by.index != "draft-2l") & ~by.shared_embedding]
+    if twins.empty:
+        print("no draft of the family has draft-2l's shape: the recipe is not separated from the shape")
+        return {"same_shape": 0}
+    twin = twins.iloc[0]
+    steps = {"ref": card["stages"]["draft"]["steps"], "family": card["draft_family"]["stage"]["steps"]}
+    print(f"{twin.name} has draft-2l's shape ({int(ref.layers)} x {int(ref.width)}): held-out loss {twin.heldout_loss:.2f} vs "
+          f"{ref.heldout_loss:.2f}, alpha {twin.alpha:.3f} vs {ref.alpha:.3f}, speedup {twin.speedup:.2f}x vs "
+          f"{ref.speedup:.2f}x; recipes: random initialisation, {steps['family']} steps vs the target's first layers, "
+          f"{steps['ref']} steps")
+    return {"same_shape": 1, "same_shape_draft": str(twin.name), "same_shape_loss": twin.heldout_loss,
+            "same_shape_alpha": twin.alpha, "same_shape_speedup": twin.speedup, "ref_loss": ref.heldout_loss,
+            "ref_steps": steps["ref"]}

@@ -23,6 +23,7 @@ __all__ = ["RESULTS", "PARAMETERS", "specs", "workloads", "configs", "load_model
            "method_label", "comparison", "alpha_by_position", "method_alpha", "alpha_by_workload", "accepted_less_far",
            "costs_in_round",
            "eq5_table", "by_source", "headline", "training_costs", "round_accounting", "separating_terms", "who_wins",
+           "tau_interval", "paired_side", "far_prompt_counts",
            "linear_at_depth",
            "medusa_against_linear", "far_from_corpus", "stop_against_plain", "uniform_tau", "what_it_takes"]
 PARAMETERS = ("device", "fd_target", "fd_draft", "fd_dtype", "fd_threads", "fd_prompt_count", "fd_far_count",
@@ -232,7 +233,9 @@ def costs_in_round(rows: list[dict]) -> pd.DataFrame:
 
 def eq5_table(rows: list[dict], costs: dict, summary: pd.DataFrame) -> pd.DataFrame:
     """Eq. 5 for each chain method from its measured acceptance by position and its step cost alone: τ = 1 +
-    Σ_d Π_{j<=d} a_j, speedup = τ / (γ c + T_V(γ+1)/T_T), next to the measured τ and speedup."""
+    Σ_d Π_{j<=d} a_j (Eq. 4 with the measured a_d in place of one α; from the same rounds, so it differs from the
+    measured τ only by the rounds that a generation's end cut short), speedup = τ / (γ c + T_V(γ+1)/T_T), next to
+    the measured τ and speedup."""
     frame = pd.DataFrame(rows)
     out = []
     for label, group in frame[frame.method.isin(["linear", "medusa", "eagle"])].groupby("label", sort=False):
@@ -246,7 +249,7 @@ def eq5_table(rows: list[dict], costs: dict, summary: pd.DataFrame) -> pd.DataFr
         verify = costs["T_V"][gamma + 1] / costs["T_T"]
         tau = expected_tau(rates)
         measured = summary[summary.label == label].iloc[0]
-        out.append({"label": label, "gamma": gamma, "c": c, "T_V/T_T": verify, "tau_eq4": tau,
+        out.append({"label": label, "gamma": gamma, "c": c, "T_V/T_T": verify, "tau_from_a": tau,
                     "tau_measured": measured.tau, "speedup_eq5": predicted_speedup(tau, [c] * gamma, verify),
                     "speedup_measured": measured.speedup})
     return pd.DataFrame(out)
@@ -411,12 +414,18 @@ def round_accounting(summary: pd.DataFrame, label: str) -> dict:
             "rest": float(1 - row.draft_share - row.verify_share) * cost}
 
 
-def separating_terms(feature: dict, linear: dict, tolerance: float = 0.03) -> str:
-    """Which measured term separates two methods' speedups (:func:`round_accounting` of each): their τ, and their
-    round's cost with the part of it that differs most; each compared with ``tolerance`` (relative)."""
+def separating_terms(feature: dict, linear: dict, tau_bounds: tuple[float, float] | None = None,
+                     tolerance: float = 0.03) -> str:
+    """Which measured term separates two methods' speedups (:func:`round_accounting` of each): their τ (the same
+    where ``tau_bounds``, the bootstrap interval over prompts of the τ ratio, holds 1; else within ``tolerance``),
+    and their round's cost with the part of it that differs most (within ``tolerance``, relative, counts as equal)."""
     tau_ratio = feature["tau"] / linear["tau"]
-    tau = (f"the same tau ({tau_ratio - 1:+.1%}, within {tolerance:.0%})" if abs(tau_ratio - 1) <= tolerance else
-           f"a tau {tau_ratio - 1:+.0%}")
+    if tau_bounds is not None and tau_bounds[0] == tau_bounds[0]:
+        same = tau_bounds[0] <= 1 <= tau_bounds[1]
+        why = f"interval over prompts {tau_bounds[0]:.2f}-{tau_bounds[1]:.2f}"
+    else:
+        same, why = abs(tau_ratio - 1) <= tolerance, f"within {tolerance:.0%}"
+    tau = f"the same tau ({tau_ratio - 1:+.1%}, {why})" if same else f"a tau {tau_ratio - 1:+.0%}"
     cost_ratio = feature["round"] / linear["round"]
     part = max(("drafting", "verifying", "rest"), key=lambda k: abs(feature[k] - linear[k]))
     where = (f", chiefly in {'the rest' if part == 'rest' else part} ({feature[part]:.2f} against "
@@ -427,6 +436,17 @@ def separating_terms(feature: dict, linear: dict, tolerance: float = 0.03) -> st
     return f"the feature draft has {tau} and {cost}"
 
 
+def tau_interval(rows: list[dict], label: str, other: str, level: float = 0.95) -> tuple[float, float]:
+    """The bootstrap interval over prompts of ``label``'s τ over ``other``'s (every prompt generates the same tokens
+    for both, so the ratio is ``other``'s target forwards over ``label``'s); nan with a single prompt."""
+    from helpers.stats import bootstrap_ratio_interval
+
+    forwards = pd.DataFrame(rows).pivot_table(index="id", columns="label", values="target_forwards", aggfunc="sum")
+    if len(forwards) < 2:
+        return float("nan"), float("nan")
+    return bootstrap_ratio_interval(forwards[other], forwards[label], level=level)
+
+
 def who_wins(held: dict, alpha: pd.DataFrame, costs: dict, summary: pd.DataFrame, rows: list[dict]) -> dict:
     """The feature draft's best chain against the distilled draft's best linear speculation (:func:`paired_side`
     over ``rows``, the workload's runs), and why, from the measured rounds (:func:`round_accounting`: τ and a round's
@@ -434,8 +454,9 @@ def who_wins(held: dict, alpha: pd.DataFrame, costs: dict, summary: pd.DataFrame
     eagle, linear = held["eagle"], held["linear"]
     a1 = alpha[(alpha.position == 1) & (alpha.source == "all")].set_index("label").alpha
     side, low, high = paired_side(rows, eagle["label"], linear["label"])
+    tau_low, tau_high = tau_interval(rows, eagle["label"], linear["label"])
     rounds = {name: round_accounting(summary, held[name]["label"]) for name in ("eagle", "linear")}
-    reason = separating_terms(rounds["eagle"], rounds["linear"])
+    reason = separating_terms(rounds["eagle"], rounds["linear"], (tau_low, tau_high))
     e, l = rounds["eagle"], rounds["linear"]
     text = (f"feature draft {eagle['label']}: {eagle['speedup']:.2f}x (tau {eagle['tau']:.2f}); distilled draft "
             f"{linear['label']}: {linear['speedup']:.2f}x (tau {linear['tau']:.2f}): the feature draft is {side} it "
@@ -487,7 +508,9 @@ def medusa_against_linear(summary: pd.DataFrame, rows: list[dict], num_heads: in
     return {"text": text, "numbers": {"medusa_speedup": float(medusa.speedup), "medusa_tau": float(medusa.tau),
                                       "medusa_linear_label": linear.label, "medusa_linear_speedup": float(linear.speedup),
                                       "medusa_linear_tau": float(linear.tau), "medusa_a1": pairs[0][1],
-                                      "medusa_alast": pairs[-1][1], "medusa_linear_alast": pairs[-1][2]}}
+                                      "medusa_alast": pairs[-1][1], "medusa_linear_alast": pairs[-1][2],
+                                      "medusa_heads": num_heads,
+                                      "medusa_last_lowest": int(pairs[-1][1] <= min(m for _, m, _ in pairs))}}
 
 
 def far_from_corpus(table: pd.DataFrame, stop_label: str, floor: float = 0.95) -> dict:

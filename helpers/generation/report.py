@@ -358,9 +358,13 @@ def prediction_card_text(prediction: memory.GenerationPrediction) -> str:
             + f", not the datasheet's {gpu_gb:g} GB = {gpu_gb * memory.GB / memory.GiB:.2f} GiB")
 
 
+RESERVE_GB = 2.0  # §1.2.1's fixed reserve for the CUDA context, allocator slack and temporaries
+
+
 def prediction_text(prediction: memory.GenerationPrediction, input_lens: list[int], new_tokens: int) -> str:
     """At which of ``input_lens`` the prediction exceeds what the card exposes, or, if none, how close the
-    longest comes (against the datasheet figure too, to show what reading GB for GiB would have claimed)."""
+    longest comes (against the datasheet figure too, to show what reading GB for GiB would have claimed) and
+    whether what is left covers §1.2.1's reserve (:data:`RESERVE_GB`): if not, the longest is borderline."""
     card = prediction.card
     over = [n for n in input_lens if prediction.over(n, new_tokens)]
     if over:
@@ -375,7 +379,10 @@ def prediction_text(prediction: memory.GenerationPrediction, input_lens: list[in
             f"{prediction.gb(longest, new_tokens):.1f} GB, {datasheet} {prediction.gpu_gb:g} GB"
             f"{' but under' if datasheet.startswith('over') else ' and'} the {card.total_bytes / memory.GB:.1f} GB the "
             f"card exposes ({card.label}), leaving {headroom / memory.GB:.1f} GB ({headroom / card.total_bytes:.0%} of "
-            f"it) for what the prediction leaves out (CUDA context, allocator slack)")
+            f"it) for what the prediction leaves out (CUDA context, allocator slack), "
+            + (f"more than the {RESERVE_GB:g} GB §1.2.1 reserves for them" if headroom >= RESERVE_GB * memory.GB else
+               f"less than the {RESERVE_GB:g} GB §1.2.1 reserves for them: borderline, and PyTorch sees a little less "
+               "than nvidia-smi's total"))
 
 
 def output_findings(rows: list[dict], prediction: memory.GenerationPrediction | None = None) -> dict:
@@ -475,6 +482,11 @@ def _separated_pairs(measured: pd.DataFrame):
     return lambda i, j: separated(rows[i], rows[j], "t_min", "t_max")
 
 
+def _value(value) -> str:
+    """A feature's value in prose: counts with thousands separators, measured quantities to three figures."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:.3g}"
+
+
 def ordering_verdict(measured: pd.DataFrame, feature: str) -> str:
     """A sentence, from the data, on whether ``feature`` alone explains the ordering of ``measured["time"]``.
 
@@ -483,7 +495,8 @@ def ordering_verdict(measured: pd.DataFrame, feature: str) -> str:
     beyond = ordering_violation(measured[feature], measured["time"], comparable=_separated_pairs(measured))
     if beyond is not None:
         a, b = measured.iloc[beyond[0]], measured.iloc[beyond[1]]
-        return (f"does not explain it: {a['model']} has {a[feature]:,} and {b['model']} {b[feature]:,}, yet their "
+        return (f"does not explain it: {a['model']} has {_value(a[feature])} and {b['model']} {_value(b[feature])}, "
+                f"yet their "
                 f"median times are {a['time']:.3g} s and {b['time']:.3g} s (min-max ranges apart)")
     within = ordering_violation(measured[feature], measured["time"])
     if within is None:
