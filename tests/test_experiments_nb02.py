@@ -45,11 +45,14 @@ def test_first_timed_text():
 def test_compare_numbers(params):
     measured = pd.DataFrame({"model": ["a", "b"], "time": [1.0, 3.0], "parameters": [2.0, 4.0], "layers": [4, 8],
                              "KV share of bytes": [0.1, 0.25]})
-    verdicts = {"verdicts": {"vocab": {"text": "v"}, "KV heads": {"text": "k"}}, "explained_by": "layers"}
+    verdicts = {"verdicts": {"vocab": {"text": "v"}, "KV heads": {"text": "k"},
+                             "bytes per step (MB)": {"text": "does not explain it", "explains": False}},
+                "explained_by": "layers"}
     numbers = nb02.compare_numbers(params, measured, verdicts, "apart")
     assert numbers["genCmpTimeRatio"] == 3.0 and numbers["genCmpParamRatio"] == 2.0
     assert numbers["genCmpOrder"] == "a, b" and numbers["genKvShares"] == "10% for a, 25% for b"
     assert numbers["genCmpFastest"] == "a" and numbers["genCmpSlowest"] == "b"
+    assert numbers["genBytesExplains"] == 0 and numbers["genBytesVerdict"] == "does not explain it"
 
 
 def test_prefill_split_is_checked_against_a_prefill_alone(capsys):
