@@ -187,3 +187,13 @@ def test_a_draft_measurement_goes_through_the_result_store(measured, store):
     config = draft_config(p, "draft-2x32", ["p0", "p1", "p2"])
     row = store.run(config, lambda: {k: v for k, v in measured[0].items() if k != "draft"}, meta={})
     assert row["gammas"] == [1, 3] and len(row["per_gamma"]) == 2 and store.has(config)
+
+
+def test_leave_one_out_r2_shows_a_fit_carried_by_one_draft():
+    """Regression: the latency line's r2 over seven drafts was read as evidence while one draft carried it."""
+    from helpers.experiments.draft_design import leave_one_out_r2
+
+    table = pd.DataFrame({"draft": list("abcde"), "c": [0.1, 0.11, 0.12, 0.13, 0.5],
+                          "speedup": [1.6, 1.5, 1.62, 1.55, 1.0]})
+    loo = leave_one_out_r2(table, "c")
+    assert set(loo) == set("abcde") and loo["e"] < 0.5 < min(loo[d] for d in "abcd")

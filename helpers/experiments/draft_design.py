@@ -145,6 +145,13 @@ def predictors(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values("r2", ascending=False).reset_index(drop=True)
 
 
+def leave_one_out_r2(table: pd.DataFrame, column: str) -> dict[str, float]:
+    """The r^2 of the speedup's line on ``column`` with each draft left out in turn (draft -> r^2): on a handful of
+    drafts one point can carry a fit, and this shows whether one does."""
+    return {draft: _r_squared(rest[column], rest.speedup)
+            for draft, rest in ((d, table[table.draft != d]) for d in table.draft)}
+
+
 def depth_latency(frame: pd.DataFrame, column: str = "T_D_ms") -> dict:
     """Does depth set a model's latency at equal parameters? A least-squares line of ``column`` (ms) against layers
     over the rows (those sharing an embedding left out): ms per layer, fixed ms, r^2, and ``per_layer_share``, the
