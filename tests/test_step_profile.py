@@ -50,6 +50,24 @@ def test_measure_step_on_a_cpu_counts_the_ops_a_gpu_would_launch():
     assert row["graph_replays"] == 0  # a CPU captures nothing
 
 
+def test_measure_step_profiles_an_eager_step_where_replays_are_not_traced(monkeypatch):
+    """The fallback (a profiler that does not trace graph replays) builds its eager cache only then, and names it."""
+    from tiny_models import tiny_qwen3
+
+    real, calls = step_profile.profiled_kernels, []
+
+    def first_call_sees_nothing(run, device):
+        calls.append(run)
+        return [] if len(calls) == 1 else real(run, device)
+
+    monkeypatch.setattr(step_profile, "profiled_kernels", first_call_sees_nothing)
+    model = tiny_qwen3(0)
+    context = torch.randint(0, model.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(0))
+    row = step_profile.measure_step(model, context, 3, repeats=2)
+    assert row["kernels_from"] == "eager" and row["kernels"] >= LAYER_KERNELS * model.config.num_hidden_layers
+    assert len(calls) == 2
+
+
 def _profile_row(**extra):
     return {"status": "ok", "config_key": "k", "model": "Qwen/Qwen3-8B", "width": 1, "kernels": 940,
             "num_layers": 36, "wall_ms": 8.0, "busy_ms": 6.0, "span_ms": 7.5, "idle_share": 0.2,

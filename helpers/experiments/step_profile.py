@@ -92,30 +92,33 @@ def measure_step(model, context: torch.Tensor, width: int, *, repeats: int = 20)
     of a replay, and :func:`kernel_summary` of one replay's profile (of an eager step where the profiler does not
     trace graph replays; ``kernels_from`` says which)."""
     from helpers.memory import decode_weight_bytes
-    from helpers.models.graphs import graphed_steps
+    from helpers.models.graphs import StepOwner, graphed_steps
     from helpers.models.qwen3 import LAYER_KERNELS
     from helpers.models.runtime import minimal_view
     from helpers.timing import measure
 
     view = minimal_view(model)
     device = context.device
-    eager = view.new_cache(1, context.shape[1] + width)
+    owner = StepOwner()  # holds the steps while this profile replays them
     # the generators' own static cache (capacity rounded up to a power of two: an aligned mask, as in every timed row)
-    steps = graphed_steps(view, 1, context.shape[1] + width, owner=eager)
-    view(context, steps.cache), view(context, eager)
+    steps = graphed_steps(view, 1, context.shape[1] + width, owner=owner)
+    view(context, steps.cache)
     block = context[:, -width:]
 
     def replay():
         steps(block)
         steps.cache.rollback(width)
 
-    def eager_step():
-        view(block, eager)
-        eager.rollback(width)
-
     wall = measure(replay, warmup=3, repeats=repeats, device=device, statistic="median")
     kernels, source = profiled_kernels(replay, device), "graphs" if steps.capture else "cpu ops"
-    if not kernels:
+    if not kernels:  # the profiler did not trace the graph's replays: profile an eager step instead
+        eager = view.new_cache(1, context.shape[1] + width)
+        view(context, eager)
+
+        def eager_step():
+            view(block, eager)
+            eager.rollback(width)
+
         eager_step()  # warm: the eager path's first call may pick kernels
         kernels, source = profiled_kernels(eager_step, device), "eager"
     return {**kernel_summary(kernels), "kernels_from": source, "wall_ms": wall.median * 1e3,

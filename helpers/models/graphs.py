@@ -212,15 +212,16 @@ def graphed_steps(model: MiniQwen3, batch_size: int, capacity: int, owner) -> Gr
     return steps
 
 
-class _Holder:
-    """A stand-in owner while :func:`prepare_graphs` captures."""
+class StepOwner:
+    """A stand-in owner of captured steps that no generation's cache holds (:func:`prepare_graphs` while it
+    captures, a step profile while it replays): the steps are free for reuse once it is gone."""
 
 
 def prepare_graphs(model: MiniQwen3, capacity: int, widths, batch_size: int = 1) -> GraphedSteps:
     """Capture the steps of ``widths`` tokens now, for generations of up to ``capacity`` tokens per row, so that no
     capture falls inside a timed run (a speculative pair: the target's 1 .. gamma + 1, the draft's 1 and 2). A no-op
     on a CPU, where nothing is captured."""
-    holder = _Holder()
+    holder = StepOwner()
     steps = graphed_steps(model, batch_size, capacity, holder)
     if steps.capture:
         for width in widths:
