@@ -143,6 +143,18 @@ def latest_ok_rows(path: Path) -> list[dict]:
     return [row for row in latest.values() if row.get("status") == STATUS_OK]
 
 
+def gpu_result_folders(name: str) -> list[Path]:
+    """The profiles' folders (``results/<profile>/``) whose ``name.jsonl`` holds ok rows measured on a GPU: this
+    run's output root where it has any, else the committed ones, so that a CPU profile's notebook can set its models
+    beside what a GPU window measured."""
+    for root in (paths.output_root(), paths.REPO_ROOT):
+        found = [folder for folder in sorted((root / "results").glob("*/"))
+                 if any(row.get("device") == "cuda" for row in latest_ok_rows(folder / f"{name}.jsonl"))]
+        if found:
+            return found
+    return []
+
+
 class ResultStore:
     """``results/<profile>/<notebook>.jsonl``: append rows, resume, and read back as a DataFrame."""
 

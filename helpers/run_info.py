@@ -171,7 +171,8 @@ def write(profile: str) -> dict:
                                   "why"]], "00_step_times", profile, float_format="{:.3g}",
                            caption="The CPU target's decode step as each notebook measured it (notebook 11: the "
                                    "target trained further, the same shape); vs reference: over the median batch-1 "
-                                   f"step of the minimal runtime at a context of at most {SHORT_CONTEXT} tokens; why: the condition that explains a ratio outside "
+                                   f"step of the minimal runtime at a context of at most {SHORT_CONTEXT} tokens; "
+                                   "why: the condition that explains a ratio outside "
                                    f"1/{tolerance:.3g}-{tolerance:.3g}, the largest spread of one notebook's repeated "
                                    "timings under equal conditions")
     return summary

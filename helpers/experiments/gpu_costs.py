@@ -11,7 +11,7 @@ import torch
 from helpers.experiments import step_profile
 from helpers.experiments.common import HANDOUT_PAIRS
 from helpers.gpu_specs import memory_bandwidth
-from helpers.results import latest_ok_rows, run_metadata
+from helpers.results import gpu_result_folders, latest_ok_rows, run_metadata
 
 COSTS = "09_handout_costs"  # eq5 part: the handout pairs, random weights, bf16
 GRAPHS = "09_compiled_decode"  # graphs part: the CPU pair's terms and end-to-end runs
@@ -23,17 +23,14 @@ def read_rows(folder: Path, name: str) -> list[dict]:
 
 
 def gpu_cost_folders() -> list[Path]:
-    """The profiles' result folders that hold Eq. 5 cost rows measured on a GPU (``results/<profile>/``): this run's
-    output root where it has any, else the committed ones, so that a CPU profile's notebook can set its predictions
-    beside what a GPU measured."""
-    from helpers.paths import REPO_ROOT, output_root
+    """The profiles' result folders that hold Eq. 5 cost rows measured on a GPU
+    (:func:`helpers.results.gpu_result_folders`)."""
+    return gpu_result_folders(COSTS)
 
-    for root in (output_root(), REPO_ROOT):
-        found = [folder for folder in sorted((root / "results").glob("*/"))
-                 if any(row.get("device") == "cuda" for row in read_rows(folder, COSTS))]
-        if found:
-            return found
-    return []
+
+def measured_cost_tables() -> list[tuple[Path, pd.DataFrame]]:
+    """Every GPU profile's :func:`cost_table` of its Eq. 5 rows, with its folder (:func:`gpu_cost_folders`)."""
+    return [(folder, cost_table(read_rows(folder, COSTS))) for folder in gpu_cost_folders()]
 
 
 def cost_table(rows: list[dict]) -> pd.DataFrame:
@@ -120,8 +117,8 @@ def write_report_tables(profile: str) -> list[str]:
     costs = cost_table(read_rows(folder, COSTS) + [row for row in pair_rows if row.get("kind") == "eq5_terms"])
     e2e = e2e_table(pair_rows)
     if len(costs):
-        short = costs.drop(columns=["HBM floor ms", "device_name", "target_layers"]).assign(target=costs["target"].map(short_name),
-                                                            draft=costs["draft"].map(short_name))
+        short = costs.drop(columns=["HBM floor ms", "device_name", "target_layers"]).assign(
+            target=costs["target"].map(short_name), draft=costs["draft"].map(short_name))
         short = short.rename(columns={"T_V/T_T (lowest gamma)": "T_V/T_T min g", "T_V/T_T (highest gamma)":
                                       "T_V/T_T max g", "graph replays": "replays", "kernels per layer": "kernels/layer",
                                       "roofline share": "roofline"})

@@ -245,7 +245,8 @@ def smaller_against_baseline(explain, table) -> dict:
           f"{int(small['no-cache measured up to'])} and {int(base['no-cache measured up to'])}): speedup "
           f"{small['speedup there (measured)']:.2f}x vs {base['speedup there (measured)']:.2f}x; cached "
           f"{small['cached ms/token']:.2f} vs {base['cached ms/token']:.2f} ms/token; recomputation's share of the "
-          f"uncached time {small['uncached: quadratic share at n_max']:.3f} vs {base['uncached: quadratic share at n_max']:.3f}"
+          f"uncached time {small['uncached: quadratic share at n_max']:.3f} vs "
+          f"{base['uncached: quadratic share at n_max']:.3f}"
           f"; noisy points of the smaller model at n = {', '.join(map(str, noisy)) or 'none'}")
     return {"kvbSmallGainsLess": int(gains_less), "kvbSmallQuadLower": int(quad_lower),
             "kvbSmallSameN": int(small["no-cache measured up to"] == base["no-cache measured up to"]),

@@ -12,7 +12,7 @@ from helpers.generation import sweeps as gb
 from helpers.generation.loading import load_for_sweep
 from helpers.gpu_specs import arithmetic_intensity, gpu_spec, roofline_seconds
 from helpers.hardware import resolve_device
-from helpers.results import config_key, free_memory
+from helpers.results import config_key, free_memory, gpu_result_folders, latest_ok_rows
 
 RESULT = "06_forward_pass_scaling"
 ROOFLINE_MODEL = "Qwen/Qwen3-4B"  # the handout's model of §4.2 (the CPU profile times a scaled analog)
@@ -155,25 +155,17 @@ def gpu_forward_rows(config, seq_len: int) -> list[dict]:
     """What the GPU windows measured of the roofline's model (``results/gpu-*/06_forward_pass_scaling``, forward
     rows at ``seq_len``; this run's output root, else the committed rows): per GPU, the median forward time per
     batch size against the roofline of that GPU (:func:`helpers.gpu_specs.roofline_seconds`). Empty without rows."""
-    from helpers.gpu_specs import collect_results
-    from helpers.paths import REPO_ROOT
-
     found = []
-    for root in (None, REPO_ROOT):
-        runs = collect_results("06_forward_pass_scaling", root=root)
-        if len(runs) and "device" in runs:
-            runs = runs[(runs["device"] == "cuda") & (runs["measure"] == "forward") & (runs["seq_len"] == seq_len)
-                        & (runs["model"] == ROOFLINE_MODEL) & (runs["status"] == "ok")]
-            if len(runs):
-                break
-    else:
-        return found
-    for (profile, device_name), group in runs.groupby(["profile", "device_name"]):
-        spec = gpu_spec(device_name)
-        medians = group.set_index("batch_size")["time_s_median"].sort_index()
-        first, last = int(medians.index[0]), int(medians.index[-1])
-        roof = {b: roofline_seconds(config, spec, b, seq_len, 0) for b in (first, last)}
-        found.append({"profile": profile, "gpu": device_name, "first": first, "last": last,
+    for folder in gpu_result_folders(RESULT):
+        rows = [r for r in latest_ok_rows(folder / f"{RESULT}.jsonl") if r.get("device") == "cuda"
+                and r.get("measure") == "forward" and r.get("seq_len") == seq_len and r.get("model") == ROOFLINE_MODEL]
+        if not rows:
+            continue
+        device_name = rows[0]["device_name"]
+        medians = {int(r["batch_size"]): r["time_s_median"] for r in rows}
+        first, last = min(medians), max(medians)
+        roof = {b: roofline_seconds(config, gpu_spec(device_name), b, seq_len, 0) for b in (first, last)}
+        found.append({"profile": folder.name, "gpu": device_name, "first": first, "last": last,
                       "first_ms": 1e3 * medians[first], "last_ms": 1e3 * medians[last],
                       "ratio": medians[last] / medians[first], "roof_ratio": roof[last] / roof[first],
                       "over_roof": medians[first] / roof[first]})

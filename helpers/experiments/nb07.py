@@ -172,7 +172,8 @@ def pair_numbers(pairs) -> dict:
     """Which of the handout's Table 1 pairs this profile's sweep measured (printed); the report's numbers."""
     measured = [tuple(pair) for pair in pairs]
     missing = [f"{t.split('/')[-1]} / {d.split('/')[-1]}" for t, d in HANDOUT_PAIRS if (t, d) not in measured]
-    print(f"{len(measured)} pairs measured; of the handout's Table 1 pairs not measured here: {', '.join(missing) or 'none'}")
+    print(f"{len(measured)} pairs measured; of the handout's Table 1 pairs not measured here: "
+          f"{', '.join(missing) or 'none'}")
     return {"n_pairs": len(measured), "handout_pairs_missing": len(missing),
             "handout_pairs_missing_list": ", ".join(missing) or "none"}
 

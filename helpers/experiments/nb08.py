@@ -49,9 +49,8 @@ def print_best_worst(own: pd.DataFrame, tolerance: float) -> pd.DataFrame:
     """The best and the worst configuration among the rows with a handout gamma, and what is tied with each."""
     chosen = best_and_worst(own, tolerance=tolerance)  # among the rows flagged handout_gamma (gamma in {2, 3, 5, 7})
     for _, row in chosen.iterrows():
-        print(f"{row['which']}: {describe_ties(row['ties'])}, within {tolerance:.1%} (run-to-run spread of T_T and of AR) "
-              f"of the "
-              f"{row['which']} -> " + ("a single configuration" if row["n_tied"] == 1 else
+        print(f"{row['which']}: {describe_ties(row['ties'])}, within {tolerance:.1%} (run-to-run spread of T_T and "
+              f"of AR) of the {row['which']} -> " + ("a single configuration" if row["n_tied"] == 1 else
                                        f"{row['n_tied']} configurations, indistinguishable in one run"))
     return chosen
 
@@ -278,16 +277,15 @@ def grid_numbers(model: pd.DataFrame, gpus: list, regimes: dict) -> dict:
 
 
 def gpu_steps(target: str, host_fits: dict) -> pd.DataFrame:
-    """What the GPU windows measured for ``target`` (:func:`helpers.experiments.gpu_costs.gpu_cost_folders`: batch 1,
+    """What the GPU windows measured for ``target`` (:func:`helpers.experiments.gpu_costs.measured_cost_tables`: batch 1,
     context 256, random weights, bf16; the mean over the pairs that timed it): the decode step eager and replayed as
     a CUDA graph, the GPU's HBM floor (the weight bytes a step reads over its bandwidth), the host time each fit of
     the "+ host cost" regime assumes for this depth, and whether the eager step lies between the two regimes (the
     floor alone, and the longer of the floor and fit A's host time). Empty without GPU rows."""
-    from helpers.experiments.gpu_costs import COSTS, cost_table, gpu_cost_folders, read_rows
+    from helpers.experiments.gpu_costs import measured_cost_tables
 
     lines = []
-    for folder in gpu_cost_folders():
-        costs = cost_table(read_rows(folder, COSTS))
+    for folder, costs in measured_cost_tables():
         mine = costs[costs["target"] == target]
         eager, graphs = (mine[mine["decode"] == mode]["T_T ms"] for mode in ("eager", "graphs"))
         if eager.empty:

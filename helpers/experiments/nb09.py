@@ -157,14 +157,14 @@ def print_draft_cost_ratios(layers: dict) -> tuple[dict, dict]:
 
 def gpu_draft_costs(launch_c: dict, bytes_c: dict) -> pd.DataFrame:
     """The handout pairs' c = T_D/T_T as the GPU windows measured it (random weights, bf16, batch 1, context 256;
-    :func:`helpers.experiments.gpu_costs.gpu_cost_folders`), eager and replayed as CUDA graphs, beside the two
+    :func:`helpers.experiments.gpu_costs.measured_cost_tables`), eager and replayed as CUDA graphs, beside the two
     regimes' c: the launch-bound layer ratio and the memory-bound weight-byte ratio. Empty without GPU rows."""
-    from helpers.experiments.gpu_costs import COSTS, cost_table, gpu_cost_folders, read_rows
+    from helpers.experiments.gpu_costs import measured_cost_tables
 
     by_models = {models: name for name, models in HANDOUT_PAIRS.items()}
     lines = []
-    for folder in gpu_cost_folders():
-        for _, row in cost_table(read_rows(folder, COSTS)).iterrows():
+    for _, costs in measured_cost_tables():
+        for _, row in costs.iterrows():
             name = by_models.get((row["draft"], row["target"]))
             if name is not None:
                 lines.append({"gpu": row["device_name"], "pair": name, "decode": row["decode"], "c": row["c"],

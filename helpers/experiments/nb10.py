@@ -209,7 +209,8 @@ def ties_with_fastest(open_rows: list[dict], open_summary: pd.DataFrame, best: d
             f"adaptive lookahead {adaptive.label}: {adaptive.speedup:.2f}x at {adaptive.depth:.1f} drafts/round vs "
             f"best fixed gamma {linear.speedup:.2f}x ({adaptive.speedup / linear.speedup:.2f}x of it)\n"
             f"the smallest tree of each family is the family's fastest or tied with it: {smallest_tied}")
-    numbers = {"smallest_trees_tied": int(all(smallest_tied.values())), "adaptive": adaptive.label, "adaptive_speedup": adaptive.speedup,
+    numbers = {"smallest_trees_tied": int(all(smallest_tied.values())),
+               "adaptive": adaptive.label, "adaptive_speedup": adaptive.speedup,
                "adaptive_over_linear": adaptive.speedup / linear.speedup, "adaptive_depth": adaptive.depth,
                "adaptive_wins": int(adaptive.speedup > linear.speedup), "adaptive_tied": int(adaptive.label in tied_labels),
                "tied_fastest": ", ".join(tied_labels), "tied_count": len(tied_labels),

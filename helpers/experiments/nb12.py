@@ -301,9 +301,9 @@ def same_shape_recipes(by: pd.DataFrame, card: dict) -> dict:
         return {"same_shape": 0}
     twin = twins.iloc[0]
     steps = {"ref": card["stages"]["draft"]["steps"], "family": card["draft_family"]["stage"]["steps"]}
-    print(f"{twin.name} has draft-2l's shape ({int(ref.layers)} x {int(ref.width)}): held-out loss {twin.heldout_loss:.2f} vs "
-          f"{ref.heldout_loss:.2f}, alpha {twin.alpha:.3f} vs {ref.alpha:.3f}, speedup {twin.speedup:.2f}x vs "
-          f"{ref.speedup:.2f}x; recipes: random initialisation, {steps['family']} steps vs the target's first layers, "
+    print(f"{twin.name} has draft-2l's shape ({int(ref.layers)} x {int(ref.width)}): held-out loss "
+          f"{twin.heldout_loss:.2f} vs {ref.heldout_loss:.2f}, alpha {twin.alpha:.3f} vs {ref.alpha:.3f}, speedup "
+          f"{twin.speedup:.2f}x vs {ref.speedup:.2f}x; recipes: random initialisation, {steps['family']} steps vs the target's first layers, "
           f"{steps['ref']} steps")
     return {"same_shape": 1, "same_shape_draft": str(twin.name), "same_shape_loss": twin.heldout_loss,
             "same_shape_alpha": twin.alpha, "same_shape_speedup": twin.speedup, "ref_loss": ref.heldout_loss,

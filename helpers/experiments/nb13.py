@@ -389,17 +389,24 @@ def plot_alpha_by_position(alpha: pd.DataFrame, title: str):
     return fig
 
 
+def _prompt_interval(rows: list[dict], value: str, numerator: str, denominator: str,
+                     level: float) -> tuple[float, float]:
+    """The percentile bootstrap interval over prompts (:func:`helpers.stats.bootstrap_ratio_interval`) of method
+    ``numerator``'s summed ``value`` over ``denominator``'s, paired by prompt; nan with a single prompt."""
+    from helpers.stats import bootstrap_ratio_interval
+
+    per_prompt = pd.DataFrame(rows).pivot_table(index="id", columns="label", values=value, aggfunc="sum")
+    if len(per_prompt) < 2:
+        return float("nan"), float("nan")
+    return bootstrap_ratio_interval(per_prompt[numerator], per_prompt[denominator], level=level)
+
+
 def paired_side(rows: list[dict], label: str, other: str, level: float = 0.95) -> tuple[str, float, float]:
     """Whether method ``label`` runs faster than ``other`` on the same prompts beyond what the prompts can tell:
     the percentile bootstrap interval over prompts (:func:`helpers.stats.bootstrap_ratio_interval`) of ``other``'s
     summed seconds over ``label``'s; 'above' when it lies above 1, 'below' when below, else 'level with' (also with a
     single prompt, which has no interval: nan). Returns the word and the interval."""
-    from helpers.stats import bootstrap_ratio_interval
-
-    times = pd.DataFrame(rows).pivot_table(index="id", columns="label", values="seconds", aggfunc="sum")
-    if len(times) < 2:
-        return "level with", float("nan"), float("nan")
-    low, high = bootstrap_ratio_interval(times[other], times[label], level=level)
+    low, high = _prompt_interval(rows, "seconds", other, label, level)
     return ("above" if low > 1 else "below" if high < 1 else "level with"), low, high
 
 
@@ -439,12 +446,7 @@ def separating_terms(feature: dict, linear: dict, tau_bounds: tuple[float, float
 def tau_interval(rows: list[dict], label: str, other: str, level: float = 0.95) -> tuple[float, float]:
     """The bootstrap interval over prompts of ``label``'s τ over ``other``'s (every prompt generates the same tokens
     for both, so the ratio is ``other``'s target forwards over ``label``'s); nan with a single prompt."""
-    from helpers.stats import bootstrap_ratio_interval
-
-    forwards = pd.DataFrame(rows).pivot_table(index="id", columns="label", values="target_forwards", aggfunc="sum")
-    if len(forwards) < 2:
-        return float("nan"), float("nan")
-    return bootstrap_ratio_interval(forwards[other], forwards[label], level=level)
+    return _prompt_interval(rows, "target_forwards", other, label, level)
 
 
 def who_wins(held: dict, alpha: pd.DataFrame, costs: dict, summary: pd.DataFrame, rows: list[dict]) -> dict:
@@ -460,7 +462,8 @@ def who_wins(held: dict, alpha: pd.DataFrame, costs: dict, summary: pd.DataFrame
     e, l = rounds["eagle"], rounds["linear"]
     text = (f"feature draft {eagle['label']}: {eagle['speedup']:.2f}x (tau {eagle['tau']:.2f}); distilled draft "
             f"{linear['label']}: {linear['speedup']:.2f}x (tau {linear['tau']:.2f}): the feature draft is {side} it "
-            f"(its time ratio's 95% bootstrap interval over prompts: {low:.2f}-{high:.2f}). A round costs {e['round']:.2f} against {l['round']:.2f} target steps: drafting "
+            f"(its time ratio's 95% bootstrap interval over prompts: {low:.2f}-{high:.2f}). A round costs "
+            f"{e['round']:.2f} against {l['round']:.2f} target steps: drafting "
             f"{e['drafting']:.2f} against {l['drafting']:.2f}, verifying {e['verifying']:.2f} against "
             f"{l['verifying']:.2f}, the rest {e['rest']:.2f} against {l['rest']:.2f}: {reason}. First-position "
             f"acceptance a_1 {a1.get(eagle['label'], float('nan')):.3f} vs {a1.get(linear['label'], float('nan')):.3f}; "

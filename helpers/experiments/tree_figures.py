@@ -18,7 +18,8 @@ LABEL_KEY = ("labels: g5 = γ drafts per round;  g8 p<0.05 = at most 8, stop whe
 def sweep_figure(summary, title: str = ""):
     """τ (left) and measured speedup over AR (right) against the nodes verified per round, one point per method
     configuration, coloured by family: what more nodes buy in accepted tokens and what they cost in time. Point
-    labels avoid each other (:func:`helpers.plotting.place_labels`), and a key under the plots spells the abbreviations out."""
+    labels avoid each other (:func:`helpers.plotting.place_labels`), and a key under the plots spells the
+    abbreviations out."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
     methods = summary[summary["method"] != "ar"]
     for family, group in methods.groupby("method", sort=False):
