@@ -94,6 +94,8 @@ def test_predictors_and_depth_latency_on_a_made_up_table():
     assert set(ranked.column) == {"alpha", "agreement", "heldout_loss", "c_round", "T_D_ms"}
     assert ranked.r2.is_monotonic_decreasing
     assert ranked.set_index("column").direction["c_round"] == "lower is faster"
+    expected = ranked.set_index("column").as_expected  # here the cheap drafts are fast though less accurate
+    assert expected[["c_round", "T_D_ms"]].all() and not expected[["alpha", "agreement", "heldout_loss"]].any()
     depth = depth_latency(table)
     assert depth["deep"] == "a" and depth["shallow"] == "d" and depth["depth_ratio"] == 8
     assert depth["ms_per_layer"] == pytest.approx(0.5, abs=0.05) and depth["r2_layers"] > 0.99
@@ -189,11 +191,14 @@ def test_a_draft_measurement_goes_through_the_result_store(measured, store):
     assert row["gammas"] == [1, 3] and len(row["per_gamma"]) == 2 and store.has(config)
 
 
-def test_leave_one_out_r2_shows_a_fit_carried_by_one_draft():
+def test_leave_one_out_shows_a_fit_carried_by_one_draft():
     """Regression: the latency line's r2 over seven drafts was read as evidence while one draft carried it."""
-    from helpers.experiments.draft_design import leave_one_out_r2
+    from helpers.experiments.draft_design import leave_one_out
 
     table = pd.DataFrame({"draft": list("abcde"), "c": [0.1, 0.11, 0.12, 0.13, 0.5],
                           "speedup": [1.6, 1.5, 1.62, 1.55, 1.0]})
-    loo = leave_one_out_r2(table, "c")
-    assert set(loo) == set("abcde") and loo["e"] < 0.5 < min(loo[d] for d in "abcd")
+    loo = leave_one_out(table, "c")
+    assert set(loo.index) == set("abcde") and loo.r2["e"] < 0.5 < loo.r2.drop("e").min()
+    # regression (sign): a line carried by one draft can slope the other way without it, which r2 alone hides
+    carried = leave_one_out(table.assign(speedup=[1.5, 1.55, 1.6, 1.62, 1.0]), "c")
+    assert (carried.direction.drop("e") == "lower is faster").all() and carried.direction["e"] == "higher is faster"

@@ -52,6 +52,14 @@ def test_cost_summary_and_figure(study):
     assert forward_costs_figure(study["costs"]).axes
 
 
+def test_cost_summary_names_t_v_by_drafted_tokens_as_eq5_does():
+    # regression: T_V's argument was the positions here and the drafted tokens in notebook 09 (Eq. 5's T_V(gamma))
+    costs = {"T_T": 1.0, "T_V": {1: 1.0, 8: 1.5, 32: 2.0}, "T_D": {1: 0.1, 16: 0.3}}
+    text = nb10.cost_summary(costs)["text"]
+    assert "T_V(31)/T_T = 2.00" in text and "T_V(32)" not in text
+    assert "T_V(p - 1)" in text and "at p = 1" in text
+
+
 def test_best_methods_and_ties(study):
     open_summary = study["summaries"]["open-ended"]
     best = study["best"]

@@ -72,6 +72,10 @@ def test_accuracy_or_latency_reports_predictors_noise_and_ties(table, measured):
     assert numbers["fastest_speedup"] == table.speedup.max() and numbers["c_pairs"] == len(table) - 1
     assert numbers["fastest_tied_count"] == sum(found["tied_fastest"]) >= 1
     assert found["text"].startswith("best accuracy predictor:") and "held-out loss" in found["text"]
+    ranked = found["ranked"].set_index("property")
+    assert numbers["directions_expected"] == int(ranked.as_expected[numbers["accuracy_property"]]
+                                                 and ranked.as_expected[numbers["latency_property"]])
+    assert numbers["directions_kept"] in (0, 1) and "kept with every draft left out" in found["text"]
 
 
 def test_gamma_agreement_adds_columns_and_counts(table, measured, params):

@@ -134,22 +134,33 @@ def _r_squared(x, y) -> float:
 
 PREDICTORS = {"alpha": "acceptance alpha", "agreement": "greedy agreement", "heldout_loss": "held-out loss",
               "c_round": "latency c (in a round)", "T_D_ms": "draft latency T_D"}
+# the sign Eq. 5 gives each property: a more accurate draft (higher alpha, lower loss) or a cheaper one is faster
+EXPECTED_DIRECTION = {"alpha": "higher is faster", "agreement": "higher is faster", "heldout_loss": "lower is faster",
+                      "c_round": "lower is faster", "T_D_ms": "lower is faster"}
+
+
+def _direction(x, y) -> str:
+    return "higher is faster" if np.corrcoef(np.asarray(x, dtype=float), np.asarray(y, dtype=float))[0, 1] > 0 \
+        else "lower is faster"
 
 
 def predictors(table: pd.DataFrame) -> pd.DataFrame:
     """How much of the variation of the best speedup over drafts each property explains (r^2 of a straight
-    line), and the sign of the relation; sorted best first. On few drafts a single r^2 is a hint, not a test."""
+    line), the sign of the relation and whether it is the sign Eq. 5 gives (``as_expected``: an r^2 earned with
+    the wrong sign explains nothing); sorted best first. On few drafts a single r^2 is a hint, not a test."""
     rows = [{"property": label, "column": column, "r2": _r_squared(table[column], table.speedup),
-             "direction": "higher is faster" if np.corrcoef(table[column], table.speedup)[0, 1] > 0
-             else "lower is faster"} for column, label in PREDICTORS.items()]
-    return pd.DataFrame(rows).sort_values("r2", ascending=False).reset_index(drop=True)
+             "direction": _direction(table[column], table.speedup)} for column, label in PREDICTORS.items()]
+    frame = pd.DataFrame(rows).sort_values("r2", ascending=False).reset_index(drop=True)
+    return frame.assign(as_expected=frame.direction == frame.column.map(EXPECTED_DIRECTION))
 
 
-def leave_one_out_r2(table: pd.DataFrame, column: str) -> dict[str, float]:
-    """The r^2 of the speedup's line on ``column`` with each draft left out in turn (draft -> r^2): on a handful of
-    drafts one point can carry a fit, and this shows whether one does."""
-    return {draft: _r_squared(rest[column], rest.speedup)
-            for draft, rest in ((d, table[table.draft != d]) for d in table.draft)}
+def leave_one_out(table: pd.DataFrame, column: str) -> pd.DataFrame:
+    """The speedup's line on ``column`` with each draft left out in turn (index: the draft left out; columns
+    ``r2`` and ``direction``): on a handful of drafts one point can carry a fit, or its sign, and this shows
+    whether one does."""
+    rests = [(d, table[table.draft != d]) for d in table.draft]
+    return pd.DataFrame([{"draft": d, "r2": _r_squared(rest[column], rest.speedup),
+                          "direction": _direction(rest[column], rest.speedup)} for d, rest in rests]).set_index("draft")
 
 
 def depth_latency(frame: pd.DataFrame, column: str = "T_D_ms") -> dict:

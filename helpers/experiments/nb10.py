@@ -139,15 +139,18 @@ def load_pair(params: dict) -> tuple:
 
 
 def cost_summary(costs: dict) -> dict:
-    """Section 2: T_T, T_V(n)/T_T at one, eight and the most positions (does it grow?), T_D(k)/T_T."""
+    """Section 2: T_T, a target forward over one, eight and the most positions in target steps (does it grow?),
+    T_D(k)/T_T. Eq. 5's T_V(n) verifies n drafted tokens, a forward over n + 1 positions: ``costs["T_V"]`` is keyed
+    by the positions."""
     tt, tv, td = costs["T_T"], costs["T_V"], costs["T_D"]
     nodes_max = max(tv)
     tv_one, tv_max = tv[min(tv)] / tt, tv[nodes_max] / tt
     tv_eight = float(np.interp(8, sorted(tv), [tv[n] for n in sorted(tv)])) / tt
     tv_grows = bool(tv_one < tv_eight < tv_max)
-    text = (f"T_T = {tt * 1e3:.2f} ms; T_V({nodes_max})/T_T = {tv[nodes_max] / tt:.2f}; T_D(1)/T_T = {td[1] / tt:.3f}, "
-            f"T_D({max(td)})/T_T = {td[max(td)] / tt:.3f}\n"
-            f"T_V(n)/T_T: {tv_one:.2f} at n = {min(tv)}, {tv_eight:.2f} at 8, {tv_max:.2f} at {nodes_max} "
+    text = (f"T_T = {tt * 1e3:.2f} ms; T_V({nodes_max - 1})/T_T = {tv[nodes_max] / tt:.2f}; T_D(1)/T_T = "
+            f"{td[1] / tt:.3f}, T_D({max(td)})/T_T = {td[max(td)] / tt:.3f}\n"
+            f"a target forward over p positions (T_V(p - 1): p - 1 drafted tokens verified), in target steps: "
+            f"{tv_one:.2f} at p = {min(tv)}, {tv_eight:.2f} at 8, {tv_max:.2f} at {nodes_max} "
             f"(grows with the positions: {tv_grows})")
     return {"text": text, "numbers": {"tv_one": tv_one, "tv_grows": int(tv_grows), "T_T_ms": tt * 1e3,
                                       "tv_max_nodes": nodes_max, "tv_max_ratio": tv[nodes_max] / tt,

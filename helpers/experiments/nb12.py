@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from helpers.experiments.draft_design import (depth_latency, draft_config, eq5_agrees, gamma_ties, leave_one_out_r2,
+from helpers.experiments.draft_design import (depth_latency, draft_config, eq5_agrees, gamma_ties, leave_one_out,
                                               measure_draft, measure_scale, predictors, scale_config, timing_noise)
 from helpers.stats import tied_with_best
 from helpers.results import config_key, free_memory, measured_on, run_metadata
@@ -95,16 +95,26 @@ def accuracy_or_latency(table: pd.DataFrame, rows: list[dict]) -> dict:
     accuracy = ranked[ranked.column.isin(["alpha", "agreement", "heldout_loss"])].iloc[0]
     latency = ranked[ranked.column.isin(["c_round", "T_D_ms"])].iloc[0]
     latency_wins = bool(latency.r2 > accuracy.r2)
-    loo = {name: leave_one_out_r2(table, row.column) for name, row in (("accuracy", accuracy), ("latency", latency))}
+    held_out = {name: leave_one_out(table, row.column) for name, row in (("accuracy", accuracy), ("latency", latency))}
+    loo = {name: frame.r2.to_dict() for name, frame in held_out.items()}
     stable = all((loo["latency"][d] > loo["accuracy"][d]) == latency_wins for d in loo["latency"])
     carrier = max(loo["latency"], key=lambda d: abs(loo["latency"][d] - latency.r2))  # the draft the line leans on
+    # an r2 says how well a line fits, not which way it slopes: each line must slope as Eq. 5 says, with every draft
+    expected = bool(accuracy.as_expected and latency.as_expected)
+    flips = {name: [short(d) for d in held_out[name].index[held_out[name].direction != row.direction]]
+             for name, row in (("accuracy", accuracy), ("latency", latency))}
+    kept = not any(flips.values())
+    flipped = "; ".join(f"the {name} line without {', '.join(drafts)}" for name, drafts in flips.items() if drafts)
     text = [f"best accuracy predictor: {accuracy.property} (r2 {accuracy.r2:.2f}); best latency predictor: "
             f"{latency.property} (r2 {latency.r2:.2f}) -> {'latency' if latency_wins else 'accuracy'} predicts the "
             "speedup better here",
             f"with one draft left out in turn: the latency line's r2 {min(loo['latency'].values()):.2f} .. "
             f"{max(loo['latency'].values()):.2f} (most changed without {short(carrier)}: {loo['latency'][carrier]:.2f}), "
             f"the accuracy line's {min(loo['accuracy'].values()):.2f} .. {max(loo['accuracy'].values()):.2f}; the "
-            f"verdict holds with every draft left out: {stable}"]
+            f"verdict holds with every draft left out: {stable}",
+            f"directions: {accuracy.property} {accuracy.direction}, {latency.property} {latency.direction} (the signs "
+            f"Eq. 5 gives: {expected}; kept with every draft left out: {kept}"
+            + (f"; sloping the other way: {flipped})" if flipped else ")")]
     noise = timing_noise(rows)  # every draft's row timed the SAME target (T_T) and AR on the same prompts
     # a speedup is a ratio of two timings, each with about the AR time's relative std: two speedups compare four
     # such timings, so their ratio's relative std is about twice it; closer than that, two speedups are a tie
@@ -127,6 +137,8 @@ def accuracy_or_latency(table: pd.DataFrame, rows: list[dict]) -> dict:
                 f"(alpha {most_accurate.alpha:.3f} [{most_accurate.alpha_low:.3f}, {most_accurate.alpha_high:.3f}], "
                 f"{most_accurate.speedup:.2f}x)")
     numbers = {"accuracy_property": accuracy.property, "accuracy_r2": accuracy.r2, "verdict_stable": int(stable),
+               "directions_expected": int(expected), "directions_kept": int(kept), "direction_flips": flipped,
+               "accuracy_direction": accuracy.direction, "latency_direction": latency.direction,
                "latency_r2_loo_min": min(loo["latency"].values()), "latency_r2_loo_max": max(loo["latency"].values()),
                "latency_r2_carrier": short(carrier), "latency_r2_without": loo["latency"][carrier],
                "latency_property": latency.property, "latency_r2": latency.r2, "latency_wins": int(latency_wins),

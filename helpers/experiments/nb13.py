@@ -137,7 +137,7 @@ def measure(params: dict, store, progress: bool = True, *, models=None, cases: d
 
 def step_costs(target, drafters: dict, context, gammas, repeats: int) -> dict:
     """Median seconds of each drafter's step alone and of the target's forwards, after a cached ``context``:
-    ``T_T`` (one target token), ``T_V[n]`` (n target positions), and ``T_D_<drafter>``, one step of the distilled
+    ``T_T`` (one target token), ``T_V[n]`` (n target positions: Eq. 5's T_V(n - 1)), and ``T_D_<drafter>``, one step of the distilled
     draft, of the Medusa heads (all K guesses) and of the feature draft (``c[drafter]`` = its step / T_T)."""
     import torch
 
@@ -234,8 +234,8 @@ def costs_in_round(rows: list[dict]) -> pd.DataFrame:
 def eq5_table(rows: list[dict], costs: dict, summary: pd.DataFrame) -> pd.DataFrame:
     """Eq. 5 for each chain method from its measured acceptance by position and its step cost alone: τ = 1 +
     Σ_d Π_{j<=d} a_j (Eq. 4 with the measured a_d in place of one α; from the same rounds, so it differs from the
-    measured τ only by the rounds that a generation's end cut short), speedup = τ / (γ c + T_V(γ+1)/T_T), next to
-    the measured τ and speedup."""
+    measured τ only by the rounds that a generation's end cut short), speedup = τ / (γ c + T_V(γ)/T_T), T_V(γ) the
+    target forward over γ + 1 positions, next to the measured τ and speedup."""
     frame = pd.DataFrame(rows)
     out = []
     for label, group in frame[frame.method.isin(["linear", "medusa", "eagle"])].groupby("label", sort=False):
@@ -271,7 +271,7 @@ def _uniform_alpha(tau: float, gamma: int) -> float:
 
 def what_it_takes(eq5: pd.DataFrame, label: str, goal: float) -> dict:
     """What the chain ``label`` (a row of :func:`eq5_table`) would need for ``goal`` x AR. A round costs τ / speedup
-    target steps as measured, and γc + T_V(γ+1)/T_T by Eq. 5's terms timed alone; at each cost, the τ that reaches
+    target steps as measured, and γc + T_V(γ)/T_T by Eq. 5's terms timed alone; at each cost, the τ that reaches
     the goal and the uniform per-token acceptance α giving that τ (Eq. 4; None where even α = 1, τ = γ + 1, falls
     short), next to the α its measured τ corresponds to. Also Eq. 5's speedup with a free draft (c = 0), the ceiling
     verification alone sets at the measured τ, and the step cost c that would reach the goal there (None: none)."""

@@ -210,7 +210,7 @@ def predicted_speedup(tau: float, draft_costs, verify_cost: float) -> float:
 
 def forward_costs(target, draft, context: torch.Tensor, node_counts, draft_widths, *, repeats: int = 10) -> dict:
     """Median seconds of the forwards a round is made of, after a cached ``context``: ``T_T`` (one target token),
-    ``T_V[n]`` (the target over n positions: the root and n - 1 nodes) and ``T_D[k]`` (the draft over k nodes of
+    ``T_V[n]`` (the target over n positions: the root and n - 1 nodes, Eq. 5's T_V(n - 1)) and ``T_D[k]`` (the draft over k nodes of
     one tree level; k = 1 is a linear draft step). Multi-token costs are causal forwards: a tree mask costs the
     same to the rounding of these timers (the mask is built once per forward, not per layer)."""
     from helpers.experiments.specdec_costs import forward_time
@@ -223,8 +223,9 @@ def forward_costs(target, draft, context: torch.Tensor, node_counts, draft_width
 
 def round_cost(spec: dict, costs: dict, nodes: float) -> tuple[float, float]:
     """(draft, verify) cost of one round of ``spec`` in units of T_T, from :func:`forward_costs` (interpolated at
-    the round's mean node count): linear γ pays γ one-token draft steps and T_V(γ + 1); a tree pays one draft
-    forward per level (its width) and T_V(nodes + 1); lookup pays no draft forwards."""
+    the round's mean node count): linear γ pays γ one-token draft steps and T_V(γ), a target forward over γ + 1
+    positions; a tree pays one draft forward per level (its width) and T_V(nodes), over nodes + 1 positions;
+    lookup pays no draft forwards."""
     t_t = costs["T_T"]
     interp = lambda table, x: float(np.interp(x, sorted(table), [table[k] for k in sorted(table)]))  # noqa: E731
     method = spec["method"]
