@@ -129,10 +129,14 @@ def execute_in_place(notebook: Path) -> float:
     return time.perf_counter() - start
 
 
-def mark_pending(notebook: Path, profile: str) -> None:
+def mark_pending(notebook: Path, profile: str, message: str = "") -> None:
     """Remove the pending notebook's numbers for ``profile`` (an earlier render's would be stale), so the report shows
-    a pending box for its section instead of prose about numbers this run did not compute."""
+    a pending box for its section instead of prose about numbers this run did not compute, and under it the rows
+    measured so far (:func:`helpers.partial_rows.write_partial`)."""
+    from helpers import partial_rows
+
     (paths.generated_dir(profile) / f"{notebook.stem}.numbers.tex").unlink(missing_ok=True)
+    partial_rows.write_partial(notebook.stem, profile, partial_rows.missing_config(message))
 
 
 def report_pdf_path(profile: str) -> Path:
@@ -206,9 +210,12 @@ def main(argv: list[str] | None = None) -> None:
                 seconds = execute(notebook, params, out_dir)
             except Pending as missing:
                 pending.append(notebook.stem)
-                mark_pending(notebook, profile)
+                mark_pending(notebook, profile, str(missing))
                 print(f"    PENDING (rows not measured yet): {str(missing)[:600]}", flush=True)
                 continue
+            from helpers.partial_rows import clear_partial
+
+            clear_partial(notebook.stem, profile)  # rendered in full: its section replaces the rows-so-far table
             print(f"    done in {seconds:.0f} s -> {out_dir / notebook.name}", flush=True)
         print(f"{len(selected) - len(pending)} of {len(selected)} notebooks ran in {time.perf_counter() - total:.0f} s"
               + (f"; pending, their rows not measured yet: {', '.join(pending)}" if pending else ""))

@@ -38,6 +38,11 @@ def test_pending_notebooks_are_listed_and_the_others_still_run(tmp_path, monkeyp
     monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
     stale = paths.generated_dir("gpu-h100") / "07_speculative_decoding.numbers.tex"
     stale.write_text("\\wbset{best_speedup}{9.9}\n")  # an earlier render's numbers: the section must not use them
+    from helpers.results import ResultStore
+
+    ResultStore("gpu-h100", "07_speculative_decoding").append({"gamma": 2}, {"speedup": 1.5}, {})
+    leftover = paths.generated_dir("gpu-h100") / "08_hardware_analysis_partial.tex"
+    leftover.write_text("% an earlier window's rows-so-far table\n")  # 08 now renders: its section replaces it
     ran = []
 
     def execute(notebook, params, out_dir, progress=True):
@@ -49,7 +54,9 @@ def test_pending_notebooks_are_listed_and_the_others_still_run(tmp_path, monkeyp
     monkeypatch.setattr(run_all, "execute", execute)
     run_all.main(["--profile", "gpu-h100", "--only", "06", "07", "08", "--no-report"])
     out = capsys.readouterr().out
-    assert ran == ["06", "08"] and not stale.exists()
+    assert ran == ["06", "08"] and not stale.exists() and not leftover.exists()
+    # the pending notebook's rows measured so far: a table the report prints under its pending box
+    assert (paths.generated_dir("gpu-h100") / "07_speculative_decoding_partial.tex").exists()
     assert "PENDING (rows not measured yet): 07_speculative_decoding.ipynb: no row for gamma 3" in out
     assert "2 of 3 notebooks ran" in out and "pending, their rows not measured yet: 07_speculative_decoding" in out
 

@@ -1,0 +1,103 @@
+"""What a pending notebook has measured so far, as a table the report prints under its pending box.
+
+A GPU window measures in priority order under a deadline, so a notebook's rows can arrive over several windows; under
+results-only rendering (``WORKBOOK_RESULTS_ONLY=1``) the notebook stops at its first missing row and its section of
+the report is a pending box. The rows that did come back still belong in the report: :func:`write_partial` sets them
+out as one table per pending notebook (``<notebook>_partial``), the columns that vary between rows next to the
+headline measurements, with the settings the rows share in the caption (an earlier protocol's rows say so there).
+The window's decode-cost rows have tables of their own (:func:`helpers.experiments.gpu_costs.write_report_tables`)
+and are left out here.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from helpers import paths, tables
+
+# measured columns worth a reader's eye, in this order: a file shows those its rows hold (the means only where the
+# rows have no median)
+MEASURES = ["time_s_median", "time_ms_std", "ms_per_step", "throughput_tok_s_median", "speedup", "alpha", "c",
+            "tokens_per_s", "peak_memory_gb"]
+FALLBACK_MEASURES = ["time_ms_mean", "time_s_mean"]
+SHOWN_ELSEWHERE = {"09_handout_costs", "09_compiled_decode", "09_step_profile"}  # gpu_costs' own tables
+HIDDEN_SETTINGS = {"device", "kind"}  # every row of a profile shares them, and the report's first page names them
+
+
+def partial_name(notebook: str) -> str:
+    return f"{notebook}_partial"
+
+
+def notebook_rows(notebook: str, folder: Path) -> dict[str, list[dict]]:
+    """The rows in ``folder`` of every result file of ``notebook`` (``NN_*.jsonl`` for notebook ``NN_...``), by file,
+    without the files the GPU cost tables show."""
+    number = notebook.split("_")[0]
+    found = {}
+    for path in sorted(folder.glob(f"{number}_*.jsonl")):
+        if path.stem in SHOWN_ELSEWHERE:
+            continue
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if rows:
+            found[path.stem] = rows
+    return found
+
+
+def partial_table(rows: list[dict]) -> tuple[pd.DataFrame, dict]:
+    """``(table, shared)``: one line per row, in the order measured, with the configuration values that differ
+    between rows (blank where a row's configuration lacks the key) and the headline measurements; and the
+    configuration values every row has alike (``config_key`` is each row's configuration)."""
+    configs = [json.loads(row["config_key"]) for row in rows]
+    keys = sorted({key for config in configs for key in config} - HIDDEN_SETTINGS)
+    seen = {key: {json.dumps(config.get(key, "<absent>"), sort_keys=True) for config in configs} for key in keys}
+    shared = {key: configs[0][key] for key in keys if len(seen[key]) == 1}
+    varying = [key for key in keys if key not in shared
+               and all(not isinstance(config.get(key), (list, dict)) for config in configs)]
+    measured = [m for m in MEASURES if any(m in row for row in rows)]
+    measured = measured or [m for m in FALLBACK_MEASURES if any(m in row for row in rows)]
+    table = pd.DataFrame([{**{key: config.get(key, "") for key in varying}, "status": row.get("status", ""),
+                           **{m: row.get(m, "") for m in measured}} for config, row in zip(configs, rows)])
+    return table, shared
+
+
+def _settings_text(shared: dict) -> str:
+    return "; ".join(f"{key} {', '.join(map(str, value)) if isinstance(value, list) else value}"
+                     for key, value in shared.items())
+
+
+def missing_config(message: str) -> dict | None:
+    """The configuration a results-only render stopped at, from its :class:`helpers.results.MissingResultError`
+    message ("... has no row for {config} ..."), or None."""
+    found = re.search(r"has no row for (\{.*?\}), and ", message)
+    return json.loads(found.group(1)) if found else None
+
+
+def write_partial(notebook: str, profile: str, missing: dict | None = None) -> Path | None:
+    """``report/generated/<profile>/<notebook>_partial.tex``: what the pending ``notebook`` has measured so far, one
+    block per result file, and ``missing``, the first configuration it still lacks, in the caption (an earlier
+    protocol's rows show there as settings that differ). None, and any earlier table removed, where it has no
+    rows."""
+    clear_partial(notebook, profile)
+    found = notebook_rows(notebook, paths.results_dir(profile, create=False))
+    if not found:
+        return None
+    frames, captions = [], []
+    for name, rows in found.items():
+        table, shared = partial_table(rows)
+        frames.append(table.assign(file=name) if len(found) > 1 else table)
+        captions.append(f"{name}: {len(rows)} rows; shared settings: {_settings_text(shared)}")
+    frame = pd.concat(frames, ignore_index=True).fillna("")  # files differ in their columns
+    if missing:
+        captions.append("the first row still to measure: "
+                        + _settings_text({k: v for k, v in missing.items() if k not in HIDDEN_SETTINGS}))
+    caption = (f"Measured so far for notebook {notebook} on this profile (it renders once all its rows are in): "
+               + " | ".join(captions))
+    return tables.write_table(frame, partial_name(notebook), profile, caption=caption, float_format="{:.3g}")
+
+
+def clear_partial(notebook: str, profile: str) -> None:
+    """Remove the table of a notebook that now renders in full (or is about to be written anew)."""
+    for suffix in ("tex", "caption.tex"):
+        (paths.generated_dir(profile) / f"{partial_name(notebook)}.{suffix}").unlink(missing_ok=True)
