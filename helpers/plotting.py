@@ -12,6 +12,7 @@ import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from matplotlib.transforms import Bbox
 
 from helpers import memory, paths
@@ -77,20 +78,36 @@ def _overlap(box, other) -> float:
     return max(width, 0.0) * max(height, 0.0)
 
 
+def plain_log_axis(axis) -> None:
+    """A log ``axis`` (``ax.xaxis`` / ``ax.yaxis``) labelled at 1, 2 and 5 times each power of ten in plain numbers
+    (0.2, 5, 50, not 2x10^-1): a curve inside one decade still gets values a reader can read off."""
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _distance(box, point) -> float:
+    """Display distance from ``point`` to ``box`` (0 inside it)."""
+    dx = max(box.x0 - point[0], 0.0, point[0] - box.x1)
+    dy = max(box.y0 - point[1], 0.0, point[1] - box.y1)
+    return float(np.hypot(dx, dy))
+
+
 def place_labels(ax, points, texts, colours, fontsize: float = 6) -> list:
     """Annotate each point with its text at the first of :data:`LABEL_OFFSETS` whose box overlaps no marker, no
     label placed before it and no legend, and stays inside the axes (in drawn pixels); where none is free, at the
-    place inside the axes that overlaps least. Labels away from their marker get a thin leader line. Draw the figure
+    place inside the axes that overlaps least. A label away from its marker, or nearer another marker than its own,
+    gets a thin leader line; labels sit on a faint white ground, so lines through them stay legible. Draw the figure
     (``fig.canvas.draw()``) after its final layout and before calling this."""
     renderer = ax.figure.canvas.get_renderer()
     inside = ax.get_window_extent(renderer)
     half = 2.8 * ax.figure.dpi / 72  # a marker of s=28 is about 5.3 points across
-    boxes = [Bbox.from_extents(px - half, py - half, px + half, py + half)
-             for px, py in ax.transData.transform(list(points))]
+    pixels = ax.transData.transform(list(points))
+    boxes = [Bbox.from_extents(px - half, py - half, px + half, py + half) for px, py in pixels]
     if ax.get_legend() is not None:
         boxes.append(ax.get_legend().get_window_extent(renderer))
     placed = []
-    for (x, y), text, colour in zip(points, texts, colours):
+    for index, ((x, y), text, colour) in enumerate(zip(points, texts, colours)):
         best = None  # (overlap, offset) of the least crowded place inside the axes
         for dx, dy, align in LABEL_OFFSETS:
             label = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=fontsize,
@@ -105,10 +122,13 @@ def place_labels(ax, points, texts, colours, fontsize: float = 6) -> list:
             if crowding == 0:
                 break
         (dx, dy, align), box = best[1:] if best else (LABEL_OFFSETS[0], None)
+        ambiguous = box is not None and any(_distance(box, other) < _distance(box, pixels[index])
+                                            for j, other in enumerate(pixels) if j != index)
         leader = (dict(arrowstyle="-", color=colour, lw=0.4, shrinkA=0, shrinkB=2)
-                  if max(abs(dx), abs(dy)) > LEADER_BEYOND else None)
+                  if max(abs(dx), abs(dy)) > LEADER_BEYOND or ambiguous else None)
         label = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=fontsize,
-                            color=colour, ha=align, va="center", arrowprops=leader)
+                            color=colour, ha=align, va="center", arrowprops=leader,
+                            bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none", alpha=0.75))
         placed.append(label)
         boxes.append(box or label.get_window_extent(renderer))  # the text's box, not its leader line's
     return placed

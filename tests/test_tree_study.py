@@ -257,6 +257,13 @@ def test_point_labels_do_not_overlap_in_a_dense_cluster():
         label.update_positions(renderer)
     boxes = [Text.get_window_extent(label, renderer) for label in labels]  # the texts (leader lines may cross)
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    # regression (notebook 10's cost model): a label without a leader line sits nearest its own marker
+    from helpers.plotting import _distance
+
+    pixels = ax.transData.transform(points)
+    for index, (label, box) in enumerate(zip(labels, boxes)):
+        nearest = min(range(len(points)), key=lambda j: (_distance(box, pixels[j]), j != index))
+        assert label.arrow_patch is not None or nearest == index
     plt.close(fig)
 
 

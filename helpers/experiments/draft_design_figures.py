@@ -24,17 +24,18 @@ def _short(name: str) -> str:
 
 
 def design_figure(table: pd.DataFrame):
-    """Three panels, one point per draft (a colour and marker each, named in one legend below the panels): best
+    """Three panels, one hollow point per draft (a colour and marker each, named in one legend below the panels): best
     speedup against the per-token acceptance alpha (95% bootstrap interval over prompts), against the draft's
     latency c_round, and the draft's decode time T_D against its number of layers."""
     fig, axes = plt.subplots(1, 3, figsize=figsize(0.42))
     styles = _styles(table)
+    hollow = dict(mfc="none", mew=1.2, ms=6)  # drafts of one depth and about one latency overlap: both stay visible
     for row in table.itertuples():
         colour, marker = styles[row.draft]
         axes[0].errorbar(row.alpha, row.speedup, xerr=[[row.alpha - row.alpha_low], [row.alpha_high - row.alpha]],
-                         fmt=marker, color=colour, capsize=2, alpha=0.9, label=_short(row.draft))
-        axes[1].plot(row.c_round, row.speedup, marker, color=colour)
-        axes[2].plot(row.layers, row.T_D_ms, marker, color=colour)
+                         fmt=marker, color=colour, capsize=2, alpha=0.9, label=_short(row.draft), **hollow)
+        axes[1].plot(row.c_round, row.speedup, marker, color=colour, **hollow)
+        axes[2].plot(row.layers, row.T_D_ms, marker, color=colour, **hollow)
     axes[0].set_xlabel(r"per-token acceptance $\hat\alpha$ (95% CI)")
     axes[1].set_xlabel(r"$c = T_D/T_T$ in a round")
     for ax in axes[:2]:
@@ -51,7 +52,7 @@ def design_figure(table: pd.DataFrame):
 
 def gamma_figure(gammas: pd.DataFrame, table: pd.DataFrame):
     """One small panel per draft, on shared axes: measured speedup against gamma (solid), Eq. 5's curve from the
-    draft's measured terms (dashed, :func:`~helpers.experiments.draft_design.eq5_curve`), the measured best (filled)
+    draft's measured terms (dashed, :func:`~helpers.experiments.draft_design.eq5_curve`), the measured best (enlarged)
     and Eq. 5's optimum (open circle)."""
     columns = min(4, len(table))
     rows_ = -(-len(table) // columns)

@@ -46,7 +46,7 @@ def terms_figure(frame: pd.DataFrame, short_batch: pd.DataFrame | None = None):
     axes[0].set_xlabel("KV bytes / weight bytes per step")
     axes[0].set_ylabel(r"$c = T_D/T_T$")
     axes[1].set_ylabel(r"$T_V(\gamma)/T_T$")
-    axes[2].set_ylabel("full-batch speedup over AR")
+    axes[2].set_ylabel("speedup over batched AR")  # full-batch curves; nb 09: whole run
     axes[2].axhline(1.0, color="grey", lw=0.8)
     for ax in axes[1:]:
         ax.set_xscale("log", base=2)

@@ -94,13 +94,14 @@ def cost_model_figure(model_table):
 
 def forward_costs_figure(costs: dict):
     """What a round costs in target decode steps: a target forward over p positions, T_V(p - 1)/T_T (it verifies
-    p - 1 drafted tokens), and a draft forward over k nodes, T_D(k)/T_T (``costs``: :func:`helpers.experiments.tree_study.forward_costs` with int keys)."""
+    p - 1 drafted tokens), and a draft forward over k nodes, T_D(k)/T_T (``costs``:
+    :func:`helpers.experiments.tree_study.forward_costs` with int keys)."""
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
     ax.plot(sorted(costs["T_V"]), [costs["T_V"][n] / costs["T_T"] for n in sorted(costs["T_V"])], "o-",
-            label="target forward over p positions, T_V(p-1)/T_T")
+            label=r"target forward over $p$ positions, $T_V(p-1)/T_T$")
     ax.plot(sorted(costs["T_D"]), [costs["T_D"][k] / costs["T_T"] for k in sorted(costs["T_D"])], "s-",
-            label="draft forward over k = p nodes, T_D(k)/T_T")
-    ax.set_xlabel("positions in the forward (p)")
+            label=r"draft forward over $k = p$ nodes, $T_D(k)/T_T$")
+    ax.set_xlabel("positions in the forward ($p$)")
     ax.set_ylabel("cost in target decode steps")
     ax.legend(fontsize=8)
     fig.tight_layout()

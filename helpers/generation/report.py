@@ -18,9 +18,8 @@ import math
 
 import matplotlib.pyplot as plt
 import pandas as pd
-from matplotlib.ticker import FuncFormatter
 
-from helpers import memory, models
+from helpers import memory, models, plotting
 from helpers.generation.sweeps import (STATUS_NOT_RUN, linear_fit, non_monotone_noise, ordering_violation,
                                        separated, status_table)
 
@@ -59,8 +58,7 @@ def _legend_extras(not_run, over, oom, over_label):
 def _format_log_axis(ax, x_label, y_label, oom, not_run, over):
     ax.set(yscale="log", xlabel=x_label, ylabel=y_label)
     ax.set_xscale("log", base=2)
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
+    plotting.plain_log_axis(ax.yaxis)
     for x in oom:
         ax.axvline(x, color="red", ls=":", lw=1)
     if not_run:
