@@ -2,6 +2,8 @@
 generator makes once, the phase clock and the statistics base."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -61,6 +63,16 @@ def test_phase_clock_laps_add_up():
     clock.mark()
     second = clock.lap()
     assert first >= 0 and second >= 0 and clock.total() >= first + second
+    assert PhaseClock("cpu", sync_phases=False).lap() >= 0  # a CPU computes synchronously: its laps stay exact
+
+
+def test_unsynchronised_cuda_phases_are_unknown_not_launch_times():
+    """Regression: the H100 window's end-to-end rows split their time into draft/verify laps read without a sync,
+    which timed kernel launches (draft 0.31 s, verify 0.07 s of a 3.3 s run): such laps are nan now."""
+    clock = PhaseClock("cuda", sync_phases=False)  # no sync is made, so no GPU is needed to build it
+    assert math.isnan(clock.lap())
+    stats = GenerationStats(new_tokens=4, time_total_s=2.0, time_prefill_s=0.5, time_verify_s=clock.lap())
+    assert math.isnan(stats.finish().time_other_s)  # not max(0, nan) == 0: the rest is unknown too
 
 
 def test_stats_rows_leave_out_the_per_round_logs():

@@ -180,11 +180,13 @@ def finish_row(generated: list[int], new_tokens, max_new_tokens: int, eos: set[i
 class PhaseClock:
     """Wall time split into phases. ``lap()`` returns the seconds since the last mark and moves the mark; with
     ``sync_phases`` every mark first waits for the device's queued work (on CUDA a phase's kernels finish only at a
-    sync; on the CPU the sync costs nothing)."""
+    sync; on the CPU the sync costs nothing). On CUDA without ``sync_phases`` a lap would time the launches, not the
+    work, so it is nan: a run timed whole leaves its split unknown rather than wrong (``total()`` stays exact)."""
 
     def __init__(self, device, sync_phases: bool = True):
         self.device = torch.device(device)
         self.sync_phases = sync_phases
+        self.exact = sync_phases or self.device.type != "cuda"  # a CPU computes synchronously
         self.start = self._last = self.now()
 
     def now(self) -> float:
@@ -199,7 +201,7 @@ class PhaseClock:
     def lap(self) -> float:
         now = self.now()
         seconds, self._last = now - self._last, now
-        return seconds
+        return seconds if self.exact else float("nan")
 
     def total(self) -> float:
         """Seconds since the clock started, after the device's queued work."""
@@ -286,8 +288,8 @@ class GenerationStats(RoundStats):
         if self.rounds:
             self.mean_accepted_per_round = self.accepted / self.rounds
             self.tokens_per_round = self.new_tokens / self.rounds
-        self.time_other_s = max(
-            0.0, self.time_total_s - self.time_prefill_s - self.time_draft_s - self.time_verify_s)
+        other = self.time_total_s - self.time_prefill_s - self.time_draft_s - self.time_verify_s
+        self.time_other_s = max(0.0, other) if other == other else float("nan")  # nan: phases not timed (PhaseClock)
         return self
 
     @property
