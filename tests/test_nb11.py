@@ -41,6 +41,8 @@ def test_sweep_summary(params, measured):
         numbers["region_full_above"] + numbers["region_full_within"] + numbers["region_full_below"])
     assert list(numbers)[0] == "region_min" and list(numbers)[-1] == "vs_short_max"
     assert found["text"].startswith("context >= 2048 and batch >= 8")
+    # regression: "by -9.13% at worst": the worst miss is a size (its side is eq5_below / eq5_above)
+    assert numbers["eq5_worst_error"] >= max(numbers["eq5_mean_error"], numbers["eq5_below_max"]) >= 0
 
 
 def test_window_summary(measured):

@@ -200,7 +200,7 @@ def setting_numbers(explain, common, settings_: dict, n_max: int) -> dict:
                         f"kvb{k}Model": settings_[setting][0],
                         f"kvb{k}Crossover": row["first measured n with speedup >= 1.5"],
                         f"kvb{k}Measured": int(row["no-cache measured up to"])})
-    return numbers
+    return numbers | {"kvbMonotonicPct": 100 * kv_sweep.MONOTONIC_TOLERANCE}  # the check's tolerance, as the text says
 
 
 def cost_table(sweep_models: SweepModels, shares: dict, explain, settings_: dict):

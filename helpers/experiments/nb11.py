@@ -225,7 +225,7 @@ def _sweep_numbers(v: dict) -> dict:
         "c_long_first": long_rows.draft_ratio.iloc[0], "c_long_last": long_rows.draft_ratio.iloc[-1],
         "c_short_first": short_rows.draft_ratio.iloc[0], "c_short_last": short_rows.draft_ratio.iloc[-1],
         "v_long_last": long_rows.verify_ratio.iloc[-1], "v_short_last": short_rows.verify_ratio.iloc[-1],
-        "eq5_mean_error": sweep.eq5_error_pct.abs().mean(), "eq5_worst_error": worst.eq5_error_pct,
+        "eq5_mean_error": sweep.eq5_error_pct.abs().mean(), "eq5_worst_error": abs(worst.eq5_error_pct),
         "eq5_worst_context": int(worst.context), "eq5_worst_batch": int(worst.batch),
         "eq5_points": len(sweep), "eq5_below": int((sweep.eq5_error_pct < 0).sum()),
         "eq5_below_max": max(0.0, -sweep.eq5_error_pct.min()), "eq5_above": int((sweep.eq5_error_pct > 0).sum()),
