@@ -75,6 +75,21 @@ def test_unsynchronised_cuda_phases_are_unknown_not_launch_times():
     assert math.isnan(stats.finish().time_other_s)  # not max(0, nan) == 0: the rest is unknown too
 
 
+def test_ar_on_an_unsynchronised_device_charges_its_decode_to_target_forwards(target, monkeypatch):
+    """AR's clock never syncs (one host read per token is its only sync): where its laps are unknown (CUDA), the
+    decode time after the prefill is the target's forwards, as the split says on a CPU."""
+    from helpers.specdec import linear
+
+    class LaunchClock(PhaseClock):  # what a CUDA device gives: laps without a sync are not work
+        def __init__(self, device, sync_phases=True):
+            super().__init__(device, sync_phases)
+            self.exact = False
+
+    monkeypatch.setattr(linear, "PhaseClock", LaunchClock)
+    stats = autoregressive_generate(target, torch.tensor([[1, 2, 3]]), 4).stats
+    assert stats.time_verify_s == pytest.approx(stats.time_total_s - stats.time_prefill_s) and stats.time_other_s == 0
+
+
 def test_stats_rows_leave_out_the_per_round_logs():
     stats = GenerationStats(new_tokens=4, time_total_s=2.0)
     stats.record_round(2, 3)
