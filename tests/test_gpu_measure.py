@@ -207,7 +207,37 @@ def test_notebook_renders_gpu_rows_on_a_machine_without_gpu(dry, monkeypatch, tm
         assert (tmp_path / "report" / "generated" / profile / "00_gpu_graphs.tex").exists()
         assert (tmp_path / "report" / "generated" / profile / "00_gpu_e2e.tex").exists()
         assert (tmp_path / "report" / "generated" / profile / "00_gpu_kernels.tex").exists()
+        assert "gpu_launch_bound" in (tmp_path / "report" / "generated" / profile / "00_gpu.numbers.tex").read_text()
         assert any("identical to AR" in line for line in goals)
+
+
+def _cost_row(target, draft, decode, t_t, t_d, target_mb, draft_mb, layers=(36, 28), weights="random"):
+    return {"target": target, "draft": draft, "decode": decode, "T_T": t_t, "T_D": t_d, "c": t_d / t_t,
+            "weights": weights, "target_layers": layers[0], "draft_layers": layers[1],
+            "target_decode_bytes": target_mb * 1e6 * layers[0], "target_weight_bytes": target_mb * 1e6 * layers[0],
+            "draft_decode_bytes": draft_mb * 1e6 * layers[1], "draft_weight_bytes": draft_mb * 1e6 * layers[1],
+            "device_name": "NVIDIA H100 80GB HBM3", "verify_ratio": {"2": 1.1}}
+
+
+def test_report_numbers_say_launch_bound_only_where_the_rows_show_it():
+    """The report's paragraph on eager against graphs is computed from the rows (it was fixed prose): a step whose
+    time per layer barely moves while the bytes per layer differ 10x is launch-bound, one that follows the bytes
+    is not; graph rows give the speedup over eager and the cost per layer above the HBM floor."""
+    flat = [_cost_row("big", "small", "eager", 0.036, 0.028, 400, 40)]  # 1 ms per layer both, 10x the bytes
+    numbers = gpu_costs.report_numbers(flat)
+    assert numbers["gpu_launch_bound"] == 1 and numbers["gpu_eager_time_spread"] == pytest.approx(1.0)
+    assert numbers["gpu_eager_bytes_spread"] == pytest.approx(10.0) and numbers["gpu_eager_c_max"] == pytest.approx(
+        0.028 / 0.036)
+    following = [_cost_row("big", "small", "eager", 0.036, 0.0028, 400, 40)]  # time per layer follows the bytes
+    assert gpu_costs.report_numbers(following)["gpu_launch_bound"] == 0
+    graphs = _cost_row("big", "small", "graphs", 0.009, 0.002, 400, 40)
+    numbers = gpu_costs.report_numbers(flat + [graphs])
+    floor_ms = 400e6 * 36 / 3.35e12 * 1e3
+    assert numbers["gpu_graphs_speedup_min"] == pytest.approx(4.0)
+    assert numbers["gpu_graphs_share_pct_min"] == pytest.approx(100 * floor_ms / 9.0, rel=1e-3)
+    assert numbers["gpu_graphs_above_us_min"] == pytest.approx((9.0 - floor_ms) * 1e3 / 36, rel=1e-3)
+    assert "gpu_graphs_kernel_bound" not in numbers  # one target: no spread to compare
+    assert gpu_costs.report_numbers([]) == {}
 
 
 def test_a_failing_graph_measurement_is_skipped_not_fatal(capsys):

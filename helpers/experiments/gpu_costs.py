@@ -58,6 +58,63 @@ def cost_table(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(lines)
 
 
+def _models_per_layer(rows: list[dict]) -> pd.DataFrame:
+    """Each model of ``rows`` (target and draft of every pair) once: its step in ms per layer and the MB of weights a
+    layer reads per step (the decode bytes over the layers), medians over the rows that measured it."""
+    seen = [{"model": row[role], "ms": row[time] * 1e3 / row[f"{role}_layers"],
+             "mb": row.get(f"{role}_decode_bytes", row[f"{role}_weight_bytes"]) / 1e6 / row[f"{role}_layers"]}
+            for row in rows for role, time in (("target", "T_T"), ("draft", "T_D")) if row.get(f"{role}_layers")]
+    return pd.DataFrame(seen).groupby("model").median() if seen else pd.DataFrame(columns=["ms", "mb"])
+
+
+LAUNCH_BOUND_FACTOR = 5  # a layer's time varies at least this many times less than its bytes: launches set it
+
+
+def report_numbers(rows: list[dict]) -> dict:
+    """The report's sentences about the eager and graph rows, from the rows (``gpu_*`` keys; empty without them).
+
+    Eager: the step per layer of every model measured against the bytes a layer reads; ``gpu_launch_bound`` where
+    the time per layer varies :data:`LAUNCH_BOUND_FACTOR` times less than the bytes (a launch-bound step costs about
+    the same per layer whatever the layer's size), and the eager c of the handout pairs. Graphs: the target's step
+    eager over graphs and what it costs per layer above its HBM floor (every model), the floor's share of the step
+    (the handout pairs: the CPU pair's fp32 target reads too little for a share to mean anything)."""
+    eager = [row for row in rows if row.get("decode", "eager") == "eager"]
+    numbers = {}
+    layers = _models_per_layer(eager)
+    handout_c = [row["c"] for row in eager if row.get("weights") == "random"]
+    if len(layers) >= 2 and handout_c:
+        time_spread = float(layers.ms.max() / layers.ms.min())
+        bytes_spread = float(layers.mb.max() / layers.mb.min())
+        numbers.update(gpu_eager_models=len(layers), gpu_eager_layer_ms_min=float(layers.ms.min()),
+                       gpu_eager_layer_ms_max=float(layers.ms.max()), gpu_eager_time_spread=time_spread,
+                       gpu_eager_bytes_spread=bytes_spread,
+                       gpu_launch_bound=int(bytes_spread >= LAUNCH_BOUND_FACTOR * time_spread),
+                       gpu_eager_c_min=min(handout_c), gpu_eager_c_max=max(handout_c))
+    steps = []
+    for row in rows:
+        if row.get("decode") != "graphs" or not row.get("target_layers"):
+            continue
+        twin = [e for e in eager if (e["target"], e["draft"]) == (row["target"], row["draft"])]
+        floor = cost_table([row])["HBM floor ms"].iloc[0]
+        handout = floor and row.get("weights") == "random"
+        steps.append({"target": row["target"], "speedup": twin[0]["T_T"] / row["T_T"] if twin else None,
+                      "share_pct": 100 * floor / (row["T_T"] * 1e3) if handout else None,
+                      "above_us": (row["T_T"] * 1e3 - floor) * 1e3 / row["target_layers"] if floor else None,
+                      "mb": row.get("target_decode_bytes", row["target_weight_bytes"]) / 1e6 / row["target_layers"]})
+    steps = pd.DataFrame(steps)
+    for key in ("speedup", "share_pct", "above_us") if len(steps) else ():
+        known = steps[key].dropna()
+        if len(known):
+            numbers.update({f"gpu_graphs_{key}_min": float(known.min()), f"gpu_graphs_{key}_max": float(known.max())})
+    above = steps.dropna(subset=["above_us"]).groupby("target").median(numeric_only=True) if len(steps) else steps
+    if len(above) >= 2:  # what a layer costs above its floor, against the bytes it reads, over the targets
+        spread, bytes_spread = above.above_us.max() / above.above_us.min(), above.mb.max() / above.mb.min()
+        numbers.update(gpu_graphs_targets=len(above), gpu_graphs_above_spread=float(spread),
+                       gpu_graphs_bytes_spread=float(bytes_spread),
+                       gpu_graphs_kernel_bound=int(bytes_spread >= LAUNCH_BOUND_FACTOR * spread))
+    return numbers
+
+
 def e2e_table(rows: list[dict]) -> pd.DataFrame:
     """The CPU pair's end-to-end rows: per draft and gamma, speedup over AR (both in the same decode mode), alpha,
     whether every greedy output equals AR's, graph replays."""
@@ -114,7 +171,11 @@ def write_report_tables(profile: str) -> list[str]:
 
     folder = results_dir(profile, create=False)
     pair_rows = read_rows(folder, GRAPHS)  # the CPU pair's terms (kind eq5_terms) and its end-to-end rows
-    costs = cost_table(read_rows(folder, COSTS) + [row for row in pair_rows if row.get("kind") == "eq5_terms"])
+    cost_rows = read_rows(folder, COSTS) + [row for row in pair_rows if row.get("kind") == "eq5_terms"]
+    costs = cost_table(cost_rows)
+    numbers = report_numbers(cost_rows)
+    if numbers:  # the report's paragraph on eager against graphs says what these rows show
+        tables.write_numbers("00_gpu", profile, numbers)
     e2e = e2e_table(pair_rows)
     if len(costs):
         short = costs.drop(columns=["HBM floor ms", "device_name", "target_layers"]).assign(
