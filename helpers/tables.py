@@ -31,12 +31,36 @@ def latex_escape(text) -> str:
     return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
 
 
+# The handout's symbols as they appear in code-made headers and captions, set as maths: T_T, T_D, T_V (with an
+# argument or a ratio: T_V(gamma)/T_T), gamma, alpha, tau, Omega, a_d, n_max, >= and <=; a name that merely
+# contains one (gamma_key, T_V_s, alphas) stays text.
+_SYMBOLS = re.compile(r"(?<![\w\\])(T_[TDV](?:\([^)]*\))?(?:/T_[TDV](?:\([^)]*\))?)?|gamma|alpha|tau|Omega|a_d|n_max)"
+                      r"(?![\w])|>=|<=")
+_GREEK = {"gamma": r"\gamma", "alpha": r"\alpha", "tau": r"\tau", "Omega": r"\Omega", "n_max": r"n_{\max}",
+          ">=": r"\geq", "<=": r"\leq"}
+
+
+def typeset(text) -> str:
+    """A header or caption written by code, for LaTeX: special characters escaped, the handout's symbols as maths
+    ("T_V(gamma)/T_T" -> $T_V(\\gamma)/T_T$, "alpha" -> $\\alpha$); a header that is just "c" is the cost ratio."""
+    text = str(text)
+    if text == "c":
+        return "$c$"
+    pieces, last = [], 0
+    for match in _SYMBOLS.finditer(text):
+        symbol = match.group(0)
+        maths = re.sub(r"gamma|alpha|tau|Omega|n_max|>=|<=", lambda m: _GREEK[m.group(0)], symbol)
+        pieces += [latex_escape(text[last:match.start()]), f"${maths}$"]
+        last = match.end()
+    return "".join(pieces) + latex_escape(text[last:])
+
+
 def _format_cell(value, float_format: str) -> str:
     if value is None or (isinstance(value, float) and value != value):
         return "--"
     if isinstance(value, float):
         if "g}" in float_format and value.is_integer() and abs(value) < 1e15:
-            return format_number(int(value))  # a count that a row of mixed dtypes turned into a float: 4096, not 4.1e+03
+            return format_number(int(value))  # a count a row of mixed dtypes made a float: 4096, not 4.1e+03
         text = float_format.format(value)
         if "e" in text and 1 <= abs(value) < 1e6:
             return format_number(int(round(value)))  # 1240 tokens/s, not 1.24e+03
@@ -51,7 +75,7 @@ def table_tex(df, float_format: str = "{:.3g}", column_format: str | None = None
     if column_format is None:
         column_format = "l" + "r" * (len(columns) - 1)
     lines = [rf"\begin{{tabular}}{{{column_format}}}", r"\toprule"]
-    lines.append(" & ".join(latex_escape(c) for c in columns) + r" \\")
+    lines.append(" & ".join(typeset(c) for c in columns) + r" \\")
     lines.append(r"\midrule")
     for _, row in df.iterrows():
         cells = []
@@ -72,7 +96,7 @@ def write_table(df, name: str, profile: str, caption: str | None = None, **kwarg
     out = paths.generated_dir(profile) / f"{name}.tex"
     out.write_text(table_tex(df, **kwargs), encoding="utf-8")
     if caption is not None:
-        (out.parent / f"{name}.caption.tex").write_text(rf"\caption{{{latex_escape(caption)}}}" + "\n", encoding="utf-8")
+        (out.parent / f"{name}.caption.tex").write_text(rf"\caption{{{typeset(caption)}}}" + "\n", encoding="utf-8")
     return out
 
 

@@ -93,6 +93,17 @@ def test_table_counts_stay_integers_and_large_values_plain():
     assert "2.00" in tables.table_tex(pd.DataFrame({"x": [2.0]}), float_format="{:.2f}")  # fixed formats untouched
 
 
+def test_headers_and_captions_set_the_handouts_symbols_as_maths():
+    """Regression (a review of every table): headers printed T\\_V/T\\_T, gamma and tau as code names."""
+    assert tables.typeset("T_V(gamma)/T_T") == r"$T_V(\gamma)/T_T$" and tables.typeset("c") == "$c$"
+    assert tables.typeset("tau from a_d, n >= 2") == r"$\tau$ from $a_d$, n $\geq$ 2"
+    assert tables.typeset("Eq.5 gamma at 50%") == r"Eq.5 $\gamma$ at 50\%"
+    # names that only contain a symbol stay text, escaped
+    assert tables.typeset("gamma_key c_round T_V_s alphas") == r"gamma\_key c\_round T\_V\_s alphas"
+    header = tables.table_tex(pd.DataFrame({"alpha": [0.5], "T_V/T_T": [1.2]})).splitlines()[2]
+    assert header == r"$\alpha$ & $T_V/T_T$ \\"
+
+
 def test_counts_agree_with_their_nouns():
     """Regression: captions said "1 thread(s)" and "1 layer(s)"."""
     assert tables.count(1, "thread") == "1 thread" and tables.count(2, "thread") == "2 threads"

@@ -138,8 +138,8 @@ def measure(params: dict, store, progress: bool = True) -> None:
 # ------------------------------------------------------------------------------------------- what the notebook prints
 
 TABLE_COLUMNS = {"target": "Target", "draft": "Draft", "gamma": "γ", "alpha": "α", "acceptance_rate": "acc. rate",
-                 "mean_accepted_per_round": "acc./round", "speedup": "speedup", "eq5": "Eq. 5", "tokens_per_s": "tok/s",
-                 "ar_tokens_per_s": "AR tok/s", "c": "c", "verify_ratio": "T_V/T_T"}
+                 "mean_accepted_per_round": "accepted/round", "speedup": "speedup", "eq5": "Eq. 5",
+                 "tokens_per_s": "tok/s", "ar_tokens_per_s": "AR tok/s", "c": "c", "verify_ratio": "T_V/T_T"}
 ASSISTED_COLUMNS = {"assisted_tokens_per_s": "assisted tok/s", "speedup_vs_assisted": "vs assisted"}
 
 
@@ -162,8 +162,8 @@ def verify_slopes(frame) -> dict:
 
 def rounds_without_draft(frame) -> dict:
     """Per pair at gamma 1: (rounds that proposed no draft, rounds). A prompt's last token comes from the target
-    alone (the drafter is asked for at most the tokens left minus one), so such a round counts in acc./round
-    (accepted / rounds) but not in alpha (accepted / tests): acc./round sits below alpha at gamma 1."""
+    alone (the drafter is asked for at most the tokens left minus one), so such a round counts in accepted/round
+    (accepted / rounds) but not in alpha (accepted / tests): accepted/round sits below alpha at gamma 1."""
     ones = frame[frame["gamma"] == 1]
     return {row["pair"]: (int(row["rounds"] - row["proposed"]), int(row["rounds"])) for _, row in ones.iterrows()}
 
@@ -186,7 +186,7 @@ def print_rounds_without_draft(frame) -> None:
         none, rounds = counts[row["pair"]]
         assert abs(row["accepted"] / (rounds - none) - row["alpha"]) < 1e-9, "alpha is not accepted / tests"
     if counts:
-        print("gamma 1: acc./round lies below alpha because "
+        print("gamma 1: accepted/round lies below alpha because "
               + ", ".join(f"{none} of {rounds} rounds ({pair})" for pair, (none, rounds) in counts.items())
               + " proposed no draft: a prompt's last token, which the target gives alone")
 
@@ -237,14 +237,15 @@ def print_cost_check(frame, costs_by_pair, cost_claims, cost_context_tokens: int
 
 
 def _print_verify_06(rows_06) -> None:
-    """Notebook 06's T(2)/T(1) (§4.2's verify timing of the same kind of ratio), where its rows have it."""
+    """Notebook 06's T_V(1)/T_T, its 2-token forward over its 1-token one (§4.2's verify timing of the same ratio),
+    where its rows have it."""
     if "measure" not in rows_06 or not (rows_06["measure"] == "verify").any():
         return
     for model_06, group in rows_06[rows_06["measure"] == "verify"].groupby("model"):
         medians = group.set_index("new_tokens")["time_s_median"]
         if {1, 2} <= set(medians.index):
-            print(f"notebook 06's T(2)/T(1) for {model_06}: {medians[2] / medians[1]:.2f}, timed with transformers' "
-                  f"own forward (helpers.generation.sweeps.measure_verify) after a random prefix of "
+            print(f"notebook 06's T_V(1)/T_T (2 tokens over 1) for {model_06}: {medians[2] / medians[1]:.2f}, timed "
+                  f"with transformers' own forward (helpers.generation.sweeps.measure_verify) after a random prefix of "
                   f"{int(group['prefix_len'].iloc[0])} tokens, medians, in another run: not this notebook's T_V(1)/T_T")
 
 

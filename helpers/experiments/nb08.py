@@ -61,6 +61,7 @@ def measured_best_worst(chosen: pd.DataFrame, runs: pd.DataFrame, own: pd.DataFr
                                                                    on=["target", "draft", "gamma"])
     measured = measured[["which", "device_name", "target", "draft", "gamma", "alpha", "c", "speedup"]]
     devices = sorted(measured["device_name"].unique())
+    measured = measured.rename(columns={"device_name": "device"})
     print(measured.round(3).to_string(index=False))
     print(f"\n§4.4 rows: {len(own)} configurations on {own['device_name'].iloc[0]}; devices with the best/worst rows: "
           f"{', '.join(devices)}" + ("" if len(devices) > 1 else

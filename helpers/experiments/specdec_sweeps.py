@@ -515,7 +515,7 @@ def source_table(by_source):
         "alpha (MLE)": by_source["alpha"].round(3).to_numpy(),
         "95% CI (prompts)": interval(by_source["alpha_low"], by_source["alpha_high"]),
         "Wilson 95% CI": interval(by_source["alpha_wilson_low"], by_source["alpha_wilson_high"]),
-        "tokens/round": by_source["tokens_per_round"].round(2).to_numpy(),
+        "tau (tokens/round)": by_source["tokens_per_round"].round(2).to_numpy(),
         "speedup": by_source["speedup"].round(2).to_numpy(),
         "95% CI": interval(by_source["speedup_low"], by_source["speedup_high"]),
         "per prompt min/median/max": [f"{a:.2f}/{b:.2f}/{c:.2f}" for a, b, c in
