@@ -66,8 +66,8 @@ def target_step_times(rows: dict[str, list[dict]]) -> pd.DataFrame:
                     found.append(_step("04", "cached step at position 64", seconds, "minimal", 1, 64, row))
     for row in rows.get("06_forward_pass_scaling", []):
         if row.get("measure") == "verify" and row.get("model") == TARGET and row.get("new_tokens") == 1:
-            found.append(_step("06", "verify of 1 token", row.get("time_s_median", row["time_s_mean"]), "transformers", 1,
-                               row["prefix_len"], row))  # the median, as notebook 06 quotes it
+            found.append(_step("06", "1-token forward (T_V(0))", row.get("time_s_median", row["time_s_mean"]),
+                               "transformers", 1, row["prefix_len"], row))  # the median, as notebook 06 quotes it
     for row in rows.get("07_speculative_decoding", []):
         if row.get("target") == TARGET and row.get("T_T_s") and row.get("gamma") == min(
                 r["gamma"] for r in rows["07_speculative_decoding"] if r.get("draft") == row.get("draft")):
@@ -147,6 +147,7 @@ def explain(steps: pd.DataFrame) -> pd.DataFrame:
             reasons.append("unexplained")
     steps["why"] = reasons
     steps.attrs["tolerance"] = tolerance
+    steps.attrs["reference_ms"] = float(reference)
     return steps
 
 
@@ -167,11 +168,14 @@ def write(profile: str) -> dict:
     tables.write_numbers("00_run_info", profile, numbers)
     if len(steps):
         tolerance = steps.attrs["tolerance"]
-        tables.write_table(steps[["notebook", "what", "ms", "runtime", "batch", "context", "threads", "vs reference",
-                                  "why"]], "00_step_times", profile, float_format="{:.3g}",
+        ordered = steps.sort_values("notebook", kind="stable")  # notebook order; each notebook's rows as measured
+        tables.write_table(ordered[["notebook", "what", "ms", "runtime", "batch", "context", "threads", "vs reference",
+                                    "why"]], "00_step_times", profile, float_format="{:.3g}",
+                           formats={"ms": "{:.2f}", "vs reference": "{:.2f}"},
                            caption="The CPU target's decode step as each notebook measured it (notebook 11: the "
                                    "target trained further, the same shape); vs reference: over the median batch-1 "
-                                   f"step of the minimal runtime at a context of at most {SHORT_CONTEXT} tokens; "
+                                   f"step of the minimal runtime at a context of at most {SHORT_CONTEXT} tokens, "
+                                   f"{steps.attrs['reference_ms']:.2f} ms; context --: not recorded with the timing; "
                                    "why: the condition that explains a ratio outside "
                                    f"1/{tolerance:.3g}-{tolerance:.3g}, the largest spread of one notebook's repeated "
                                    "timings under equal conditions")

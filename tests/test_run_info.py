@@ -38,7 +38,7 @@ def test_one_run_and_the_reason_for_each_difference(profile):
     # regression: the ragged-batch runtime was named as the reason, where a step of 8 rows does 8 rows' work
     assert steps.loc["T_T at batch 8", "why"] == "batch 8"
     # a generic runtime FASTER than the minimal one is not explained by the runtime: another machine or run is
-    assert steps.loc["verify of 1 token", "why"] == "unexplained"
+    assert steps.loc["1-token forward (T_V(0))", "why"] == "unexplained"
 
 
 def test_write_states_the_machine_for_the_report(profile):
