@@ -210,9 +210,9 @@ def predicted_speedup(tau: float, draft_costs, verify_cost: float) -> float:
 
 def forward_costs(target, draft, context: torch.Tensor, node_counts, draft_widths, *, repeats: int = 10) -> dict:
     """Median seconds of the forwards a round is made of, after a cached ``context``: ``T_T`` (one target token),
-    ``T_V[n]`` (the target over n positions: the root and n - 1 nodes, Eq. 5's T_V(n - 1)) and ``T_D[k]`` (the draft over k nodes of
-    one tree level; k = 1 is a linear draft step). Multi-token costs are causal forwards: a tree mask costs the
-    same to the rounding of these timers (the mask is built once per forward, not per layer)."""
+    ``T_V[n]`` (the target over n positions: the root and n - 1 nodes, Eq. 5's T_V(n - 1)) and ``T_D[k]`` (the
+    draft over k nodes of one tree level; k = 1 is a linear draft step). Multi-token costs are causal forwards: a
+    tree mask costs the same to the rounding of these timers (the mask is built once per forward, not per layer)."""
     from helpers.experiments.specdec_costs import forward_time
 
     median = lambda model, n: float(np.median(forward_time(model, context, n, all_logits=n > 1,  # noqa: E731
