@@ -74,3 +74,19 @@ def test_gpu_forward_rows_set_the_roofline_beside_a_measurement(capsys):
     numbers = nb06.print_gpu_forward(found)
     assert numbers["fpGpuMeasured"] == 1 and numbers["fpGpuHostBound"] == int(numbers["fpGpuOverRoof"] > nb06.HOST_BOUND)
     assert nb06.print_gpu_forward([]) == {"fpGpuMeasured": 0} and "stays a model" in capsys.readouterr().out
+
+
+def test_verify_order_tells_jitter_from_noise():
+    """Regression (a table review): the verify table dipped at k = 5 -> 6 with no word on it."""
+    def row(k, samples):
+        return {"status": "ok", "new_tokens": k, "time_s_samples": samples,
+                "time_s_median": sorted(samples)[len(samples) // 2]}
+
+    growing = [row(1, [1.0, 1.1, 1.2]), row(2, [1.3, 1.4, 1.5])]
+    assert nb06.verify_order(growing)["numbers"]["vfDips"] == 0
+    jitter = growing + [row(3, [1.35, 1.38, 1.6])]  # a lower median, inside k = 2's range
+    found = nb06.verify_order(jitter)
+    assert found["numbers"]["vfDips"] == 1 and found["numbers"]["vfDipsNoisy"] == 0 and "jitter" in found["text"]
+    noise = growing + [row(3, [1.0, 1.05, 1.1])]  # every sample faster than all of k = 2's
+    assert nb06.verify_order(noise)["numbers"]["vfDipsNoisy"] == 1
+    assert nb06.verify_order([row(1, [1.0])])["numbers"]["vfDipsChecked"] == 0

@@ -105,6 +105,27 @@ def measure(params: dict, store, progress: bool = True) -> dict:
             "verify": measure_verify(params, store, progress)}
 
 
+def verify_order(rows: list[dict]) -> dict:
+    """Does the verify forward's median time grow with every added token k? Each dip (a larger k timed faster than
+    the k before it) is set against the two rows' min-max ranges over their samples: within them it is jitter, beyond
+    them noise (:func:`helpers.generation.sweeps.non_monotone_noise`'s rule). ``text`` and the report's numbers."""
+    ok = sorted((dict(r, time_s_min=min(r["time_s_samples"]), time_s_max=max(r["time_s_samples"]))
+                 for r in rows if r.get("status") == "ok" and r.get("time_s_samples")), key=lambda r: r["new_tokens"])
+    if len(ok) < 2:  # rows without their samples (or a single k): nothing to set a dip against
+        return {"text": "verify order not checked: fewer than two rows with their samples",
+                "numbers": {"vfDipsChecked": 0, "vfDips": 0, "vfDipsNoisy": 0, "vfDipsText": "none"}}
+    dips = [(a, b) for a, b in zip(ok, ok[1:]) if b["time_s_median"] < a["time_s_median"]]
+    noisy = gb.non_monotone_noise(ok, "new_tokens")
+    described = [f"k = {a['new_tokens']} -> {b['new_tokens']} ({1e3 * a['time_s_median']:.2f} -> "
+                 f"{1e3 * b['time_s_median']:.2f} ms, {'beyond' if a['new_tokens'] in noisy else 'within'} both "
+                 "rows' min-max ranges)" for a, b in dips]
+    text = ("verify time grows with every added token" if not dips
+            else "verify time dips at " + "; ".join(described) + (": noise" if noisy else ": jitter, not noise"))
+    return {"text": text, "numbers": {"vfDipsChecked": 1, "vfDips": len(dips), "vfDipsNoisy": len(noisy),
+                                      "vfDipsText": ", ".join(f"{a['new_tokens']} to {b['new_tokens']}" for a, b in dips)
+                                      or "none"}}
+
+
 def roofline_lines(config, gpu_name: str, batch_sizes: list[int], seq_len: int) -> tuple[list[str], dict]:
     """Where a forward over ``seq_len`` tokens turns compute-bound on ``gpu_name`` (:mod:`helpers.gpu_specs`:
     FLOPs and bytes of one forward without a cache, against the ridge point peak / bandwidth): the lines to print
