@@ -180,3 +180,11 @@ def test_far_prompt_counts_name_the_sources_of_one_prompt(study, capsys):
     assert 1 <= counts["far_min_prompts"] <= counts["far_max_prompts"]
     assert (counts["far_single_sources"] > 0) == (counts["far_min_prompts"] == 1)
     assert "sources of a single prompt" in capsys.readouterr().out
+
+
+def test_the_far_table_counts_each_sources_prompts(study):
+    """Regression (a table review): the far table pooled one or two prompts per source without saying how many."""
+    labels = [study["held"]["linear"]["label"]]
+    table = nb13.with_prompt_counts(nb13.by_source(study["rows"]["far"], labels), study["rows"]["far"])
+    rows = pd.DataFrame(study["rows"]["far"])
+    assert table.prompts.to_dict() == rows.groupby("source")["id"].nunique().to_dict()

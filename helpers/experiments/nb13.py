@@ -23,7 +23,7 @@ __all__ = ["RESULTS", "PARAMETERS", "specs", "workloads", "configs", "load_model
            "method_label", "comparison", "alpha_by_position", "method_alpha", "alpha_by_workload", "accepted_less_far",
            "costs_in_round",
            "eq5_table", "by_source", "headline", "training_costs", "round_accounting", "separating_terms", "who_wins",
-           "tau_interval", "paired_side", "far_prompt_counts",
+           "tau_interval", "paired_side", "far_prompt_counts", "with_prompt_counts",
            "linear_at_depth",
            "medusa_against_linear", "far_from_corpus", "stop_against_plain", "uniform_tau", "what_it_takes"]
 PARAMETERS = ("device", "fd_target", "fd_draft", "fd_dtype", "fd_threads", "fd_prompt_count", "fd_far_count",
@@ -549,6 +549,11 @@ def stop_against_plain(held_summary: pd.DataFrame, far: pd.DataFrame, stop_label
     return {"text": text, "numbers": {"stop_held_speedup": float(speed[stop_label]),
                                       "plain_held_speedup": float(speed[plain_label]),
                                       "plain_far_lowest": float(far[plain_label].min()), "stop_far_ahead": ahead}}
+
+
+def with_prompt_counts(table: pd.DataFrame, rows: list[dict]) -> pd.DataFrame:
+    """``table`` (indexed by source) with a ``prompts`` column: how many prompts each source's speedups pool."""
+    return table.join(pd.DataFrame(rows).groupby("source")["id"].nunique().rename("prompts"))
 
 
 def far_prompt_counts(rows: list[dict]) -> dict:
