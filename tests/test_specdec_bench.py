@@ -132,6 +132,12 @@ def test_source_breakdown_pools_per_source():
         assert row["alpha_low"] <= row["alpha"] <= row["alpha_high"]
         assert row["alpha_wilson_low"] <= row["alpha"] <= row["alpha_wilson_high"]
         assert row["speedup_low"] <= row["speedup"] <= row["speedup_high"]
+    # the report's table ends with every prompt pooled: the configuration's own speedup and alpha
+    from helpers.experiments.specdec_sweeps import with_overall
+
+    overall = with_overall(table, per_prompt).loc["all sources"]
+    assert overall["prompts"] == 4 and overall["speedup"] == pytest.approx(6 / 6)
+    assert overall["alpha"] == pytest.approx(19 / 31)
 
 
 def test_alpha_for_speedup_inverts_eq5():

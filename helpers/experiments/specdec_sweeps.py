@@ -293,6 +293,13 @@ def source_breakdown(per_prompt, *, level: float = 0.95, resamples: int = 2000, 
     return pd.DataFrame(out).set_index("source").sort_values("speedup", ascending=False)
 
 
+def with_overall(by_source, per_prompt, **kwargs):
+    """``by_source`` (:func:`source_breakdown`) with an ``all sources`` row last: the same statistics over every
+    prompt of ``per_prompt`` (its speedup is the configuration's pooled speedup)."""
+    overall = source_breakdown([{**row, "source": "all sources"} for row in per_prompt], **kwargs)
+    return pd.concat([by_source, overall])
+
+
 def alpha_for_speedup(speedup: float, gamma: int, draft_ratio: float, verify_ratio: float) -> float:
     """The alpha at which Eq. 5 predicts ``speedup`` at this ``gamma``, cost ratio c and T_V/T_T (Eq. 5 rises
     monotonically with alpha); nan when even alpha = 1 falls short. Bisection to 1e-6."""
