@@ -35,21 +35,20 @@ def latex_escape(text) -> str:
 # argument or a ratio: T_V(gamma)/T_T), gamma, alpha, tau, Omega, a_d, n_max, >= and <=; a name that merely
 # contains one (gamma_key, T_V_s, alphas) stays text.
 _SYMBOLS = re.compile(r"(?<![\w\\])(T_[TDV](?:\([^)]*\))?(?:/T_[TDV](?:\([^)]*\))?)?|gamma|alpha|tau|Omega|a_d|n_max)"
-                      r"(?![\w])|>=|<=")
+                      r"(?![\w])|>=|<=|(?<=\d)x(?![\w])")
 _GREEK = {"gamma": r"\gamma", "alpha": r"\alpha", "tau": r"\tau", "Omega": r"\Omega", "n_max": r"n_{\max}",
-          ">=": r"\geq", "<=": r"\leq"}
+          ">=": r"\geq", "<=": r"\leq", "x": r"\times"}
 
 
 def typeset(text) -> str:
-    """A header or caption written by code, for LaTeX: special characters escaped, the handout's symbols as maths
-    ("T_V(gamma)/T_T" -> $T_V(\\gamma)/T_T$, "alpha" -> $\\alpha$); a header that is just "c" is the cost ratio."""
+    """Text written by code for the report (a header, a caption, a sentence of the numbers files): special
+    characters escaped, the handout's symbols as maths ("T_V(gamma)/T_T" -> $T_V(\\gamma)/T_T$, "alpha" ->
+    $\\alpha$) and a factor's x as a times sign ("1.30x" -> 1.30$\\times$; "draft-4x144" stays)."""
     text = str(text)
-    if text == "c":
-        return "$c$"
     pieces, last = [], 0
     for match in _SYMBOLS.finditer(text):
         symbol = match.group(0)
-        maths = re.sub(r"gamma|alpha|tau|Omega|n_max|>=|<=", lambda m: _GREEK[m.group(0)], symbol)
+        maths = re.sub(r"gamma|alpha|tau|Omega|n_max|>=|<=|^x$", lambda m: _GREEK[m.group(0)], symbol)
         pieces += [latex_escape(text[last:match.start()]), f"${maths}$"]
         last = match.end()
     return "".join(pieces) + latex_escape(text[last:])
@@ -75,7 +74,7 @@ def table_tex(df, float_format: str = "{:.3g}", column_format: str | None = None
     if column_format is None:
         column_format = "l" + "r" * (len(columns) - 1)
     lines = [rf"\begin{{tabular}}{{{column_format}}}", r"\toprule"]
-    lines.append(" & ".join(typeset(c) for c in columns) + r" \\")
+    lines.append(" & ".join("$c$" if c == "c" else typeset(c) for c in columns) + r" \\")  # c: the cost ratio
     lines.append(r"\midrule")
     for _, row in df.iterrows():
         cells = []
@@ -112,7 +111,7 @@ def format_number(value, digits: int = 3) -> str:
             mantissa, exponent = text.split("e")
             return rf"\ensuremath{{{mantissa}\times 10^{{{int(exponent)}}}}}"
         return text
-    return latex_escape(value)
+    return typeset(value)
 
 
 def count(n: int, noun: str, plural: str | None = None) -> str:
