@@ -154,6 +154,11 @@ def test_what_it_takes_inverts_eq5_and_the_measured_round_cost():
     assert far["numbers"]["goal_c_reachable"] == far["numbers"]["goal_alpha_reachable_measured"] == 0
     assert "more than 5 drafts can give" in far["text"]
     assert nb13.uniform_tau(0.0, 5) == 1 and nb13.uniform_tau(1.0, 5) == 6
+    # regression: "verification is the larger cost" was an assert that failed on a GPU profile's rows; it is a
+    # verdict now (1.3 target steps against 5 x 0.1 of drafting: verification)
+    assert out["goal_verify_larger"] == 1
+    cheap = nb13.what_it_takes(eq5.assign(**{"T_V/T_T": 1.05, "c": 0.3}), "eagle g5", 2.3)
+    assert cheap["numbers"]["goal_verify_larger"] == 0 and "not verification alone" in cheap["text"]
 
 
 def test_alpha_by_workload_pools_each_methods_rounds():

@@ -296,6 +296,9 @@ def what_it_takes(eq5: pd.DataFrame, label: str, goal: float) -> dict:
             numbers[f"goal_alpha_needed_{name}"] = _uniform_alpha(goal * cost, gamma)
         needs[name] = (f"tau {goal * cost:.2f} (a per-token acceptance of {numbers[f'goal_alpha_needed_{name}']:.3f})"
                        if reachable else f"tau {goal * cost:.2f}, more than {gamma} drafts can give")
+    # the larger cost of a round: verification where a (gamma + 1)-token forward costs more than a decode step and
+    # than all the round's draft steps together
+    numbers["goal_verify_larger"] = int(verify > max(1.0, gamma * c))
     c_needed = (tau / goal - verify) / gamma
     numbers["goal_c_reachable"] = int(c_needed > 0)
     if c_needed > 0:
@@ -307,7 +310,10 @@ def what_it_takes(eq5: pd.DataFrame, label: str, goal: float) -> dict:
             f"give {tau / verify:.2f}x by Eq. 5. For {goal}x: by Eq. 5, {needs['eq5']}"
             + (f" or draft steps of c <= {c_needed:.3f}" if c_needed > 0 else "")
             + f"; at the measured round cost, {needs['measured']}. Its measured tau corresponds to a per-token "
-              f"acceptance of {numbers['goal_alpha_equivalent']:.3f}.")
+              f"acceptance of {numbers['goal_alpha_equivalent']:.3f}. The larger cost of a round: "
+            + (f"verification ({verify:.2f} target steps, against {gamma} draft steps at {gamma * c:.2f})"
+               if numbers["goal_verify_larger"] else
+               f"not verification alone ({verify:.2f} target steps, against {gamma} draft steps at {gamma * c:.2f})"))
     return {"text": text, "numbers": numbers}
 
 
