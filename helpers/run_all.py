@@ -35,6 +35,13 @@ class Pending(Exception):
     """A notebook stopped at a row that is not measured yet, under results-only rendering (not a failure)."""
 
 
+class ClaimContradicted(Pending):
+    """Under results-only rendering (another profile's rows, a GPU's say), a notebook's check of its own prose (an
+    assert beside a sentence) failed: the sentence was written from other rows and needs revising for these. The
+    notebook is pending like one missing rows, so the rest still renders and the report still builds; ``main`` then
+    exits non-zero, naming the claim."""
+
+
 def load_params(profile: str, params_file: str | Path | None = None) -> dict:
     path = Path(params_file) if params_file else paths.PARAMS_DIR / f"{paths.check_profile(profile)}.yaml"
     if not path.exists():
@@ -102,6 +109,9 @@ def execute(notebook: Path, params: dict, out_dir: Path, progress: bool = True) 
     except PapermillExecutionError as err:
         if err.ename == "MissingResultError" and results_only():
             raise Pending(f"{notebook.name}: {err.evalue}") from None
+        if err.ename == "AssertionError" and results_only():
+            raise ClaimContradicted(f"{notebook.name}, cell {err.exec_count}: {err.evalue or 'an assert failed'} "
+                                    f"(see {out_dir / notebook.name})") from None
         raise SystemExit(
             f"\nFAILED: {notebook.name}, cell {err.exec_count} ({err.ename}): {err.evalue}\n"
             f"The executed notebook with the full traceback is {out_dir / notebook.name}"
@@ -197,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.report_only:
         out_dir = paths.output_root() / "build" / profile
         selected = notebooks(args.only)
-        total, pending = time.perf_counter(), []
+        total, pending, contradicted = time.perf_counter(), [], []
         for index, notebook in enumerate(selected, 1):
             print(f"[{index}/{len(selected)}] {notebook.name} (profile {profile})", flush=True)
             if args.inplace:
@@ -211,7 +221,11 @@ def main(argv: list[str] | None = None) -> None:
             except Pending as missing:
                 pending.append(notebook.stem)
                 mark_pending(notebook, profile, str(missing))
-                print(f"    PENDING (rows not measured yet): {str(missing)[:600]}", flush=True)
+                if isinstance(missing, ClaimContradicted):
+                    contradicted.append(str(missing))
+                    print(f"    PENDING (a claim of its prose does not hold for these rows): {missing}", flush=True)
+                else:
+                    print(f"    PENDING (rows not measured yet): {str(missing)[:600]}", flush=True)
                 continue
             from helpers.partial_rows import clear_partial
 
@@ -231,6 +245,9 @@ def main(argv: list[str] | None = None) -> None:
         pdf = build_report(profile)
         if pdf:
             print(f"report: {pdf}")
+    if not args.report_only and contradicted:
+        raise SystemExit("claims that this profile's rows contradict (revise each sentence beside its assert, or make "
+                         "it a printed verdict):\n  " + "\n  ".join(contradicted))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,35 @@ def test_a_missing_row_under_results_only_is_pending_not_a_failure(tmp_path, mon
         run_all.execute(path, {"profile": "cpu"}, tmp_path / "out", progress=False)
 
 
+def test_a_claim_other_rows_contradict_is_pending_under_results_only(tmp_path, monkeypatch, capsys):
+    """Regression: a GPU profile's rows can contradict a sentence written from the CPU's (its assert fails); that
+    stopped the whole render, report included. Now the notebook is pending, the rest renders, and the run ends
+    non-zero naming the claim. Measuring (the CPU default) still fails at once."""
+    cells = [new_code_cell("assert 1 > 2, 'the prose says one is more than two'")]
+    path = tmp_path / "97_claim.ipynb"
+    nbformat.write(new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                                      "language": "python"}}), path)
+    with pytest.raises(SystemExit, match="AssertionError"):
+        run_all.execute(path, {"profile": "cpu"}, tmp_path / "out", progress=False)
+    monkeypatch.setenv("WORKBOOK_RESULTS_ONLY", "1")
+    with pytest.raises(run_all.ClaimContradicted, match="97_claim.ipynb, cell 1: the prose says one is more than two"):
+        run_all.execute(path, {"profile": "cpu"}, tmp_path / "out", progress=False)
+    monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
+    ran = []
+
+    def execute(notebook, params, out_dir, progress=True):
+        if notebook.name.startswith("07"):
+            raise run_all.ClaimContradicted(f"{notebook.name}, cell 3: the prose says so")
+        ran.append(notebook.name[:2])
+        return 0.0
+
+    monkeypatch.setattr(run_all, "execute", execute)
+    with pytest.raises(SystemExit, match="07_speculative_decoding.ipynb, cell 3: the prose says so"):
+        run_all.main(["--profile", "gpu-h100", "--only", "06", "07", "08", "--no-report"])
+    assert ran == ["06", "08"] and "a claim of its prose does not hold" in capsys.readouterr().out
+    assert (paths.generated_dir("gpu-h100") / "00_run_info.numbers.tex").exists()  # the run went on to the end
+
+
 def test_pending_notebooks_are_listed_and_the_others_still_run(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
     stale = paths.generated_dir("gpu-h100") / "07_speculative_decoding.numbers.tex"
