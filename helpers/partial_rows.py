@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from helpers import paths, tables
+from helpers.results import read_rows
 
 # measured columns worth a reader's eye, in this order: a file shows those its rows hold (the means only where the
 # rows have no median)
@@ -39,7 +40,7 @@ def notebook_rows(notebook: str, folder: Path) -> dict[str, list[dict]]:
     for path in sorted(folder.glob(f"{number}_*.jsonl")):
         if path.stem in SHOWN_ELSEWHERE:
             continue
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        rows = read_rows(path)  # every row, OOM and not-run ones too; a line a crash cut short is skipped
         if rows:
             found[path.stem] = rows
     return found

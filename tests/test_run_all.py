@@ -34,6 +34,21 @@ def test_a_missing_row_under_results_only_is_pending_not_a_failure(tmp_path, mon
         run_all.execute(path, {"profile": "cpu"}, tmp_path / "out", progress=False)
 
 
+def _stop_notebook_07(monkeypatch, error) -> list[str]:
+    """Replace run_all.execute: notebook 07 raises ``error(its name)``, every other one "runs" and is listed (by its
+    number) in the list returned."""
+    ran = []
+
+    def execute(notebook, params, out_dir, progress=True):
+        if notebook.name.startswith("07"):
+            raise error(notebook.name)
+        ran.append(notebook.name[:2])
+        return 0.0
+
+    monkeypatch.setattr(run_all, "execute", execute)
+    return ran
+
+
 def test_a_claim_other_rows_contradict_is_pending_under_results_only(tmp_path, monkeypatch, capsys):
     """Regression: a GPU profile's rows can contradict a sentence written from the CPU's (its assert fails); that
     stopped the whole render, report included. Now the notebook is pending, the rest renders, and the run ends
@@ -48,15 +63,7 @@ def test_a_claim_other_rows_contradict_is_pending_under_results_only(tmp_path, m
     with pytest.raises(run_all.ClaimContradicted, match="97_claim.ipynb, cell 1: the prose says one is more than two"):
         run_all.execute(path, {"profile": "cpu"}, tmp_path / "out", progress=False)
     monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
-    ran = []
-
-    def execute(notebook, params, out_dir, progress=True):
-        if notebook.name.startswith("07"):
-            raise run_all.ClaimContradicted(f"{notebook.name}, cell 3: the prose says so")
-        ran.append(notebook.name[:2])
-        return 0.0
-
-    monkeypatch.setattr(run_all, "execute", execute)
+    ran = _stop_notebook_07(monkeypatch, lambda name: run_all.ClaimContradicted(f"{name}, cell 3: the prose says so"))
     with pytest.raises(SystemExit, match="07_speculative_decoding.ipynb, cell 3: the prose says so"):
         run_all.main(["--profile", "gpu-h100", "--only", "06", "07", "08", "--no-report"])
     assert ran == ["06", "08"] and "a claim of its prose does not hold" in capsys.readouterr().out
@@ -72,15 +79,7 @@ def test_pending_notebooks_are_listed_and_the_others_still_run(tmp_path, monkeyp
     ResultStore("gpu-h100", "07_speculative_decoding").append({"gamma": 2}, {"speedup": 1.5}, {})
     leftover = paths.generated_dir("gpu-h100") / "08_hardware_analysis_partial.tex"
     leftover.write_text("% an earlier window's rows-so-far table\n")  # 08 now renders: its section replaces it
-    ran = []
-
-    def execute(notebook, params, out_dir, progress=True):
-        if notebook.name.startswith("07"):
-            raise run_all.Pending(f"{notebook.name}: no row for gamma 3")
-        ran.append(notebook.name[:2])
-        return 0.0
-
-    monkeypatch.setattr(run_all, "execute", execute)
+    ran = _stop_notebook_07(monkeypatch, lambda name: run_all.Pending(f"{name}: no row for gamma 3"))
     run_all.main(["--profile", "gpu-h100", "--only", "06", "07", "08", "--no-report"])
     out = capsys.readouterr().out
     assert ran == ["06", "08"] and not stale.exists() and not leftover.exists()

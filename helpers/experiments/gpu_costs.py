@@ -33,6 +33,19 @@ def measured_cost_tables() -> list[tuple[Path, pd.DataFrame]]:
     return [(folder, cost_table(read_rows(folder, COSTS))) for folder in gpu_cost_folders()]
 
 
+def read_bytes(row: dict, role: str = "target") -> float:
+    """The weight bytes one decode step of the pair's ``role`` model reads (an untied input embedding is not read;
+    rows from before they recorded it: all its weights)."""
+    return row.get(f"{role}_decode_bytes", row[f"{role}_weight_bytes"])
+
+
+def hbm_floor_s(row: dict) -> float | None:
+    """The target's weight-read floor of a cost row: :func:`read_bytes` over its GPU's datasheet bandwidth (None for
+    a device without one)."""
+    bandwidth = memory_bandwidth(row.get("device_name", ""))
+    return read_bytes(row) / bandwidth if bandwidth else None
+
+
 def cost_table(rows: list[dict]) -> pd.DataFrame:
     """One line per (pair, decode mode): T_T, T_D in ms, c, T_V(gamma)/T_T at the smallest and largest gamma, the
     graph replays that prove graphs ran, and the target's weight-read floor (the weight bytes a decode step reads,
@@ -40,9 +53,7 @@ def cost_table(rows: list[dict]) -> pd.DataFrame:
     measured decode step."""
     lines = []
     for row in rows:
-        bandwidth = memory_bandwidth(row.get("device_name", ""))
-        read = row.get("target_decode_bytes", row["target_weight_bytes"])  # an untied input embedding is not read
-        floor = read / bandwidth if bandwidth else None
+        floor = hbm_floor_s(row)
         gammas = sorted(row.get("verify_ratio", {}), key=int)
         lines.append({
             "device_name": row.get("device_name"), "target": row["target"], "draft": row["draft"],
@@ -62,7 +73,7 @@ def _models_per_layer(rows: list[dict]) -> pd.DataFrame:
     """Each model of ``rows`` (target and draft of every pair) once: its step in ms per layer and the MB of weights a
     layer reads per step (the decode bytes over the layers), medians over the rows that measured it."""
     seen = [{"model": row[role], "ms": row[time] * 1e3 / row[f"{role}_layers"],
-             "mb": row.get(f"{role}_decode_bytes", row[f"{role}_weight_bytes"]) / 1e6 / row[f"{role}_layers"]}
+             "mb": read_bytes(row, role) / 1e6 / row[f"{role}_layers"]}
             for row in rows for role, time in (("target", "T_T"), ("draft", "T_D")) if row.get(f"{role}_layers")]
     return pd.DataFrame(seen).groupby("model").median() if seen else pd.DataFrame(columns=["ms", "mb"])
 
@@ -95,12 +106,12 @@ def report_numbers(rows: list[dict]) -> dict:
         if row.get("decode") != "graphs" or not row.get("target_layers"):
             continue
         twin = [e for e in eager if (e["target"], e["draft"]) == (row["target"], row["draft"])]
-        floor = cost_table([row])["HBM floor ms"].iloc[0]
+        floor = hbm_floor_s(row)
         handout = floor and row.get("weights") == "random"
         steps.append({"target": row["target"], "speedup": twin[0]["T_T"] / row["T_T"] if twin else None,
-                      "share_pct": 100 * floor / (row["T_T"] * 1e3) if handout else None,
-                      "above_us": (row["T_T"] * 1e3 - floor) * 1e3 / row["target_layers"] if floor else None,
-                      "mb": row.get("target_decode_bytes", row["target_weight_bytes"]) / 1e6 / row["target_layers"]})
+                      "share_pct": 100 * floor / row["T_T"] if handout else None,
+                      "above_us": (row["T_T"] - floor) * 1e6 / row["target_layers"] if floor else None,
+                      "mb": read_bytes(row) / 1e6 / row["target_layers"]})
     steps = pd.DataFrame(steps)
     for key in ("speedup", "share_pct", "above_us") if len(steps) else ():
         known = steps[key].dropna()
