@@ -138,3 +138,29 @@ def write_numbers(name: str, profile: str, numbers: dict, digits: int = 3) -> Pa
 def _check_name(name: str) -> None:
     if not _KEY_RE.match(name):
         raise ValueError(f"output name {name!r}: use letters, digits, '_', '-' or '.' (no paths)")
+
+
+# ------------------------------------------------------------------------------------------------ notebook display
+
+_SNAKE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+")  # acceptance_rate, best_gamma; T_V and T_D stay as they are
+NOT_APPLICABLE = "–"  # a cell with no value (a gamma a drafter does not reach, a batch a setting did not run)
+
+
+class Shown:
+    """A table as a notebook shows it (:func:`show`): HTML in JupyterLab, aligned text under papermill and nbval."""
+
+    def __init__(self, df, digits: int):
+        df = df.round(digits)
+        self.df = df.rename(columns=lambda c: c.replace("_", " ") if isinstance(c, str) and _SNAKE.fullmatch(c) else c)
+
+    def __repr__(self) -> str:
+        return self.df.to_string(na_rep=NOT_APPLICABLE)
+
+    def _repr_html_(self) -> str:
+        return self.df.to_html(na_rep=NOT_APPLICABLE)
+
+
+def show(df, digits: int = 3) -> Shown:
+    """``df`` for a notebook cell to display: rounded to ``digits`` decimals, a missing value as a dash rather than
+    NaN, and code names in the header as words ("acceptance_rate" -> "acceptance rate")."""
+    return Shown(df, digits)

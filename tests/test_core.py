@@ -113,6 +113,18 @@ def test_counts_agree_with_their_nouns():
     assert tables.count(0, "KV head") == "0 KV heads" and tables.count(3, "batch", "batches") == "3 batches"
 
 
+def test_show_dashes_missing_cells_and_words_code_headers():
+    """A notebook's displayed table: no NaN, code names as words, the handout's symbols and the index kept."""
+    df = pd.DataFrame({"acceptance_rate": [0.12345, float("nan")], "T_V": [1.0, 2.0], "draft": ["a", "b"]})
+    shown = tables.show(df)
+    text, html = repr(shown), shown._repr_html_()
+    assert "NaN" not in text and "NaN" not in html and tables.NOT_APPLICABLE in text and tables.NOT_APPLICABLE in html
+    assert "acceptance rate" in text and "T_V" in text and "0.123" in text and "0.1235" not in text
+    assert list(shown.df.columns) == ["acceptance rate", "T_V", "draft"] and list(df.columns)[0] == "acceptance_rate"
+    pivot = pd.DataFrame({"s": ["x", "y"], "b": [1, 2], "v": [0.5, 1.25]}).pivot(index="s", columns="b", values="v")
+    assert "1.2" in repr(tables.show(pivot, 1)) and tables.NOT_APPLICABLE in repr(tables.show(pivot, 1))
+
+
 def test_relative_spread_is_robust_to_one_outlier():
     assert timing.relative_spread([1.0]) == 0.0
     assert timing.relative_spread([1.0, 1.0, 1.0]) == 0.0
