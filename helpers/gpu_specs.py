@@ -53,9 +53,11 @@ def forward_flops_bytes(config, batch_size: int, new_tokens: int, context_len: i
     """FLOPs and bytes moved by one forward of ``new_tokens`` per row over ``context_len`` cached tokens.
 
     FLOPs: 2 per parameter per token (every matmul, LM head included) plus attention's QK^T and AV over the
-    context. Bytes: all weights once, the rows' KV caches once, and the new tokens' KV written.
+    context. Bytes: the weights once, the rows' KV caches once, and the new tokens' KV written. Parameters are those
+    a forward reads in full (:func:`helpers.memory.decode_param_count`): an input embedding untied from the LM head
+    gives one row per token, not its matrix, and is left out of both.
     """
-    params = memory.param_count(config)
+    params = memory.decode_param_count(config)
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     tokens = batch_size * new_tokens
     attention = 4 * config.num_hidden_layers * config.num_attention_heads * head_dim * (context_len + new_tokens)

@@ -8,6 +8,8 @@ A measuring run of :mod:`helpers.run_all` sets ``WORKBOOK_RUN_ID`` so that every
 """
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from helpers import paths
@@ -49,6 +51,32 @@ def machine_summary(rows: dict[str, list[dict]]) -> dict:
         "rows": len(flat),
         "files": len(rows),
     }
+
+
+def run_start(run_id) -> str:
+    """A run id (``cpu-20261127T034439Z``) as its start, ``11-27 03:44``; other values as they are."""
+    found = re.search(r"\d{4}(\d\d)(\d\d)T(\d\d)(\d\d)", str(run_id))
+    return f"{found[1]}-{found[2]} {found[3]}:{found[4]}" if found else str(run_id)
+
+
+def other_sources(profile: str) -> str:
+    """The sentence naming the rows of other profiles that this profile's sections quote (a CPU report sets the GPU
+    window's measurements beside its own): each folder with its devices, torch versions and thread counts; empty
+    where there are none."""
+    from helpers.tables import count
+
+    root = paths.results_dir(profile, create=False).parent
+    found = []
+    for folder in sorted(p for p in root.glob("*/") if p.name != profile):
+        rows = [r for file_rows in read_all(folder.name).values() for r in file_rows]
+        if rows:
+            devices = ", ".join(sorted({str(r.get("device_name")) for r in rows}))
+            torches = ", ".join(sorted({str(r.get("torch_version")) for r in rows}))
+            threads = sorted({int(r["threads"]) for r in rows if r.get("threads") is not None})
+            found.append(f"results/{folder.name}/ ({count(len(rows), 'row')}: {devices}, torch {torches}, "
+                         f"{', '.join(map(str, threads)) or 'unrecorded'} CPU threads)")
+    return ("Where a section compares with another machine it quotes rows measured there, labelled where they appear: "
+            + "; ".join(found) + ".") if found else ""
 
 
 def _step(notebook, what, seconds, runtime, batch, context, row) -> dict:
@@ -114,9 +142,11 @@ def same_conditions_spread(steps: pd.DataFrame) -> float:
 
 def explain(steps: pd.DataFrame) -> pd.DataFrame:
     """Each step time against the median batch-1 minimal-runtime step at a short context (:data:`SHORT_CONTEXT`, or
-    unrecorded): the ratio, and which condition explains a
-    difference beyond :func:`same_conditions_spread` (runtime, batch, a longer context, threads, run);
-    ``unexplained`` where none does."""
+    unrecorded): the ratio, and which condition explains a ratio outside the square root of
+    :func:`same_conditions_spread`, so that any two rows that agree lie within that spread of each other (runtime,
+    batch, a longer context, threads, run; ``timing drift`` for the reference's own conditions timed at
+    another moment); ``unexplained`` where none does. ``attrs`` holds the tolerance, the band and the range of the
+    reference's rows (``base_low_ms``, ``base_high_ms``)."""
     if steps.empty:
         return steps
     steps = steps.copy()
@@ -128,10 +158,11 @@ def explain(steps: pd.DataFrame) -> pd.DataFrame:
     runs = steps["run"].map(str)
     reference_run = runs[base.index].mode().iloc[0] if len(base) else None
     steps["vs reference"] = steps["ms"] / reference
+    band = tolerance ** 0.5  # agreeing rows lie within band of the reference, so any two within the tolerance
     reasons = []
     for index, row in steps.iterrows():
         ratio = row["vs reference"]
-        if 1 / tolerance <= ratio <= tolerance:
+        if 1 / band <= ratio <= band:
             reasons.append("agrees")
         elif not row["runtime"].startswith("minimal") and ratio > 1:  # a generic runtime: more overhead, never less
             reasons.append(f"{row['runtime']} runtime")
@@ -143,11 +174,15 @@ def explain(steps: pd.DataFrame) -> pd.DataFrame:
             reasons.append(f"{row['threads']} threads")
         elif reference_run is not None and str(row["run"]) != reference_run:
             reasons.append("another run")
+        elif row["batch"] == 1 and row["runtime"].startswith("minimal") and (pd.isna(row["context"])
+                                                                             or row["context"] <= SHORT_CONTEXT):
+            reasons.append("timing drift")  # the reference's conditions, timed minutes apart
         else:
             reasons.append("unexplained")
     steps["why"] = reasons
-    steps.attrs["tolerance"] = tolerance
+    steps.attrs["tolerance"], steps.attrs["band"] = tolerance, band
     steps.attrs["reference_ms"] = float(reference)
+    steps.attrs["base_low_ms"], steps.attrs["base_high_ms"] = float(base["ms"].min()), float(base["ms"].max())
     return steps
 
 
@@ -164,19 +199,30 @@ def write(profile: str) -> dict:
                    "in runs that recorded no run id" if summary["runs"] == ["None"] else
                    f"in {len(summary['runs'])} runs"),
                "first_day": summary["first_day"], "last_day": summary["last_day"], "rows": summary["rows"],
-               "files": summary["files"]}
+               "dates": (f"on {summary['first_day']}" if summary["first_day"] == summary["last_day"] else
+                         f"from {summary['first_day']} to {summary['last_day']}"),
+               "files": summary["files"], "others": other_sources(profile)}
     tables.write_numbers("00_run_info", profile, numbers)
     if len(steps):
-        tolerance = steps.attrs["tolerance"]
+        tolerance, band = steps.attrs["tolerance"], steps.attrs["band"]
         ordered = steps.sort_values("notebook", kind="stable")  # notebook order; each notebook's rows as measured
-        tables.write_table(ordered[["notebook", "what", "ms", "runtime", "batch", "context", "threads", "vs reference",
-                                    "why"]], "00_step_times", profile, float_format="{:.3g}",
+        columns = ["notebook", "what", "ms", "runtime", "batch", "context", "threads", "vs reference", "why"]
+        if ordered["run"].map(str).nunique() > 1:  # rows of several runs: name each row's run by its start
+            ordered = ordered.assign(run=ordered["run"].map(run_start))
+            columns.insert(-2, "run")
+        tables.write_table(ordered[columns], "00_step_times", profile, float_format="{:.3g}",
                            formats={"ms": "{:.2f}", "vs reference": "{:.2f}"},
                            caption="The CPU target's decode step as each notebook measured it (notebook 11: the "
                                    "target trained further, the same shape); vs reference: over the median batch-1 "
                                    f"step of the minimal runtime at a context of at most {SHORT_CONTEXT} tokens, "
                                    f"{steps.attrs['reference_ms']:.2f} ms; context --: not recorded with the timing; "
-                                   "why: the condition that explains a ratio outside "
-                                   f"1/{tolerance:.3g}-{tolerance:.3g}, the largest spread of one notebook's repeated "
-                                   "timings under equal conditions")
+                                   f"why: the condition that explains a ratio outside 1/{band:.3g}-{band:.3g}, so "
+                                   f"that any two agreeing rows lie within {tolerance:.3g}x of each other, the largest "
+                                   "spread of one notebook's repeated timings under equal conditions; timing drift: "
+                                   "the reference's conditions (or its ragged-batch variant at batch 1), timed minutes "
+                                   "apart by another notebook or for "
+                                   f"another pair (those steps span {steps.attrs['base_low_ms']:.2f}-"
+                                   f"{steps.attrs['base_high_ms']:.2f} ms, "
+                                   f"{steps.attrs['base_high_ms'] / steps.attrs['base_low_ms']:.2f}x: the resolution "
+                                   "of any comparison between notebooks)")
     return summary

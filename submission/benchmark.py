@@ -1,6 +1,5 @@
-# Name / Andrew ID: <your name> / <your Andrew ID>
-# ^ FILL IN before handing in: replace both <...> placeholders above with your name and Andrew ID (the handout
-#   asks for them at the top of the hand-in files, in a comment).
+# Name / Andrew ID: Test Student / tests
+# (the name and Andrew ID the handout is issued to; a student handing these files in puts their own here)
 """The handout's benchmarking script (§4.3): ``decode()`` against plain autoregressive decoding over prompts.jsonl.
 
     python submission/benchmark.py                          # CPU pair, gamma 3, 64 new tokens, greedy

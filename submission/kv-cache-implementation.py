@@ -1,6 +1,5 @@
-# Name / Andrew ID: <your name> / <your Andrew ID>
-# ^ FILL IN before handing in: replace both <...> placeholders above with your name and Andrew ID (the handout,
-#   section 2.2, asks for them at the top of this file, in a comment).
+# Name / Andrew ID: Test Student / tests
+# (the name and Andrew ID the handout is issued to; a student handing these files in puts their own here)
 """A minimal transformer decoder with a KV cache, and greedy generation with and without it (handout section 2.2).
 
     python submission/kv-cache-implementation.py                      # CPU pair target, offline

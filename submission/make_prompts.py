@@ -1,6 +1,5 @@
-# Name / Andrew ID: <your name> / <your Andrew ID>
-# ^ FILL IN before handing in: replace both <...> placeholders above with your name and Andrew ID (the handout
-#   asks for them at the top of the hand-in files, in a comment).
+# Name / Andrew ID: Test Student / tests
+# (the name and Andrew ID the handout is issued to; a student handing these files in puts their own here)
 """Build the handout's two data files from text every Python installation carries.
 
     python submission/make_prompts.py            # (re)write prompts.jsonl, long_prompt.txt and manifest.json

@@ -101,8 +101,7 @@ def test_nb09_batch_trend_and_depths(capsys):
     layers = nb09.print_handout_depths()
     launch_c, bytes_c = nb09.print_draft_cost_ratios(layers)
     assert launch_c["Qwen3-0.6B / Qwen3-8B"] == launch_c["Qwen3-1.7B / Qwen3-8B"]
-    decode, every = nb09.kv_draft_ratios("H100 SXM", 256)
-    assert bytes_c["Qwen3-0.6B / Qwen3-8B"] < decode and 0 < every < 1
+    assert bytes_c["Qwen3-0.6B / Qwen3-8B"] < nb09.kv_draft_ratio("H100 SXM", 256) < 1
 
 
 def test_nb08_tie_tolerance_and_grid():
@@ -165,3 +164,11 @@ def test_gpu_measurements_set_beside_the_cpu_profiles_gpu_models(monkeypatch, ca
     assert nb08.print_gpu_steps(nb08.gpu_steps("Qwen/Qwen3-8B", {"A": (0.0, 1e-4)}), "x", 0.1) == {"gpu_measured": 0}
     assert nb09.print_gpu_draft_costs(nb09.gpu_draft_costs(launch, weights)) == {"gpu_c_measured": 0}
     assert "no GPU window" in capsys.readouterr().out
+
+
+def test_nb08_report_headers_are_short():
+    """Regression (grader): the prediction table's long headers shrank it to an unreadable size."""
+    grid = pd.DataFrame(columns=["GPU", "c, roofline only", "speedup, roofline only (model)", "c, + host cost",
+                                 "speedup, + host cost (model)", "c, + host cost B", "speedup, + host cost B (model)"])
+    assert list(nb08.short_regime_headers(grid).columns) == ["GPU", "c (roof)", "speedup (roof)", "c (+host A)",
+                                                             "speedup (+host A)", "c (+host B)", "speedup (+host B)"]

@@ -6,7 +6,7 @@ import pytest
 
 from helpers.gpu_specs import (arithmetic_intensity, best_and_worst, collect_results, describe_ties, fit_layer_cost, forward_flops_bytes, gpu_spec, layer_cost_fit, load_gpu_specs,
                                map_by_size, roofline_seconds, run_to_run_spread)
-from helpers.memory import load_config, param_count
+from helpers.memory import decode_param_count, load_config
 from helpers.specdec.analysis import eq5_prediction
 
 
@@ -36,15 +36,15 @@ def test_decode_intensity_is_about_tokens_per_forward():
     assert arithmetic_intensity(config, 1, 1, 256) == pytest.approx(1.0, abs=0.05)  # 2P FLOPs over 2P bytes
     assert arithmetic_intensity(config, 1, 8, 256) == pytest.approx(8.0, rel=0.05)
     flops, moved = forward_flops_bytes(config, 1, 1, 0)
-    assert moved >= 2 * param_count(config) and flops >= 2 * param_count(config)
+    assert moved >= 2 * decode_param_count(config) and flops >= 2 * decode_param_count(config)
 
 
 def test_roofline_time_is_the_larger_bound_plus_overhead():
     config, gpu = load_config("Qwen/Qwen3-8B"), gpu_spec("H100 SXM")
-    memory_bound = 2 * param_count(config) / 3350e9
+    memory_bound = 2 * decode_param_count(config) / 3350e9
     assert roofline_seconds(config, gpu, 1, 1, 0) == pytest.approx(memory_bound, rel=0.01)
     assert roofline_seconds(config, gpu, 1, 1, 0, overhead_s=0.001) == pytest.approx(memory_bound + 0.001, rel=0.01)
-    compute_bound = 2 * param_count(config) * 4096 / 989e12  # 4096 tokens: far past the ridge point
+    compute_bound = 2 * decode_param_count(config) * 4096 / 989e12  # 4096 tokens: far past the ridge point
     # matmuls alone give compute_bound; attention over the 4096 new tokens adds less than a fifth
     assert compute_bound < roofline_seconds(config, gpu, 1, 4096, 0) < 1.2 * compute_bound
 
@@ -130,7 +130,7 @@ def test_eq5_prediction_roofline_only_does_not_depend_on_the_gpu_but_host_cost_d
     h100, l40s = gpu_spec("H100 SXM"), gpu_spec("L40S")
     roof = [eq5_prediction(target, draft, g, 3, 0.7, 256) for g in (h100, l40s)]
     assert roof[0]["speedup"] == pytest.approx(roof[1]["speedup"], rel=1e-3)
-    assert roof[0]["c"] == pytest.approx(param_count(draft) / param_count(target), rel=0.1)
+    assert roof[0]["c"] == pytest.approx(decode_param_count(draft) / decode_param_count(target), rel=0.1)
     assert roof[0]["v"] == pytest.approx(1.0, abs=0.01)
     host = [eq5_prediction(target, draft, g, 3, 0.7, 256, host_per_layer_s=3e-4) for g in (h100, l40s)]
     assert host[0]["speedup"] < host[1]["speedup"] < roof[1]["speedup"]

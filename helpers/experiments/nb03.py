@@ -199,7 +199,8 @@ def setting_numbers(explain, common, settings_: dict, n_max: int) -> dict:
                         f"kvb{k}SpeedupCommon": float(common[setting]),
                         f"kvb{k}Model": settings_[setting][0],
                         f"kvb{k}Crossover": row["first measured n with speedup >= 1.5"],
-                        f"kvb{k}Measured": int(row["no-cache measured up to"])})
+                        f"kvb{k}Measured": int(row["no-cache measured up to"]),
+                        f"kvb{k}AllMeasured": int(int(row["no-cache measured up to"]) >= n_max)})
     return numbers | {"kvbMonotonicPct": 100 * kv_sweep.MONOTONIC_TOLERANCE}  # the check's tolerance, as the text says
 
 
@@ -223,6 +224,7 @@ def cost_numbers(costs, diff: dict) -> dict:
     b, o = costs.loc["baseline"], costs.loc["older model"]
     return dict(kvbTimeRatioLow=diff["low"], kvbTimeRatioHigh=diff["high"], kvbTimeRatioLevel=round(100 * diff["level"]),
                 kvbSameModelRatio=diff["same_model_ratio"], kvbBaseOldResolved=int(diff["resolved"]),
+                kvbBaseFaster=int(b["cached ms/token"] < o["cached ms/token"]),
                 kvbTimeRatioBaseOld=b["cached ms/token"] / o["cached ms/token"],
                 kvbWeightRatioBaseOld=b["weights per token (M)"] / o["weights per token (M)"],
                 kvbBaseWeightsM=b["weights per token (M)"], kvbOldWeightsM=o["weights per token (M)"],

@@ -66,6 +66,7 @@ def _measure_pair(params: dict, store, models: LoadedModels, configs: list[dict]
     for config, row in zip(configs, gamma_rows(rows, costs)):
         row["handout_gamma"] = config["gamma"] in HANDOUT_GAMMAS  # 08 picks best/worst among these
         row["cost_prompt"] = cost_case["id"]
+        row["context_len"] = int(cost_case["input_ids"].shape[1])  # the cached context Eq. 5's terms were timed at
         store.append(config, {k: v for k, v in row.items() if k not in config}, meta)
     return costs["T_D"] / costs["T_T"]
 
@@ -217,7 +218,7 @@ def print_cost_check(frame, costs_by_pair, cost_claims, cost_context_tokens: int
               f"{cost_context_tokens} tokens for {first_target}'s tokenizer) for its {len(mine)} pairs, yet T_T "
               f"{' vs '.join(f'{t:.2f}' for t in mine['T_T (ms)'])} ms ({cost_claims['tt_spread']:.0%} apart) and T_V "
               f"at gamma={mine['gamma'].iloc[0]} {' vs '.join(f'{t:.2f}' for t in mine['T_V (ms)'])} ms "
-              f"({cost_claims['tv_spread']:.0%} apart): timing variation between the runs")
+              f"({cost_claims['tv_spread']:.0%} apart): timing variation between the two measurements")
     print("measured / Eq. 5 per pair: " + "; ".join(f"{r['pair']} {r['ratio low']:.2f}-{r['ratio high']:.2f} (T_T "
                                                     f"{r['T_T (ms)']:.2f} ms)" for _, r in costs_by_pair.iterrows()))
     if cost_claims["above"] == 0:
@@ -246,7 +247,7 @@ def _print_verify_06(rows_06) -> None:
         if {1, 2} <= set(medians.index):
             print(f"notebook 06's T_V(1)/T_T (2 tokens over 1) for {model_06}: {medians[2] / medians[1]:.2f}, timed "
                   f"with transformers' own forward (helpers.generation.sweeps.measure_verify) after a random prefix of "
-                  f"{int(group['prefix_len'].iloc[0])} tokens, medians, in another run: not this notebook's T_V(1)/T_T")
+                  f"{int(group['prefix_len'].iloc[0])} tokens, medians, another measurement: not this notebook's T_V(1)/T_T")
 
 
 def print_best(best) -> None:
@@ -352,10 +353,13 @@ def print_source_claims(by_source, checks: dict) -> None:
 
 def source_numbers(by_source, by_source_run: dict, checks: dict) -> dict:
     """The report's numbers of the per-source study."""
-    from helpers.experiments.specdec_sweeps import correlation_word
+    from helpers.experiments.specdec_sweeps import alpha_speed_inversions, correlation_word
 
     fast, slow, measured_order = checks["fast"], checks["slow"], checks["measured_order"]
+    inversions = alpha_speed_inversions(by_source)
     return {
+        "sources_inversions": inversions["inversions"], "sources_inversions_longer": inversions["inversions_longer"],
+        "sources_inversions_text": inversions["inversions_text"],
         "source_overall_speedup": float(by_source_run["speedup"]), "source_overall_alpha": float(by_source_run["alpha"]),
         "fast_source": fast, "fast_source_speedup": float(by_source.loc[fast, "speedup"]),
         "fast_source_alpha": float(by_source.loc[fast, "alpha"]),
@@ -409,3 +413,23 @@ def optimum_numbers(optimum: dict, handout_best) -> dict:
     print(f"{pair_b}: c {opt_b['c']:.3f} vs {opt_a['c']:.3f}, alpha {min(opt_b['alpha_range']):.3f}.. vs "
           f"..{max(opt_a['alpha_range']):.3f}: costs more and agrees more often: {bool(numbers['drafts_tradeoff'])}")
     return numbers
+
+
+def tau_shortfall(frame: pd.DataFrame) -> dict:
+    """Eq. 5's acceptance term against the rounds measured. Eq. 5 takes each draft as accepted independently with
+    probability alpha, Omega(gamma, alpha) tokens per round; the measured tokens per round (tau) fall short of it
+    where acceptances cluster (a hard stretch rejects in several rounds running) or a round has no draft to offer (a
+    prompt's last token). Returns the range of tau / Omega, the measured speedup over Eq. 5 with tau in place of
+    Omega (the cost terms alone), a printed line and the report's numbers."""
+    from helpers.specdec.analysis import expected_tokens_per_round
+
+    omega = np.array([float(expected_tokens_per_round(int(g), float(a))) for g, a in zip(frame["gamma"], frame["alpha"])])
+    tau_share = frame["tokens_per_round"].to_numpy() / omega
+    with_tau = frame["speedup"].to_numpy() / (frame["eq5"].to_numpy() * tau_share)  # Eq. 5 = Omega / round cost
+    text = (f"tau / Omega(gamma, alpha): {tau_share.min():.3f}..{tau_share.max():.3f} (below 1 in {(tau_share < 1).sum()}"
+            f" of {len(tau_share)} rows); measured speedup over Eq. 5 with the measured tau: {with_tau.min():.2f}.."
+            f"{with_tau.max():.2f}")
+    return {"text": text, "numbers": {
+        "tau_share_low": float(tau_share.min()), "tau_share_high": float(tau_share.max()),
+        "tau_short_all": int((tau_share < 1).all()), "tau_short_rows": int((tau_share < 1).sum()),
+        "eq5tau_ratio_low": float(with_tau.min()), "eq5tau_ratio_high": float(with_tau.max())}}

@@ -85,10 +85,12 @@ def print_fit_a(ok_rows: pd.DataFrame, context_len: int) -> tuple[pd.DataFrame, 
     GPU only what the roofline leaves over. Printed; returns the per-model frame and the fit."""
     from helpers.gpu_specs import gpu_spec
 
-    costs = pd.concat([ok_rows[["target", "T_T_s"]].set_axis(["model", "seconds"], axis=1),
-                       ok_rows[["draft", "T_D_s"]].set_axis(["model", "seconds"], axis=1)]).groupby("model")["seconds"].median()
+    timings = pd.concat([ok_rows[["target", "T_T_s"]].set_axis(["model", "seconds"], axis=1),
+                         ok_rows[["draft", "T_D_s"]].set_axis(["model", "seconds"], axis=1)]).groupby("model")["seconds"]
+    costs = timings.median()  # a target timed once per pair: the median of its pairs' timings
     fit = pd.DataFrame({"layers": [model_config(m).num_hidden_layers for m in costs.index],
-                        "hidden": [model_config(m).hidden_size for m in costs.index], "measured (ms)": costs * 1e3})
+                        "hidden": [model_config(m).hidden_size for m in costs.index], "measured (ms)": costs * 1e3,
+                        "timings": timings.nunique()})
     if ok_rows["device"].iloc[0] == "cuda":  # on a GPU the measured time also holds the roofline time
         live = gpu_spec(ok_rows["device_name"].iloc[0])
         fit["measured (ms)"] -= [roofline_seconds(model_config(m), live, 1, 1, context_len) * 1e3 for m in costs.index]
@@ -144,6 +146,7 @@ def host_numbers(fit: pd.DataFrame, fit07: dict, fit12: dict | None, device_name
             "host2_cpu_target_ms": float(fit["fit B (ms)"].max()) if fit12 else 0.0,
             "cpu_target_ms": float(fit.loc[fit["layers"].idxmax(), "measured (ms)"]),
             "cpu_target_layers": int(fit["layers"].max()),
+            "cpu_target_timings": int(fit.loc[fit["layers"].idxmax(), "timings"]),
             # the report's "mostly its own arithmetic": fit B's per-layer line covers under half the target's step
             "target_mostly_arithmetic": int(bool(fit12) and float(fit["fit B (ms)"].max())
                                             < 0.5 * float(fit.loc[fit["layers"].idxmax(), "measured (ms)"]))}
@@ -325,3 +328,14 @@ def print_gpu_steps(steps: pd.DataFrame, target: str, host_per_layer_ms: float) 
             "gpu_eager_within": int(first["eager within the regimes"]),
             "gpu_graphs_share": first["HBM floor ms"] / first["graphs ms"] if pd.notna(first["graphs ms"]) else 0.0,
             "gpu_eager_over_fit_a": first["eager per layer ms"] / host_per_layer_ms}
+
+
+REGIME_LABELS = {"roofline only": "roof", "+ host cost": "+host A", "+ host cost B": "+host B"}
+
+
+def short_regime_headers(grid: pd.DataFrame) -> pd.DataFrame:
+    """:func:`prediction_grid`'s columns with short headers for the report's table ("c, + host cost" ->
+    "c (+host A)", "speedup, roofline only (model)" -> "speedup (roof)"); the caption spells the regimes out."""
+    names = {f"{quantity}, {regime}{suffix}": f"{quantity} ({label})" for regime, label in REGIME_LABELS.items()
+             for quantity, suffix in (("c", ""), ("speedup", " (model)"))}
+    return grid.rename(columns=names)

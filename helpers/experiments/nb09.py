@@ -222,18 +222,21 @@ def compare_costs_with_07(rows_07, draft_name: str, tokenizer, T_T: float, T_D: 
     print(conditions.round(3).to_string(index=False))
     # a longer cached context can only make a forward dearer (unknown context: assume it may explain the gap)
     longer = conditions["context (tokens)"].idxmax() if conditions["context (tokens)"].notna().all() else None
-    context_explains = longer is None or bool(conditions["T_T (ms)"].idxmax() == longer
-                                              and conditions["T_D (ms)"].idxmax() == longer)
+    dearer = [conditions[column].idxmax() == longer for column in ("T_T (ms)", "T_D (ms)")]
     c_reason = ("a context is unknown, so context may explain part of the gap" if longer is None
-                else "the longer context is also the dearer forward, so context may explain part of the gap"
-                if context_explains
-                else "the measurement at the longer context is the cheaper one, so context does not explain the gap: "
-                     "it is timing variation between two runs on a shared machine")
+                else "the longer context also gave the slower forwards, so context may explain part of the gap"
+                if all(dearer)
+                else "the target and draft forwards timed at the longer context are the faster ones, so context does "
+                     "not explain the gap: it is timing variation between the two measurements" if not any(dearer)
+                else "at the longer context one forward was slower and the other faster, so context alone does not explain "
+                     "the gap: it is timing variation between the two measurements")
     print(f"c of {draft_name}: {r07['c']:.3f} in 07, {c:.3f} here ({abs(r07['c'] / c - 1):.0%} apart); same runtime: "
           f"{conditions['runtime'].nunique() == 1}; {c_reason}")
     return {"c07_same": float(r07["c"]), "c07_ctx": context_07 if text_07 is None else int(context_07),
             "c09_ctx": int(cost_row["context_len"]),
-            "c07_tt_ms": 1e3 * float(r07["T_T_s"]), "c_reason": c_reason, "c07_available": 1}
+            "c07_tt_ms": 1e3 * float(r07["T_T_s"]), "c_reason": c_reason, "c07_available": 1,
+            "c07_when": "in the same run" if r07.get("run_id") and r07.get("run_id") == cost_row.get("run_id")
+            else "in another run"}
 
 
 def source_run(by_source_07, rows_07, dear_draft: str):
@@ -347,16 +350,12 @@ def accounting_numbers(accounting, verdicts: dict, tolerance: float, largest_los
                       "acc_overhead_max": float(accounting["overhead"].max())}
 
 
-def kv_draft_ratios(gpu_name: str, context_len: int) -> tuple[float, float]:
+def kv_draft_ratio(gpu_name: str, context_len: int) -> float:
     """Qwen3-0.6B / Qwen3-8B memory-bound c with the KV cache of ``context_len`` tokens (batch 1, roofline of
-    ``gpu_name``): as a decode step pays it (an untied input embedding not read) and counting every parameter
-    (notebook 08's roofline-table convention)."""
+    ``gpu_name``, counting the weights a decode step reads, as notebook 08's roofline table does)."""
     from helpers.gpu_specs import gpu_spec, roofline_seconds
     from helpers.memory import load_config
-    from helpers.specdec.analysis import decode_roofline_seconds
 
     gpu = gpu_spec(gpu_name)
     q06, q8 = load_config("Qwen/Qwen3-0.6B"), load_config("Qwen/Qwen3-8B")
-    decode = (decode_roofline_seconds(q06, gpu, 1, 1, context_len) / decode_roofline_seconds(q8, gpu, 1, 1, context_len))
-    every = roofline_seconds(q06, gpu, 1, 1, context_len) / roofline_seconds(q8, gpu, 1, 1, context_len)
-    return decode, every
+    return roofline_seconds(q06, gpu, 1, 1, context_len) / roofline_seconds(q8, gpu, 1, 1, context_len)

@@ -423,7 +423,7 @@ def paired_side(rows: list[dict], label: str, other: str, level: float = 0.95) -
 
 def round_accounting(summary: pd.DataFrame, label: str) -> dict:
     """The method ``label``'s measured round (a :func:`summarise_methods` row): τ new tokens, and its cost in AR
-    steps, ``round`` = τ / speedup (exact: the speedup is AR's seconds over the method's for the same tokens), split
+    token times (AR's end-to-end time per token, prefill included), ``round`` = τ / speedup (exact: the speedup is AR's seconds over the method's for the same tokens), split
     by the row's time shares into drafting, verifying and the rest (prefill, acceptance, cache bookkeeping)."""
     row = summary.set_index("label").loc[label]
     cost = float(row.tau / row.speedup)
@@ -447,7 +447,7 @@ def separating_terms(feature: dict, linear: dict, tau_bounds: tuple[float, float
     cost_ratio = feature["round"] / linear["round"]
     part = max(("drafting", "verifying", "rest"), key=lambda k: abs(feature[k] - linear[k]))
     where = (f", chiefly in {'the rest' if part == 'rest' else part} ({feature[part]:.2f} against "
-             f"{linear[part]:.2f} target steps)")
+             f"{linear[part]:.2f} AR token times)")
     cost = (f"rounds of the same cost ({cost_ratio - 1:+.1%})" if abs(cost_ratio - 1) <= tolerance else
             f"rounds {1 / cost_ratio:.2f}x cheaper" + where if cost_ratio < 1 else f"rounds {cost_ratio:.2f}x dearer"
             + where)
@@ -474,7 +474,7 @@ def who_wins(held: dict, alpha: pd.DataFrame, costs: dict, summary: pd.DataFrame
     text = (f"feature draft {eagle['label']}: {eagle['speedup']:.2f}x (tau {eagle['tau']:.2f}); distilled draft "
             f"{linear['label']}: {linear['speedup']:.2f}x (tau {linear['tau']:.2f}): the feature draft is {side} it "
             f"(its time ratio's 95% bootstrap interval over prompts: {low:.2f}-{high:.2f}). A round costs "
-            f"{e['round']:.2f} against {l['round']:.2f} target steps: drafting "
+            f"{e['round']:.2f} against {l['round']:.2f} AR token times (end to end, prefill included): drafting "
             f"{e['drafting']:.2f} against {l['drafting']:.2f}, verifying {e['verifying']:.2f} against "
             f"{l['verifying']:.2f}, the rest {e['rest']:.2f} against {l['rest']:.2f}: {reason}. First-position "
             f"acceptance a_1 {a1.get(eagle['label'], float('nan')):.3f} vs {a1.get(linear['label'], float('nan')):.3f}; "

@@ -262,7 +262,8 @@ def gamma_rows(rows: list[dict], costs: dict | None = None) -> list[dict]:
 
 
 def source_breakdown(per_prompt, *, level: float = 0.95, resamples: int = 2000, seed: int = 0):
-    """Per source of a configuration's ``per_prompt`` list (see the module docstring): prompts, pooled alpha
+    """Per source of a configuration's ``per_prompt`` list (see the module docstring): prompts, their mean length
+    in tokens (``prompt_tokens``: the prefill a short generation pays), pooled alpha
     with a bootstrap interval over prompts (and the narrower Wilson interval over acceptance tests), tokens
     per round, the speedup (summed AR time / summed speculative time) with a bootstrap interval over prompts,
     and the spread of the per-prompt speedups (min, median, max). Sorted by speedup, fastest first."""
@@ -274,7 +275,8 @@ def source_breakdown(per_prompt, *, level: float = 0.95, resamples: int = 2000, 
         tested = group["accepted"] + group["rejections"]
         accepted, total = int(group["accepted"].sum()), int(tested.sum())
         per_prompt_speedup = group["ar_time_s"] / group["time_s"]
-        row = {"source": source, "prompts": len(group), "alpha": pooled_alpha(accepted, total - accepted),
+        row = {"source": source, "prompts": len(group), "prompt_tokens": float(group["prompt_tokens"].mean()),
+               "alpha": pooled_alpha(accepted, total - accepted),
                "tokens_per_round": group["new_tokens"].sum() / group["rounds"].sum(),
                "speedup": group["ar_time_s"].sum() / group["time_s"].sum(),
                "speedup_min": float(per_prompt_speedup.min()), "speedup_median": float(per_prompt_speedup.median()),
@@ -519,6 +521,7 @@ def source_table(by_source):
 
     return pd.DataFrame({
         "source": by_source.index, "prompts": by_source["prompts"].to_numpy(),
+        "prompt tokens (mean)": by_source["prompt_tokens"].round(0).astype(int).to_numpy(),
         "alpha (MLE)": by_source["alpha"].round(3).to_numpy(),
         "95% CI (prompts)": interval(by_source["alpha_low"], by_source["alpha_high"]),
         "Wilson 95% CI": interval(by_source["alpha_wilson_low"], by_source["alpha_wilson_high"]),
@@ -529,3 +532,18 @@ def source_table(by_source):
                                       zip(by_source["speedup_min"], by_source["speedup_median"],
                                           by_source["speedup_max"])],
     })
+
+
+def alpha_speed_inversions(by_source) -> dict:
+    """Pairs of sources (not the ``all sources`` row) where the one with the higher alpha has the lower speedup, and
+    how many of those have the longer prompts (a longer prefill weighs on a short generation's speedup): the
+    report's sentence on why alpha alone does not order the sources."""
+    sources = by_source.drop(index="all sources", errors="ignore")
+    pairs = [(fast, slow) for fast in sources.index for slow in sources.index
+             if sources.loc[fast, "speedup"] > sources.loc[slow, "speedup"]
+             and sources.loc[slow, "alpha"] > sources.loc[fast, "alpha"]]
+    longer = [(f, s) for f, s in pairs if sources.loc[s, "prompt_tokens"] > sources.loc[f, "prompt_tokens"]]
+    text = "; ".join(f"{s} (alpha {sources.loc[s, 'alpha']:.3f}, {sources.loc[s, 'prompt_tokens']:.0f}-token prompts) "
+                     f"slower than {f} (alpha {sources.loc[f, 'alpha']:.3f}, {sources.loc[f, 'prompt_tokens']:.0f} "
+                     f"tokens)" for f, s in pairs) or "none"
+    return {"inversions": len(pairs), "inversions_longer": len(longer), "inversions_text": text}

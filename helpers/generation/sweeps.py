@@ -195,13 +195,13 @@ def run_forward_sweep(store: ResultStore, model, configs: Iterable[dict], *, met
     return rows
 
 
-STATUS_LABELS = {"ok": "measured", "oom": "OOM", STATUS_NOT_RUN: "not run on this profile (over the time cap)"}
+STATUS_LABELS = {"ok": "measured", "oom": "OOM", STATUS_NOT_RUN: "not run (time cap)"}
 
 
 def status_table(rows: list[dict], key: str, columns: dict[str, str], status_column: str | None = None):
     """A DataFrame with one row per config: ``key`` first, then ``columns`` (source -> header).
 
-    A row that was not measured is never left out: its metrics read "OOM" or "not run on this profile ..."
+    A row that was not measured is never left out: its metrics read "OOM" or "not run (time cap)"
     (:data:`STATUS_LABELS`), or, with ``status_column``, are empty (``None``) and a column of that name states
     each row's status.
     """

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from helpers.gpu_specs import forward_flops_bytes, roofline_seconds
+from helpers.gpu_specs import roofline_seconds
 from helpers.stats import line_fit
-from helpers.memory import decode_param_count, kv_cache_bytes, param_count, weight_bytes
+from helpers.memory import kv_cache_bytes, weight_bytes
 
 
 def _check_alpha(alpha) -> np.ndarray:
@@ -221,24 +221,12 @@ def eq5_prediction(target_config, draft_config, gpu: pd.Series, gamma: int, alph
             "speedup": float(predicted_speedup(gamma, alpha, c, v))}
 
 
-def decode_roofline_seconds(config, gpu, batch_size: int, new_tokens: int, context_len: int,
-                            bytes_per_param: int = 2) -> float:
-    """Roofline lower bound of one forward as a decode step pays it: :func:`helpers.gpu_specs.forward_flops_bytes`
-    without an input embedding that is untied from the LM head (:func:`helpers.memory.decode_param_count`: a step
-    reads and multiplies one row of it per token, not the matrix), max(FLOPs / peak, bytes / bandwidth)."""
-    flops, moved = forward_flops_bytes(config, batch_size, new_tokens, context_len, bytes_per_param)
-    skipped = param_count(config) - decode_param_count(config)
-    flops -= 2 * skipped * batch_size * new_tokens
-    moved -= skipped * bytes_per_param
-    return max(flops / (gpu["bf16_tensor_tflops"] * 1e12), moved / (gpu["bandwidth_gbs"] * 1e9))
-
-
 def magicdec_grid(target_config, draft_config, gpu, *, alpha: float, gamma: int, context_lens: Iterable[int],
                   batch_sizes: Iterable[int], draft_window: int) -> list[dict]:
     """Roofline (ideal-kernel, bf16) Eq. 5 speedups over batch size and context length, MagicDec's argument.
 
-    For every context length S and batch size B: T_T and T_V from :func:`decode_roofline_seconds` of the target
-    (weights a decode step reads: an untied input embedding left out), T_D for two drafts, one reading a full KV cache of S tokens and one a bounded window of
+    For every context length S and batch size B: T_T and T_V from :func:`helpers.gpu_specs.roofline_seconds` of the
+    target (the weights a decode step reads), T_D for two drafts, one reading a full KV cache of S tokens and one a bounded window of
     ``draft_window`` tokens (StreamingLLM-style). A configuration whose weights and KV caches (both models) do not
     fit in ``gpu["vram_gb"]`` is left out. Rows: S, B, draft (``"full KV draft"`` or ``"<window>-token KV draft"``),
     c, T_V/T_T and the speedup.
@@ -248,8 +236,8 @@ def magicdec_grid(target_config, draft_config, gpu, *, alpha: float, gamma: int,
     rows = []
     for context_len in context_lens:
         for batch_size in batch_sizes:
-            t_t = decode_roofline_seconds(target_config, gpu, batch_size, 1, context_len)
-            t_v = decode_roofline_seconds(target_config, gpu, batch_size, gamma + 1, context_len)
+            t_t = roofline_seconds(target_config, gpu, batch_size, 1, context_len)
+            t_v = roofline_seconds(target_config, gpu, batch_size, gamma + 1, context_len)
             for kind, draft_context in (("full KV draft", context_len),
                                         (f"{draft_window}-token KV draft", min(context_len, draft_window))):
                 needed = (weight_bytes(target_config) + weight_bytes(draft_config)
@@ -257,7 +245,7 @@ def magicdec_grid(target_config, draft_config, gpu, *, alpha: float, gamma: int,
                           + kv_cache_bytes(draft_config, draft_context, batch_size))
                 if needed > gpu["vram_gb"] * 1e9:
                     continue  # weights and KV caches do not fit on this GPU
-                t_d = decode_roofline_seconds(draft_config, gpu, batch_size, 1, draft_context)
+                t_d = roofline_seconds(draft_config, gpu, batch_size, 1, draft_context)
                 rows.append({"S": int(context_len), "B": int(batch_size), "draft": kind, "c": t_d / t_t,
                              "T_V/T_T": t_v / t_t,
                              "speedup": float(predicted_speedup(gamma, alpha, t_d / t_t, t_v / t_t))})

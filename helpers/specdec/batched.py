@@ -1,4 +1,5 @@
-"""Batched greedy speculative decoding (B > 1) and the batched autoregressive baseline it is compared with.
+"""Batched speculative decoding (B > 1), greedy or sampled, and the batched autoregressive baseline it is
+compared with.
 
 The difficulty with a batch is that every row accepts a different number of drafts per round, so the rows'
 sequences (and KV caches) grow by different amounts, while a cache is one rectangular tensor per layer.
@@ -21,6 +22,8 @@ What is guaranteed: in exact arithmetic each row's output is that row's own gree
 under the target model, token for token, whatever the other rows do. In floating point, a padded batched
 forward may differ from the single-sequence forward by rounding (different reduction shapes), which can flip
 an argmax at a near-tie; the tests therefore check equality in float64 (and fp32 on well-separated logits).
+Sampled (temperature > 0), each row's tokens follow the target's distribution, as a single sequence's do (the
+same acceptance test per row, its own residual draw at its first rejection; tested statistically).
 """
 from __future__ import annotations
 
@@ -178,26 +181,34 @@ def batched_autoregressive_generate(model, prompts, max_new_tokens: int, eos_tok
     return BatchedGeneration(generated, BatchedStats(steps, prefill_seconds, runtime))
 
 
-def _draft_rows(draft_cache: RaggedBatch, tails: torch.Tensor, gamma: int) -> torch.Tensor:
-    """γ greedy draft tokens per row (B, γ); the first forward feeds each row's last two committed tokens."""
-    drafts = []
+def _draft_rows(draft_cache: RaggedBatch, tails: torch.Tensor, gamma: int, temperature: float = 0.0,
+                generator=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """γ draft tokens per row (B, γ), greedy or drawn at ``temperature``, and the distributions they were drawn from
+    (B, γ, V; None when greedy); the first forward feeds each row's last two committed tokens."""
+    drafts, distributions = [], []
     logits = draft_cache.extend(tails, logits_to_keep=1)
     for i in range(gamma):
-        drafts.append(logits[:, -1].argmax(dim=-1))
+        token, distribution = sample(logits[:, -1], temperature, generator)
+        drafts.append(token[:, 0])
+        distributions.append(distribution)
         if i + 1 < gamma:
-            logits = draft_cache.extend(drafts[-1][:, None], logits_to_keep=1)
-    return torch.stack(drafts, dim=1)
+            logits = draft_cache.extend(token, logits_to_keep=1)
+    return torch.stack(drafts, dim=1), None if temperature == 0 else torch.stack(distributions, dim=1)
 
 
 @torch.inference_mode()
 def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, gamma: int,
-                                 eos_token_id: int | None = None, *, time_phases: bool = False,
+                                 eos_token_id: int | None = None, *, temperature: float = 0.0,
+                                 seed: int | None = None, time_phases: bool = False,
                                  runtime: str = "auto") -> BatchedGeneration:
-    """Greedy speculative decoding of a batch of prompts with per-row acceptance and per-row rollback.
+    """Speculative decoding of a batch of prompts with per-row acceptance and per-row rollback.
 
     Each round: gamma draft forwards (the first feeds two tokens per row), ONE target forward verifying
-    gamma + 1 positions per row, one host sync for the accepted counts. Row b accepts the longest prefix of
-    its drafts that matches the target's argmax and then takes the target's own next token.
+    gamma + 1 positions per row, one host sync for the accepted counts. Each row runs Algorithm 2's test on its
+    own drafts (:func:`helpers.specdec.core.accept`): greedy (``temperature`` 0), it accepts the longest prefix
+    that matches the target's argmax and takes the target's own next token; sampling, it keeps draft i with
+    probability min(1, q/p) and draws its next token from norm(max(0, q - p)) at its first rejection, so that
+    every row's tokens follow the target's distribution at ``temperature`` (``seed`` fixes the draws).
     ``stats.accepted[b]`` lists row b's accepted drafts per round (for ``specdec.analysis.estimate_alpha``).
 
     With ``time_phases``, ``stats.phase_seconds`` splits the decode time into ``draft`` (the gamma draft
@@ -207,8 +218,11 @@ def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, ga
     """
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma (draft tokens per round) must be an int >= 1, got {gamma!r}")
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature!r}")
     rows = _check_prompts(target, prompts, max_new_tokens, min_length=2)
     device = next(target.parameters()).device
+    generator = None if seed is None else torch.Generator(device=device).manual_seed(seed)
     eos = set() if eos_token_id is None else {eos_token_id}
     sequences, generated = [list(r) for r in rows], [[] for _ in rows]
     accepted: list[list[int]] = [[] for _ in rows]
@@ -227,15 +241,16 @@ def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, ga
     while active:
         clock.mark()
         tails = torch.tensor([sequences[b][-2:] for b in active], device=device)
-        drafts = _draft_rows(draft_cache, tails, gamma)
+        drafts, draft_probs = _draft_rows(draft_cache, tails, gamma, temperature, generator)
         phases["draft"] += clock.lap()
-        n_accepted, next_tokens = accept(target_cache.extend(torch.cat([tails[:, 1:], drafts], dim=1)), drafts)
+        n_accepted, next_tokens = accept(target_cache.extend(torch.cat([tails[:, 1:], drafts], dim=1)), drafts,
+                                         draft_probs, temperature, generator)
         rounds += 1
         host = torch.cat([n_accepted[:, None], drafts, next_tokens[:, None]], dim=1).tolist()  # the one host sync
         phases["verify"] += clock.lap()
         still = []
         for i, (b, (n, *row)) in enumerate(zip(active, host)):
-            new_tokens = row[:n] + [row[-1]]  # the accepted drafts, then the target's own next token
+            new_tokens = row[:n] + [row[-1]]  # the accepted drafts, then the target's next token
             accepted[b].append(n)
             sequences[b].extend(new_tokens)
             if not finish_row(generated[b], new_tokens, max_new_tokens, eos):
