@@ -72,7 +72,11 @@ def test_setting_numbers(params):
     assert numbers["kvbLongSpeedupMaxFrom"] == "extrapolated from the fitted quadratic"
     assert numbers["kvbOldSpeedupMaxFrom"] == "measured"
     assert numbers["kvbSmallSpeedupCommon"] == 1.5 and numbers["kvbSmallMeasured"] == 64
-    assert len(numbers) == 4 * 13 + 1
+    # regression: the figure's caption spoke of extrapolated hollow points where every point was measured
+    capped = explain.assign(**{"no-cache measured up to": 32})
+    assert numbers["kvbLongAllMeasured"] == 1
+    assert nb03.setting_numbers(capped, common, nb03.settings(params), 64)["kvbLongAllMeasured"] == 0
+    assert len(numbers) == 4 * 14 + 1
     # regression: the report said the notebook fails on any longer-is-faster point; the check allows this much
     assert numbers["kvbMonotonicPct"] == 100 * nb03.kv_sweep.MONOTONIC_TOLERANCE
 
