@@ -68,13 +68,14 @@ def other_sources(profile: str) -> str:
     root = paths.results_dir(profile, create=False).parent
     found = []
     for folder in sorted(p for p in root.glob("*/") if p.name != profile):
-        rows = [r for file_rows in read_all(folder.name).values() for r in file_rows]
-        if rows:
-            devices = ", ".join(sorted({str(r.get("device_name")) for r in rows}))
-            torches = ", ".join(sorted({str(r.get("torch_version")) for r in rows}))
-            threads = sorted({int(r["threads"]) for r in rows if r.get("threads") is not None})
-            found.append(f"results/{folder.name}/ ({count(len(rows), 'row')}: {devices}, torch {torches}, "
-                         f"{', '.join(map(str, threads)) or 'unrecorded'} CPU threads)")
+        by_file = read_all(folder.name)
+        summary = machine_summary(by_file)  # threads of the files that time something, as for this profile
+        if summary["rows"]:
+            torches = ", ".join(sorted({str(r.get("torch_version")) for rows in by_file.values() for r in rows}))
+            threads = summary["threads"]
+            found.append(f"results/{folder.name}/ ({count(summary['rows'], 'row')}: {', '.join(summary['devices'])}, "
+                         f"torch {torches}, " + (count(threads[0], "CPU thread") if len(threads) == 1 else
+                                                 f"{', '.join(map(str, threads)) or 'unrecorded'} CPU threads") + ")")
     return ("Where a section compares with another machine it quotes rows measured there, labelled where they appear: "
             + "; ".join(found) + ".") if found else ""
 
