@@ -172,3 +172,29 @@ def test_nb08_report_headers_are_short():
                                  "speedup, + host cost (model)", "c, + host cost B", "speedup, + host cost B (model)"])
     assert list(nb08.short_regime_headers(grid).columns) == ["GPU", "c (roof)", "speedup (roof)", "c (+host A)",
                                                              "speedup (+host A)", "c (+host B)", "speedup (+host B)"]
+
+
+def test_nb08_prediction_with_a_gpu_windows_measured_terms(tmp_path, monkeypatch):
+    """Regression (grader): §4.5.2 carried only roofline and host-cost-model predictions while the H100 window had
+    measured c and T_V/T_T of the same pairs; Eq. 5 with those measured terms (and the borrowed alpha) is a column."""
+    import json
+
+    from helpers.specdec.analysis import predicted_speedup
+
+    monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
+    folder = tmp_path / "results" / "gpu-x"
+    folder.mkdir(parents=True)
+    rows = [{"status": "ok", "config_key": mode, "device": "cuda", "device_name": "NVIDIA H100 80GB HBM3",
+             "target": "Qwen/Qwen3-8B", "draft": "Qwen/Qwen3-0.6B", "decode": mode, "c": c,
+             "verify_ratio": {"3": 1.1, "7": 1.2}} for mode, c in (("eager", 0.6), ("graphs", 0.4))]
+    (folder / "09_handout_costs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    found = nb08.measured_terms_speedups("Qwen/Qwen3-8B", "Qwen/Qwen3-0.6B", 7, 0.7)
+    assert found == {"H100 SXM, measured terms, eager (Eq. 5)": pytest.approx(float(predicted_speedup(7, 0.7, 0.6, 1.2))),
+                     "H100 SXM, measured terms, graphs (Eq. 5)": pytest.approx(float(predicted_speedup(7, 0.7, 0.4, 1.2)))}
+    assert nb08.measured_terms_speedups("Qwen/Qwen3-8B", "Qwen/Qwen3-0.6B", 5, 0.7) == {}  # gamma not measured
+    predicted = pd.DataFrame([{"x": 1, **found}, {"x": 2, **{k: v / 2 for k, v in found.items()}}])
+    numbers = nb08.measured_terms_numbers(predicted)
+    assert numbers["pred_measured"] == 1 and numbers["pred_measured_best_ahead"] == 1
+    assert numbers["pred_measured_text"].endswith("for the worst on the H100 SXM with CUDA graphs")
+    assert numbers["pred_measured_all_below"] == int(max(found.values()) < 1)
+    assert nb08.measured_terms_numbers(pd.DataFrame({"x": [1, 2]})) == {"pred_measured": 0}

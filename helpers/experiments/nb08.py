@@ -339,3 +339,42 @@ def short_regime_headers(grid: pd.DataFrame) -> pd.DataFrame:
     names = {f"{quantity}, {regime}{suffix}": f"{quantity} ({label})" for regime, label in REGIME_LABELS.items()
              for quantity, suffix in (("c", ""), ("speedup", " (model)"))}
     return grid.rename(columns=names)
+
+
+def measured_terms_speedups(target_id: str, draft_id: str, gamma: int, alpha: float) -> dict:
+    """Eq. 5 for one handout pair with the cost terms a GPU window MEASURED for it (c and T_V(gamma)/T_T, random
+    weights, bf16, batch 1; eager and with CUDA graphs) in place of the roofline's, at the borrowed ``alpha``: one
+    column per GPU profile and decode mode, ``"<GPU>, measured terms, <mode> (Eq. 5)"``. Empty without such rows."""
+    from helpers.experiments.gpu_costs import COSTS, gpu_cost_folders, read_rows
+    from helpers.gpu_specs import gpu_spec
+    from helpers.specdec.analysis import predicted_speedup
+
+    found = {}
+    for folder in gpu_cost_folders():
+        for row in read_rows(folder, COSTS):
+            ratios = row.get("verify_ratio", {})
+            if row.get("target") == target_id and row.get("draft") == draft_id and str(gamma) in ratios:
+                try:
+                    gpu = gpu_spec(str(row.get("device_name")))["gpu"]
+                except KeyError:
+                    gpu = str(row.get("device_name"))
+                found[f"{gpu}, measured terms, {row.get('decode', 'eager')} (Eq. 5)"] = float(
+                    predicted_speedup(gamma, alpha, row["c"], ratios[str(gamma)]))
+    return found
+
+
+def measured_terms_numbers(predicted: pd.DataFrame) -> dict:
+    """The report's sentence on the measured-terms columns of the best/worst prediction (``pred_measured`` 0 without
+    them): each column's best and worst, and whether the best stays ahead."""
+    columns = [c for c in predicted.columns if ", measured terms, " in c]
+    if not columns:
+        return {"pred_measured": 0}
+    parts = []
+    for c in columns:
+        gpu, mode = c.split(", measured terms, ")[0], c.split(", measured terms, ")[1].replace(" (Eq. 5)", "")
+        parts.append(f"{predicted.loc[0, c]:.2f}x for the best and {predicted.loc[1, c]:.2f}x for the worst on the "
+                     f"{gpu} {'with CUDA graphs' if mode == 'graphs' else mode}")
+    ahead = all(predicted.loc[0, c] >= predicted.loc[1, c] for c in columns)
+    below = all(predicted.loc[i, c] < 1 for c in columns for i in (0, 1))
+    return {"pred_measured": 1, "pred_measured_text": "; ".join(parts), "pred_measured_best_ahead": int(ahead),
+            "pred_measured_all_below": int(below)}
