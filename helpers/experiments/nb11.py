@@ -263,6 +263,7 @@ def window_summary(windows: pd.DataFrame) -> dict:
                "win_c_large": largest.draft_ratio, "win_best": int(best_window.window),
                "win_best_speedup": best_window.full_batch_speedup, "win_tied": ", ".join(map(str, tied_windows)),
                "win_tied_count": len(tied_windows), "win_tied_min": min(tied_windows),
+               "win_tied_others": ", ".join(str(w) for w in tied_windows if w != int(best_window.window)),
                "win_tied_max": max(tied_windows), "win_tied_low": windows[tied].full_batch_speedup.min()}
     return {"text": text, "numbers": numbers}
 

@@ -539,6 +539,7 @@ def far_from_corpus(table: pd.DataFrame, stop_label: str, floor: float = 0.95) -
             + (f"every source" if holds else f"{len(table) - len(below)} of {len(table)} sources (below on "
                f"{', '.join(below)}; lowest {lowest[stop_label]:.2f}x, {table[stop_label].idxmin()})"))
     return {"text": text, "numbers": {"far_stop_lowest": float(lowest[stop_label]), "far_stop_holds": int(holds),
+                                      "far_stop_all_faster": int(lowest[stop_label] > 1),
                                       "far_floor": floor, "far_sources": len(table), "far_stop_below": len(below),
                                       "far_stop_worst_source": str(table[stop_label].idxmin())}}
 
