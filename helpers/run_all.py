@@ -235,8 +235,7 @@ def main(argv: list[str] | None = None) -> None:
               + (f"; pending, their rows not measured yet: {', '.join(pending)}" if pending else ""))
     info = run_info.write(profile)
     print(f"results of {profile}: {info['rows']} rows from {', '.join(info['devices'])}, threads "
-          f"{info['threads']}, " + ("one run" if info["one_run"] else "runs that recorded no run id" if info["runs"] == ["None"]
-             else f"{len(info['runs'])} runs")
+          f"{info['threads']}, {info['runs_text']}"
           + (f"; {info['unexplained']} step time(s) differ without a stated reason" if info["unexplained"] else ""))
     from helpers.experiments.gpu_costs import write_report_tables  # torch and pandas: imported when needed
 

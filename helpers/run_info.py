@@ -175,8 +175,7 @@ def explain(steps: pd.DataFrame) -> pd.DataFrame:
             reasons.append(f"{row['threads']} threads")
         elif reference_run is not None and str(row["run"]) != reference_run:
             reasons.append("another run")
-        elif row["batch"] == 1 and row["runtime"].startswith("minimal") and (pd.isna(row["context"])
-                                                                             or row["context"] <= SHORT_CONTEXT):
+        elif row["batch"] == 1 and row["runtime"].startswith("minimal") and short[index]:
             reasons.append("timing drift")  # the reference's conditions, timed minutes apart
         else:
             reasons.append("unexplained")
@@ -195,10 +194,10 @@ def write(profile: str) -> dict:
     summary = machine_summary(rows)
     steps = explain(target_step_times(rows))
     summary["unexplained"] = int((steps["why"] == "unexplained").sum()) if len(steps) else 0
+    summary["runs_text"] = ("one run" if summary["one_run"] else "runs that recorded no run id"
+                            if summary["runs"] == ["None"] else f"{len(summary['runs'])} runs")  # run_all prints it too
     numbers = {"machine": ", ".join(summary["devices"]), "threads": ", ".join(map(str, summary["threads"])),
-               "one_run": "in one run" if summary["one_run"] else (
-                   "in runs that recorded no run id" if summary["runs"] == ["None"] else
-                   f"in {len(summary['runs'])} runs"),
+               "one_run": f"in {summary['runs_text']}",
                "first_day": summary["first_day"], "last_day": summary["last_day"], "rows": summary["rows"],
                "dates": (f"on {summary['first_day']}" if summary["first_day"] == summary["last_day"] else
                          f"from {summary['first_day']} to {summary['last_day']}"),

@@ -198,3 +198,17 @@ def test_nb08_prediction_with_a_gpu_windows_measured_terms(tmp_path, monkeypatch
     assert numbers["pred_measured_text"].endswith("for the worst on the H100 SXM with CUDA graphs")
     assert numbers["pred_measured_all_below"] == int(max(found.values()) < 1)
     assert nb08.measured_terms_numbers(pd.DataFrame({"x": [1, 2]})) == {"pred_measured": 0}
+
+
+def test_tau_shortfall_against_omega():
+    """Eq. 5's Omega(gamma, alpha) against the measured tokens per round, and Eq. 5 with tau in Omega's place."""
+    from helpers.experiments import nb07
+    from helpers.specdec.analysis import expected_tokens_per_round
+
+    omega = float(expected_tokens_per_round(3, 0.6))
+    frame = pd.DataFrame({"gamma": [3, 3], "alpha": [0.6, 0.6], "tokens_per_round": [0.9 * omega, omega],
+                          "speedup": [1.2, 1.5], "eq5": [1.5, 1.5]})
+    found = nb07.tau_shortfall(frame)["numbers"]
+    assert found["tau_share_low"] == pytest.approx(0.9) and found["tau_share_high"] == pytest.approx(1.0)
+    assert found["tau_short_rows"] == 1 and found["tau_short_all"] == 0
+    assert found["eq5tau_ratio_low"] == pytest.approx(1.2 / (1.5 * 0.9)) and found["eq5tau_ratio_high"] == pytest.approx(1.0)

@@ -423,7 +423,7 @@ def tau_shortfall(frame: pd.DataFrame) -> dict:
     Omega (the cost terms alone), a printed line and the report's numbers."""
     from helpers.specdec.analysis import expected_tokens_per_round
 
-    omega = np.array([float(expected_tokens_per_round(int(g), float(a))) for g, a in zip(frame["gamma"], frame["alpha"])])
+    omega = expected_tokens_per_round(frame["gamma"].to_numpy(), frame["alpha"].to_numpy(dtype=float))
     tau_share = frame["tokens_per_round"].to_numpy() / omega
     with_tau = frame["speedup"].to_numpy() / (frame["eq5"].to_numpy() * tau_share)  # Eq. 5 = Omega / round cost
     text = (f"tau / Omega(gamma, alpha): {tau_share.min():.3f}..{tau_share.max():.3f} (below 1 in {(tau_share < 1).sum()}"

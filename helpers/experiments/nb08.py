@@ -371,7 +371,7 @@ def measured_terms_numbers(predicted: pd.DataFrame) -> dict:
         return {"pred_measured": 0}
     parts = []
     for c in columns:
-        gpu, mode = c.split(", measured terms, ")[0], c.split(", measured terms, ")[1].replace(" (Eq. 5)", "")
+        gpu, mode = c.removesuffix(" (Eq. 5)").split(", measured terms, ")
         parts.append(f"{predicted.loc[0, c]:.2f}x for the best and {predicted.loc[1, c]:.2f}x for the worst on the "
                      f"{gpu} {'with CUDA graphs' if mode == 'graphs' else mode}")
     ahead = all(predicted.loc[0, c] >= predicted.loc[1, c] for c in columns)
