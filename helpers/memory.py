@@ -195,6 +195,7 @@ NVIDIA_SMI_TOTALS = (
     CardMemory("L40S", 48, 46068, _SMI_LIST + "; also github.com/akash-network/provider-configs/pull/99"),
     CardMemory("A100 80GB", 80, 81920, _SMI_LIST),
     CardMemory("H100 80GB", 80, 81559, _SMI_LIST + "; also github.com/NVIDIA/nccl/issues/1264"),
+    CardMemory("H200", 141, 143771, "nvidia-smi memory.total on this course's lent H200 (driver 580.159, 2026-10)"),
 )
 
 
@@ -206,12 +207,12 @@ def cards_sold_as(datasheet_gb: float) -> list[CardMemory]:
 def exposed_memory(datasheet_gb: float) -> CardMemory:
     """What "a ``datasheet_gb`` GB card" exposes: the smallest ``nvidia-smi`` total among the listed cards of that
     size (the conservative reading when the card is not named). A size with no listed card falls back to the
-    datasheet's bytes, labelled so (``total_mib`` rounded down)."""
+    datasheet's bytes, labelled so (``total_mib`` rounded up, so that it never reads less than the datasheet)."""
     cards = cards_sold_as(datasheet_gb)
     if cards:
         return cards[0]
     return CardMemory(f"{datasheet_gb:g} GB card (no nvidia-smi total listed: datasheet bytes)", datasheet_gb,
-                      int(datasheet_gb * GB) // MiB, "the datasheet figure, in 10^9-byte units")
+                      -(-int(datasheet_gb * GB) // MiB), "the datasheet figure, in 10^9-byte units")
 
 
 _L40S = next(c for c in NVIDIA_SMI_TOTALS if c.card == "L40S")

@@ -2,6 +2,7 @@
 part measuring again the rows of an older model file."""
 import json
 
+import pandas as pd
 import pytest
 import torch
 
@@ -18,6 +19,7 @@ from helpers.models.qwen3 import LAYER_KERNELS
     ("Memcpy HtoD (Pinned -> Device)", "copy"),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>", "other"),
     ("aten::linear", "matmul"), ("aten::scaled_dot_product_attention", "attention"), ("aten::cat", "copy"),
+    ("nvjet_sm90_tst_128x8_64x12_4x1_v_bz_TNT", "matmul"),  # cuBLAS on Hopper: none of the older words
 ])
 def test_kernel_families(name, family):
     assert step_profile.family(name) == family
@@ -80,8 +82,39 @@ def test_the_goal_lines_say_where_the_8b_step_goes(tmp_path):
     lines = gpu_costs.goal_lines(tmp_path)
     assert lines[0].startswith("no goal rows yet")
     assert lines[1] == ("diagnostic: Qwen/Qwen3-8B decode step replayed: 8.00 ms wall; 940 kernels (26.1 per layer, "
-                        "from graphs) busy 6.00 ms, of which matrix products 5.00 ms; HBM floor 4.51 ms; idle between "
-                        "kernels 20% of their span")  # 15.1e9 B / 3.35e12 B/s
+                        "from graphs) busy 6.00 ms, of which matrix products 5.00 ms; HBM floor 4.51 ms (matrix "
+                        "products at 90% of bandwidth); over the floor: matrix products 0.49 ms, other kernels 1.00 ms, "
+                        "gaps 2.00 ms; idle between kernels 20% of their span")  # 15.1e9 B / 3.35e12 B/s
+
+
+def test_rows_of_the_first_rule_get_their_top_nvjet_kernels_back_as_matrix_products():
+    """Regression: the H200's first rows put 2.3 ms of nvjet projections under "other", so the 8B step's matrix
+    products (2.39 ms) read below its HBM floor (3.15 ms), which no kernel reading every weight can do."""
+    nvjet = {"name": "nvjet_sm90_tst_128x8_64x12_4x1_v_bz_TNT", "count": 72, "ms": 2.0}
+    split_k = {"name": "nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_TNT", "count": 72, "ms": 0.8}  # matmul already
+    old = _profile_row(families={"matmul": {"count": 72, "ms": 0.8}, "other": {"count": 100, "ms": 2.5}},
+                       top_kernels=[nvjet, split_k])
+    assert step_profile.row_families(old) == {"matmul": {"count": 144, "ms": pytest.approx(2.8)},
+                                              "other": {"count": 28, "ms": pytest.approx(0.5)}}
+    current = {**old, "families_rule": step_profile.FAMILIES_RULE}
+    assert step_profile.row_families(current) == old["families"]  # classified right when measured
+    assert step_profile.step_table([old])["matmul ms"][0] == pytest.approx(2.8)
+
+
+def test_the_report_splits_the_step_above_its_floor_and_finds_the_width_jump():
+    rows = [_profile_row(), _profile_row(model="cpu-pair/target", decode_bytes=1e6, width=6, wall_ms=3.0,
+                                         busy_ms=2.0, families={"matmul": {"count": 80, "ms": 0.7}},
+                                         top_kernels=[{"name": "cutlass_simt_sgemm", "count": 80, "ms": 0.7}]),
+            _profile_row(model="cpu-pair/target", decode_bytes=1e6, width=8, wall_ms=6.0, busy_ms=5.0,
+                         families={"matmul": {"count": 48, "ms": 3.5}},
+                         top_kernels=[{"name": "sm80_xmma_gemm_f32", "count": 48, "ms": 3.5}])]
+    numbers = step_profile.report_numbers(rows)
+    split = step_profile.gap_split(step_profile.step_table(rows[:1]).iloc[0])
+    assert sum(split[k] for k in ("matmul_excess", "other_kernels", "gaps")) == pytest.approx(8.0 - 15.1e9 / 3.35e9)
+    assert numbers["gpu_step_model"] == "Qwen3-8B" and numbers["gpu_step_largest"] == "the gaps"  # 2.0 ms of 3.49
+    assert numbers["gpu_jump_model"] == "cpu-pair/target" and numbers["gpu_jump_ratio"] == pytest.approx(5.0)
+    assert (numbers["gpu_jump_from_width"], numbers["gpu_jump_to_width"], numbers["gpu_jump_new_kernels"]) == (6, 8, 1)
+    assert numbers["gpu_step_corrected"] == 1  # rows without a rule are of rule 1
 
 
 class _Store:
@@ -104,3 +137,11 @@ def test_rows_of_an_older_model_file_are_outdated():
     assert not gpu_costs.outdated(_Store({graphs: {"layer_kernels": LAYER_KERNELS}}), configs)
     assert not gpu_costs.outdated(_Store({}), configs)  # nothing measured yet: measured anyway, nothing superseded
     assert not gpu_costs.outdated(_Store({}), {"eager": configs["eager"]})  # a Llama pair: eager only
+
+
+def test_a_width_jump_shows_end_to_end_only_where_every_draft_drops():
+    e2e = pd.DataFrame({"draft": ["a", "a", "b", "b"], "gamma": [5, 7, 5, 7], "speedup": [1.3, 0.8, 1.9, 1.4]})
+    assert gpu_costs.jump_drops_all(e2e, 6, 8) is True
+    assert gpu_costs.jump_drops_all(e2e.assign(speedup=[1.3, 0.8, 1.9, 2.0]), 6, 8) is False
+    assert gpu_costs.jump_drops_all(e2e, 1, 6) is None  # gamma 0 was not run
+    assert gpu_costs.jump_drops_all(e2e, None, None) is None and gpu_costs.jump_drops_all(e2e.iloc[:0], 6, 8) is None

@@ -134,6 +134,17 @@ def e2e_table(rows: list[dict]) -> pd.DataFrame:
     return frame.sort_values(["draft", "gamma"]).reset_index(drop=True) if len(frame) else frame
 
 
+def jump_drops_all(e2e: pd.DataFrame, from_width: int | None, to_width: int | None) -> bool | None:
+    """Whether every draft's end-to-end speedup (:func:`e2e_table`) is lower at the lookahead whose verify is
+    ``to_width`` tokens wide (gamma + 1) than at the one ``from_width`` wide; None where either was not measured."""
+    if not (from_width and to_width and len(e2e)):
+        return None
+    by = e2e.pivot_table(index="draft", columns="gamma", values="speedup")
+    low, high = from_width - 1, to_width - 1
+    both = by[[low, high]].dropna() if low in by and high in by else ()
+    return bool((both[high] < both[low]).all()) if len(both) else None
+
+
 def goal_lines(folder: Path) -> list[str]:
     """The GPU issue's goals as measured by the rows in ``folder`` (one profile's results), one line each."""
     lines = []
@@ -184,10 +195,14 @@ def write_report_tables(profile: str) -> list[str]:
     pair_rows = read_rows(folder, GRAPHS)  # the CPU pair's terms (kind eq5_terms) and its end-to-end rows
     cost_rows = read_rows(folder, COSTS) + [row for row in pair_rows if row.get("kind") == "eq5_terms"]
     costs = cost_table(cost_rows)
-    numbers = report_numbers(cost_rows)
+    step_rows = read_rows(folder, step_profile.STEP_PROFILE)
+    numbers = {**report_numbers(cost_rows), **(step_profile.report_numbers(step_rows) if step_rows else {})}
+    e2e = e2e_table(pair_rows)
+    drops = jump_drops_all(e2e, numbers.get("gpu_jump_from_width"), numbers.get("gpu_jump_to_width"))
+    if drops is not None:
+        numbers["gpu_jump_drops_all"] = int(drops)
     if numbers:  # the report's paragraph on eager against graphs says what these rows show
         tables.write_numbers("00_gpu", profile, numbers)
-    e2e = e2e_table(pair_rows)
     if len(costs):
         short = costs.drop(columns=["HBM floor ms", "device_name", "target_layers"]).assign(
             target=costs["target"].map(short_name), draft=costs["draft"].map(short_name))
@@ -204,14 +219,18 @@ def write_report_tables(profile: str) -> list[str]:
         tables.write_table(e2e, "00_gpu_e2e", profile, float_format="{:.3g}",
                            caption="The CPU pair on the GPU end to end: speculative decoding over AR, both in the same "
                                    "decode mode (real acceptance; every greedy output compared with AR's)")
-    steps = step_profile.step_table(read_rows(folder, step_profile.STEP_PROFILE))
+    steps = step_profile.step_table(step_rows)
     if len(steps):
-        tables.write_table(steps.assign(model=steps["model"].map(short_name)), "00_gpu_kernels",
+        tables.write_table(steps.drop(columns="matmul kernels").assign(model=steps["model"].map(short_name)),
+                           "00_gpu_kernels",
                            profile, float_format="{:.3g}",
                            caption="Where a decode step's time goes: one step of width tokens replayed as a CUDA graph "
                                    "(random weights in bf16; the CPU pair's target in fp32), its kernels and their "
                                    "summed time (busy), the idle share between the first kernel's start and the last "
-                                   "one's end, the matrix products' time and the HBM floor (weight bytes over bandwidth)")
+                                   "one's end, the matrix products' time and the HBM floor (weight bytes over bandwidth)"
+                                   + ("; rows measured before Hopper's nvjet kernels were classed as matrix products have "
+                                      "their eight largest kernels reclassified, so their matrix products' time is a "
+                                      "lower bound" if numbers.get("gpu_step_corrected") else ""))
     return goal_lines(folder) if len(costs) or len(e2e) or len(steps) else []
 
 
