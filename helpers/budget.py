@@ -16,12 +16,18 @@ class BudgetExhausted(Exception):
 
 class Budget:
     """Seconds left for this command; a new measurement starts only when ``margin`` plus twice the longest one so
-    far still fit (the next length of a sweep costs about twice the last)."""
+    far (in this part: :meth:`start_part`) still fit (the next length of a sweep costs about twice the last)."""
 
-    def __init__(self, seconds: float | None, margin: float = 30.0):
+    def __init__(self, seconds: float | None, margin: float = 30.0, part_start: float = 0.0):
         self.deadline = None if not seconds else time.monotonic() + seconds
         self.margin = margin
+        self.part_start = part_start
         self.longest = 0.0
+
+    def start_part(self) -> None:
+        """A new part's measurements cost what its own do, not the last part's longest: until one has run, assume
+        ``part_start`` seconds (a model load and a first configuration)."""
+        self.longest = self.part_start
 
     def left(self) -> float:
         return float("inf") if self.deadline is None else self.deadline - time.monotonic()

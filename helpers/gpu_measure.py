@@ -68,6 +68,7 @@ PART_FILES = {  # the result files each part writes (at most 8 come back per com
     "10": ["10_tree_and_lookup_decoding"],
     "11": ["11_long_context_self_speculation"],
 }
+PART_START_S = 20.0  # what a part's first step is assumed to take (a model load and one configuration)
 MAX_FILES = 8
 MAX_FILE_BYTES = 16 * 2**20
 
@@ -171,23 +172,25 @@ def _run(params: dict, eq5: dict, parts: list, out: Path, dry_run: bool, budget_
     files = [f for part in parts for f in PART_FILES[part]]
     if not dry_run:
         seed_outputs(params["profile"], out, files)
-    BudgetStore.budget = Budget(budget_s, margin=5.0 if dry_run else 30.0)
+    BudgetStore.budget = Budget(budget_s, margin=5.0 if dry_run else 30.0, part_start=0.0 if dry_run else PART_START_S)
     BudgetStore.measured = 0
 
     def store(notebook):
         return BudgetStore(params["profile"], notebook)
     store.budget = BudgetStore.budget
 
-    done, stopped = [], None
+    done, stops = [], []
     start = time.monotonic()
-    try:
-        for part in parts:
-            print(f"== part {part} ({time.monotonic() - start:.0f} s)", flush=True)
+    for part in parts:  # a part that runs out of budget stops; the later parts may still have steps that fit
+        print(f"== part {part} ({time.monotonic() - start:.0f} s)", flush=True)
+        BudgetStore.budget.start_part()
+        try:
             run_part(part, params, store, eq5)
             done.append(part)
-    except BudgetExhausted as stop:
-        stopped = str(stop)
-        print(stopped, flush=True)
+        except BudgetExhausted as stop:
+            stops.append(str(stop))
+            print(stop, flush=True)
+    stopped = "\n".join(stops) or None
     warnings = [] if archived else check_outputs(out, params["profile"], files)
     for warning in warnings:
         print("WARNING:", warning, flush=True)

@@ -7,7 +7,8 @@
    with the eager logits, one row is written and read back. A failed basic check stops the window at once (a broken
    window costs a minute, not ten); a failed graph check is printed and the window goes on eager only;
 2. the parts in ``gpu_measure.PARTS`` order, most valuable first, under a hard deadline (:data:`DEADLINE_S`, measuring
-   stops cleanly between configurations). Each part measures only what the checkout's committed
+   stops cleanly between configurations; a part whose next step does not fit stops, and the later parts still
+   measure what fits). Each part measures only what the checkout's committed
    ``results/<profile>/`` still lacks, so the next window resumes where this one stopped;
 3. after every row, ``$OUT/window-<profile>.tar.gz`` (every result file of the profile) is rewritten, so even a
    command killed at its time limit brings back every finished row; ``$OUT/window-summary.json`` ends the run with

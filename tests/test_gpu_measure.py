@@ -53,6 +53,29 @@ def test_rerun_resumes_without_measuring(dry):
     assert {f.name: f.read_bytes() for f in (out / "results" / DRY).glob("*.jsonl")} == before
 
 
+def test_a_part_out_of_budget_leaves_the_later_parts_their_turn(tmp_path, monkeypatch):
+    """Regression: the H200's first window stopped every part when part 02's next input length (97 s, twice its
+    longest) did not fit in the 86 s left, though parts 03-11 start with shorter steps."""
+    from helpers.budget import Budget, BudgetExhausted
+
+    seen = []
+
+    def run_part(part, params, store, eq5):
+        seen.append((part, store.budget.longest))
+        if part == "06":
+            store.budget.took(100.0)
+            raise BudgetExhausted(f"budget: stopped before {part}'s next length; run the same command again")
+
+    monkeypatch.setattr(gpu_measure, "run_part", run_part)
+    summary = gpu_measure.run(PROFILE, tmp_path, only=["06", "01"], dry_run=True, budget_s=600)
+    assert seen == [("06", 0.0), ("01", 0.0)]  # 01 does not inherit 06's 100-s step
+    assert summary["parts_done"] == ["01"] and "06's next length" in summary["stopped"]
+    budget = Budget(60, margin=30, part_start=20)
+    budget.took(50)
+    budget.start_part()
+    assert budget.longest == 20  # a new part: its first step assumed to take part_start
+
+
 def test_budget_stops_cleanly_before_measuring(tmp_path, capsys):
     summary = gpu_measure.run(PROFILE, tmp_path, only=["06"], dry_run=True, budget_s=1)
     assert summary["measured"] == 0 and summary["parts_done"] == []
