@@ -242,6 +242,17 @@ def _cost_row(target, draft, decode, t_t, t_d, target_mb, draft_mb, layers=(36, 
             "device_name": "NVIDIA H100 80GB HBM3", "verify_ratio": {"2": 1.1}}
 
 
+def test_repeat_spread_compares_the_same_target_timed_for_two_pairs():
+    """Regression: the H200 timed Qwen3-8B's eager step at 23.8 ms for one pair and 35.0 ms for the next (graphs:
+    7.20 and 7.28 ms); the report now says eager terms compare within a pair only."""
+    rows = [_cost_row("Qwen/Qwen3-8B", d, "eager", t, 0.02, 15e3, 1e3) for d, t in (("a", 0.0238), ("b", 0.0350))]
+    rows += [_cost_row("Qwen/Qwen3-8B", d, "graphs", t, 0.003, 15e3, 1e3) for d, t in (("a", 0.0072), ("b", 0.00728))]
+    numbers = gpu_costs.repeat_spread(rows)
+    assert numbers["gpu_repeat_target"] == "Qwen3-8B" and numbers["gpu_repeat_eager_spread"] == pytest.approx(35 / 23.8)
+    assert numbers["gpu_repeat_graphs_pct"] == pytest.approx(100 * (7.28 / 7.2 - 1))
+    assert gpu_costs.repeat_spread(rows[:1] + rows[2:3]) == {}  # each timed once: nothing to compare
+
+
 def test_report_numbers_say_launch_bound_only_where_the_rows_show_it():
     """The report's paragraph on eager against graphs is computed from the rows (it was fixed prose): a step whose
     time per layer barely moves while the bytes per layer differ 10x is launch-bound, one that follows the bytes

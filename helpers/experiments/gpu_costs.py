@@ -117,6 +117,7 @@ def report_numbers(rows: list[dict]) -> dict:
         known = steps[key].dropna()
         if len(known):
             numbers.update({f"gpu_graphs_{key}_min": float(known.min()), f"gpu_graphs_{key}_max": float(known.max())})
+    numbers.update(repeat_spread(rows))
     above = steps.dropna(subset=["above_us"]).groupby("target").median(numeric_only=True) if len(steps) else steps
     if len(above) >= 2:  # what a layer costs above its floor, against the bytes it reads, over the targets
         spread, bytes_spread = above.above_us.max() / above.above_us.min(), above.mb.max() / above.mb.min()
@@ -124,6 +125,26 @@ def report_numbers(rows: list[dict]) -> dict:
                        gpu_graphs_bytes_spread=float(bytes_spread),
                        gpu_graphs_kernel_bound=int(bytes_spread >= LAUNCH_BOUND_FACTOR * spread))
     return numbers
+
+
+def repeat_spread(rows: list[dict]) -> dict:
+    """How far the same target's step moved between the pairs' runs (each pair times its target again), eager and
+    as graphs: the target with the largest eager spread (max over min of its T_T), with its graph spread beside it
+    (``gpu_repeat_*``; empty without a target timed twice in both modes). Eager steps are host timings."""
+    times = pd.DataFrame([{"target": row["target"], "decode": row.get("decode", "eager"), "T_T": row["T_T"] * 1e3}
+                          for row in rows])
+    if not len(times):
+        return {}
+    spread = times.groupby(["target", "decode"])["T_T"].agg(["min", "max", "count"])
+    spread = spread[spread["count"] >= 2].assign(ratio=lambda f: f["max"] / f["min"])["ratio"].unstack()
+    if not {"eager", "graphs"} <= set(spread.columns) or spread[["eager", "graphs"]].dropna().empty:
+        return {}
+    both = spread[["eager", "graphs"]].dropna()
+    target = both["eager"].idxmax()
+    eager = times[(times["target"] == target) & (times["decode"] == "eager")]["T_T"]
+    return {"gpu_repeat_target": short_name(target), "gpu_repeat_eager_min_ms": float(eager.min()),
+            "gpu_repeat_eager_max_ms": float(eager.max()), "gpu_repeat_eager_spread": float(both.loc[target, "eager"]),
+            "gpu_repeat_graphs_pct": 100 * float(both.loc[target, "graphs"] - 1)}
 
 
 def e2e_table(rows: list[dict]) -> pd.DataFrame:
