@@ -193,8 +193,9 @@ def gpu_forward_rows(config, seq_len: int) -> list[dict]:
     return found
 
 
-def print_gpu_forward(found: list[dict]) -> dict:
-    """:func:`gpu_forward_rows` against the roofline (printed); the report's numbers (``fpGpuMeasured`` 0 without)."""
+def print_gpu_forward(found: list[dict], profile: str | None = None) -> dict:
+    """:func:`gpu_forward_rows` against the roofline (printed); the report's numbers (``fpGpuMeasured`` 0 without),
+    of ``profile``'s own GPU where it is one of them, else of the first."""
     if not found:
         print("no GPU window has measured this forward yet: the roofline above stays a model")
         return {"fpGpuMeasured": 0}
@@ -204,7 +205,7 @@ def print_gpu_forward(found: list[dict]) -> dict:
               f"{f['first']} runs {f['over_roof']:.0f}x its roofline time: "
               + ("host-bound, so the roofline's growth does not show" if f["over_roof"] > HOST_BOUND
                  else "near the roofline"))
-    f = found[0]
+    f = next((f for f in found if f["profile"] == profile), found[0])
     return {"fpGpuMeasured": 1, "fpGpuName": f["gpu"], "fpGpuFirstMs": f["first_ms"], "fpGpuLastMs": f["last_ms"],
             "fpGpuRatio": f["ratio"], "fpGpuRoofRatio": f["roof_ratio"], "fpGpuOverRoof": f["over_roof"],
             "fpGpuHostBound": int(f["over_roof"] > HOST_BOUND)}
