@@ -80,6 +80,13 @@ def test_gpu_forward_rows_set_the_roofline_beside_a_measurement(capsys):
     assert nb06.print_gpu_forward([h100, other], "cpu")["fpGpuName"] == h100["gpu"]  # not a GPU profile: the first
 
 
+def test_the_roofline_is_the_rows_own_gpu_where_the_datasheet_table_has_it(capsys):
+    assert nb06.roofline_gpu("NVIDIA H200", True) == "H200 SXM"
+    assert nb06.roofline_gpu("NVIDIA H200", False) == nb06.REFERENCE_GPU  # CPU rows: the reference GPU's roofline
+    assert nb06.roofline_gpu("AMD EPYC", True) == nb06.REFERENCE_GPU  # regression: a KeyError stopped the notebook
+    assert "no datasheet row for 'AMD EPYC'" in capsys.readouterr().out
+
+
 def test_verify_order_tells_jitter_from_noise():
     """Regression (a table review): the verify table dipped at k = 5 -> 6 with no word on it."""
     def row(k, samples):

@@ -126,6 +126,20 @@ def verify_order(rows: list[dict]) -> dict:
                                       or "none"}}
 
 
+REFERENCE_GPU = "H100 SXM"  # the roofline a CPU profile's section states (notebook 08's first GPU)
+
+
+def roofline_gpu(device_name: str, on_gpu: bool) -> str:
+    """The GPU whose roofline §4.2 states: the rows' own GPU (``device_name``) where the datasheet table has it,
+    else :data:`REFERENCE_GPU` (said so when the rows came from a GPU the table lacks)."""
+    if on_gpu:
+        try:
+            return gpu_spec(device_name)["gpu"]
+        except KeyError:
+            print(f"no datasheet row for {device_name!r}: the roofline below is the {REFERENCE_GPU}'s")
+    return REFERENCE_GPU
+
+
 def roofline_lines(config, gpu_name: str, batch_sizes: list[int], seq_len: int) -> tuple[list[str], dict]:
     """Where a forward over ``seq_len`` tokens turns compute-bound on ``gpu_name`` (:mod:`helpers.gpu_specs`:
     FLOPs and bytes of one forward without a cache, against the ridge point peak / bandwidth): the lines to print
