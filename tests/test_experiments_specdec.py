@@ -160,6 +160,12 @@ def test_gpu_measurements_set_beside_the_cpu_profiles_gpu_models(monkeypatch, ca
     assert c_numbers["gpu_c_graphs_ratio"] == pytest.approx(graphs["Qwen3-1.7B / Qwen3-8B"]
                                                             / graphs["Qwen3-0.6B / Qwen3-8B"])
     assert c_numbers["gpu_c_graphs_between"] == int(((graphs > 0.079) & (graphs < 28 / 36)).all())
+    assert "gpu_c_other_name" not in c_numbers  # one GPU: no second sentence
+    monkeypatch.setattr(gpu_costs, "gpu_cost_folders", lambda: [folder, folder.parent / "gpu-h200"])
+    both = nb09.print_gpu_draft_costs(nb09.gpu_draft_costs(launch, weights))
+    assert both["gpu_c_name"] != both["gpu_c_other_name"] == "NVIDIA H200"  # the second GPU beside the first
+    assert both["gpu_c_other_eager_above"] == 1  # the H200 timed Qwen3-1.7B eager c at 0.919 > 28/36
+    assert both["gpu_c_other_graphs_ratio"] == pytest.approx(both["gpu_c_other_graphs_17b"] / both["gpu_c_other_graphs_06b"])
     monkeypatch.setattr(gpu_costs, "gpu_cost_folders", lambda: [])  # no window yet: the models stay models
     assert nb08.print_gpu_steps(nb08.gpu_steps("Qwen/Qwen3-8B", {"A": (0.0, 1e-4)}), "x", 0.1) == {"gpu_measured": 0}
     assert nb09.print_gpu_draft_costs(nb09.gpu_draft_costs(launch, weights)) == {"gpu_c_measured": 0}
