@@ -152,6 +152,7 @@ def test_gpu_measurements_set_beside_the_cpu_profiles_gpu_models(monkeypatch, ca
     numbers = nb08.print_gpu_steps(steps, "Qwen/Qwen3-8B", 0.311)
     assert numbers["gpu_measured"] == 1 and numbers["gpu_measured_profile"] == "gpu-h100"
     assert numbers["gpu_eager_per_layer_ms"] == pytest.approx(row["eager ms"] / 36)
+    assert "gpu_other_name" not in numbers  # one GPU, one sentence
     launch = {name: 28 / 36 for name in nb09.HANDOUT_PAIRS} | {"Llama-3.2-1B / Llama-3.1-8B": 0.5}
     weights = {"Qwen3-0.6B / Qwen3-8B": 0.079, "Qwen3-1.7B / Qwen3-8B": 0.227, "Llama-3.2-1B / Llama-3.1-8B": 0.165}
     costs = nb09.gpu_draft_costs(launch, weights)
@@ -164,6 +165,9 @@ def test_gpu_measurements_set_beside_the_cpu_profiles_gpu_models(monkeypatch, ca
     monkeypatch.setattr(gpu_costs, "gpu_cost_folders", lambda: [folder, folder.parent / "gpu-h200"])
     both = nb09.print_gpu_draft_costs(nb09.gpu_draft_costs(launch, weights))
     assert both["gpu_c_name"] != both["gpu_c_other_name"] == "NVIDIA H200"  # the second GPU beside the first
+    two = nb08.print_gpu_steps(nb08.gpu_steps("Qwen/Qwen3-8B", {"A": (0.0, 0.311e-3)}), "Qwen/Qwen3-8B", 0.311)
+    assert two["gpu_other_name"] == "NVIDIA H200" and 0 < two["gpu_other_graphs_share"] < 1
+    assert two["gpu_other_agrees"] == int(two["gpu_other_eager_within"] == two["gpu_eager_within"])
     assert both["gpu_c_other_eager_above"] == 1  # the H200 timed Qwen3-1.7B eager c at 0.919 > 28/36
     assert both["gpu_c_other_graphs_ratio"] == pytest.approx(both["gpu_c_other_graphs_17b"] / both["gpu_c_other_graphs_06b"])
     monkeypatch.setattr(gpu_costs, "gpu_cost_folders", lambda: [])  # no window yet: the models stay models

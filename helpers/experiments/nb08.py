@@ -320,8 +320,14 @@ def print_gpu_steps(steps: pd.DataFrame, target: str, host_per_layer_ms: float) 
               f"{max(floor, row['host fit A ms']):.2f} ms (+ host cost, fit A) -> "
               + ("within them" if row["eager within the regimes"] else "OUTSIDE them: a GPU host launching each kernel "
                  "from Python costs more per layer than the CPU's fit") + replayed)
-    first = steps.iloc[0]
-    return {"gpu_measured": 1, "gpu_measured_name": first["gpu"], "gpu_measured_profile": first["profile"],
+    first, numbers = steps.iloc[0], {}
+    if len(steps) > 1 and pd.notna(steps.iloc[1]["graphs ms"]):  # a second GPU: one sentence beside the first's
+        other = steps.iloc[1]
+        numbers = {"gpu_other_name": other["gpu"], "gpu_other_eager_ms": other["eager ms"],
+                   "gpu_other_eager_within": int(other["eager within the regimes"]), "gpu_other_graphs_ms": other["graphs ms"],
+                   "gpu_other_graphs_share": other["HBM floor ms"] / other["graphs ms"],
+                   "gpu_other_agrees": int(other["eager within the regimes"] == first["eager within the regimes"])}
+    return {**numbers, "gpu_measured": 1, "gpu_measured_name": first["gpu"], "gpu_measured_profile": first["profile"],
             "gpu_eager_ms": first["eager ms"], "gpu_eager_per_layer_ms": first["eager per layer ms"],
             "gpu_graphs_ms": first["graphs ms"] if pd.notna(first["graphs ms"]) else 0.0,
             "gpu_floor_ms": first["HBM floor ms"], "gpu_host_a_ms": first["host fit A ms"],
