@@ -76,7 +76,8 @@ def test_gpu_forward_rows_set_the_roofline_beside_a_measurement(capsys):
     assert nb06.print_gpu_forward([]) == {"fpGpuMeasured": 0} and "stays a model" in capsys.readouterr().out
     # a GPU profile's report quotes its own GPU (regression: the H200 report quoted the H100's forward)
     other = {**h100, "profile": "gpu-h200", "gpu": "NVIDIA H200", "first_ms": 79.3}
-    assert nb06.print_gpu_forward([h100, other], "gpu-h200")["fpGpuName"] == "NVIDIA H200"
+    both = nb06.print_gpu_forward([h100, other], "gpu-h200")
+    assert both["fpGpuName"] == "NVIDIA H200" and both["fpOtherGpuName"] == h100["gpu"]  # the other one beside it
     assert nb06.print_gpu_forward([h100, other], "cpu")["fpGpuName"] == h100["gpu"]  # not a GPU profile: the first
 
 

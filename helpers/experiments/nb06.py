@@ -220,6 +220,13 @@ def print_gpu_forward(found: list[dict], profile: str | None = None) -> dict:
               + ("host-bound, so the roofline's growth does not show" if f["over_roof"] > HOST_BOUND
                  else "near the roofline"))
     f = next((f for f in found if f["profile"] == profile), found[0])
-    return {"fpGpuMeasured": 1, "fpGpuName": f["gpu"], "fpGpuFirstMs": f["first_ms"], "fpGpuLastMs": f["last_ms"],
+    others = [o for o in found if o is not f]
+    numbers = {}
+    if others:  # a second GPU: one sentence beside the first's
+        o = others[0]
+        numbers = {"fpOtherGpuName": o["gpu"], "fpOtherFirstMs": o["first_ms"], "fpOtherLastMs": o["last_ms"],
+                   "fpOtherRatio": o["ratio"], "fpOtherOverRoof": o["over_roof"],
+                   "fpOtherHostBound": int(o["over_roof"] > HOST_BOUND)}
+    return {**numbers, "fpGpuMeasured": 1, "fpGpuName": f["gpu"], "fpGpuFirstMs": f["first_ms"], "fpGpuLastMs": f["last_ms"],
             "fpGpuRatio": f["ratio"], "fpGpuRoofRatio": f["roof_ratio"], "fpGpuOverRoof": f["over_roof"],
             "fpGpuHostBound": int(f["over_roof"] > HOST_BOUND)}
