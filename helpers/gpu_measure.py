@@ -156,15 +156,19 @@ def run(profile: str, out: Path, only=None, dry_run: bool = False, budget_s: flo
         raise SystemExit(f"profile {profile!r} measures on {params['device']!r}, but torch {torch.__version__} sees no "
                          "CUDA device here. Run it on the GPU machine, or pass --dry-run for the CPU rehearsal.")
     out = Path(out).resolve()
-    previous_root = os.environ.get("WORKBOOK_OUTPUT_ROOT")
+    previous = {key: os.environ.get(key) for key in ("WORKBOOK_OUTPUT_ROOT", "WORKBOOK_RUN_ID")}
     os.environ["WORKBOOK_OUTPUT_ROOT"] = str(out)  # helpers.paths puts results/ under it
+    # every row of this command records one run id (as helpers.run_all's rows do), unless a caller set one
+    os.environ["WORKBOOK_RUN_ID"] = previous["WORKBOOK_RUN_ID"] or (
+        f"{params['profile']}-window-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
     try:
         return _run(params, eq5, parts, out, dry_run, budget_s, archived)
     finally:
-        if previous_root is None:
-            os.environ.pop("WORKBOOK_OUTPUT_ROOT", None)
-        else:
-            os.environ["WORKBOOK_OUTPUT_ROOT"] = previous_root
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _run(params: dict, eq5: dict, parts: list, out: Path, dry_run: bool, budget_s: float | None,

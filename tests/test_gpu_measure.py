@@ -42,6 +42,7 @@ def test_dry_run_measures_every_part_into_the_notebooks_files(dry):
             assert all(row["weights"] in ("random", "cpu-pair") for row in found), name
     eq5 = rows(out, "09_handout_costs")[0]
     assert eq5["weights"] == "random" and set(eq5["T_V"]) == {"2", "3"}
+    assert eq5["run_id"]  # a window's rows record their run (the H200's first rows could not say which run)
     assert "prediction" in eq5["eq5_note"] and set(eq5["eq5_prediction"]) == {"0.5", "0.6", "0.7", "0.8", "0.9"}
 
 
