@@ -137,9 +137,9 @@ def repeat_spread(rows: list[dict]) -> dict:
         return {}
     spread = times.groupby(["target", "decode"])["T_T"].agg(["min", "max", "count"])
     spread = spread[spread["count"] >= 2].assign(ratio=lambda f: f["max"] / f["min"])["ratio"].unstack()
-    if not {"eager", "graphs"} <= set(spread.columns) or spread[["eager", "graphs"]].dropna().empty:
+    both = spread[["eager", "graphs"]].dropna() if {"eager", "graphs"} <= set(spread.columns) else spread.iloc[:0]
+    if both.empty:
         return {}
-    both = spread[["eager", "graphs"]].dropna()
     target = both["eager"].idxmax()
     eager = times[(times["target"] == target) & (times["decode"] == "eager")]["T_T"]
     return {"gpu_repeat_target": short_name(target), "gpu_repeat_eager_min_ms": float(eager.min()),

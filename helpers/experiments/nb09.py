@@ -195,16 +195,15 @@ def print_gpu_draft_costs(gpu_c: pd.DataFrame) -> dict:
     gamma_over_one = int(np.floor(1 / min(first[keys[0]], first[keys[2]]))) + 1  # gamma * c > 1 from here, eager
     print(f"eager: every c nearer the launch-bound than the memory-bound c: {nearer_launch}; gamma * c > 1 from "
           f"gamma = {gamma_over_one} for both Qwen3 drafts")
-    numbers = {}
-    for name in gpu_c["gpu"].unique()[1:2]:  # a second GPU's c beside the first's (one sentence of the report)
-        rows = gpu_c[gpu_c["gpu"] == name]
-        other = rows.set_index(["pair", "decode"])["c"]
-        if all(key in other.index for key in keys):
-            eager = rows[rows["decode"] == "eager"]
-            numbers["gpu_c_other_eager_above"] = int((eager["c"] > eager["launch-bound c"]).any())
-            numbers |= {"gpu_c_other_name": name, "gpu_c_other_eager_06b": other[keys[0]],
-                       "gpu_c_other_graphs_06b": other[keys[1]], "gpu_c_other_eager_17b": other[keys[2]],
-                       "gpu_c_other_graphs_17b": other[keys[3]], "gpu_c_other_graphs_ratio": other[keys[3]] / other[keys[1]]}
+    numbers, names = {}, gpu_c["gpu"].unique()
+    rows = gpu_c[gpu_c["gpu"] == names[1]] if len(names) > 1 else gpu_c.iloc[:0]  # a second GPU, beside the first
+    other = rows.set_index(["pair", "decode"])["c"]
+    if len(rows) and all(key in other.index for key in keys):
+        eager = rows[rows["decode"] == "eager"]
+        numbers = {"gpu_c_other_name": names[1], "gpu_c_other_eager_06b": other[keys[0]],
+                   "gpu_c_other_graphs_06b": other[keys[1]], "gpu_c_other_eager_17b": other[keys[2]],
+                   "gpu_c_other_graphs_17b": other[keys[3]], "gpu_c_other_graphs_ratio": other[keys[3]] / other[keys[1]],
+                   "gpu_c_other_eager_above": int((eager["c"] > eager["launch-bound c"]).any())}
     return {**numbers, "gpu_c_measured": 1, "gpu_c_name": gpu_c["gpu"].iloc[0], "gpu_c_graphs_ratio": ratio,
             "gpu_c_eager_nearer_launch": int(nearer_launch), "gpu_c_eager_gamma": gamma_over_one,
             "gpu_c_graphs_between": int(graphs["between"].all()),

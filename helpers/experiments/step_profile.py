@@ -254,7 +254,7 @@ def report_numbers(rows: list[dict]) -> dict:
     jump = width_jump(table)
     if jump:
         numbers.update({f"gpu_jump_{key}": value for key, value in jump.items()})
-    numbers["gpu_step_corrected"] = int(any(row.get("families_rule", 1) < FAMILIES_RULE for row in rows)) if rows else 0
+    numbers["gpu_step_corrected"] = int(any(row.get("families_rule", 1) < FAMILIES_RULE for row in rows))
     return numbers
 
 
