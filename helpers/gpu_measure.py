@@ -19,20 +19,23 @@ Rehearse on the CPU with ``--window --dry-run --out /tmp/w`` (the CPU profile's 
 minute; the tests do it). Without ``--window``, ``--profile P --out DIR --only PART ...`` runs chosen parts.
 
 Parts, in the window's order (:data:`PARTS`): ``01`` notebook 01's check that the KV-cache formula equals the bytes a
-cache holds on the GPU (seconds; notebook 01 renders only with it); ``06`` §4.2 forward time vs batch (CUDA
-events) and the verify step; ``eq5`` T_T, T_D, T_V(gamma) of each handout pair in bf16, random weights, eager and as
-CUDA graphs (``decode: eager | graphs``; graphs rows record ``graph_replays``), with Eq. 5's predicted speedup over a
-grid of alpha (labelled a prediction) and the target's weight bytes (the HBM roofline); ``graphs`` the CPU pair's
+cache holds on the GPU (seconds; notebook 01 renders only with it); ``decode`` each handout model's decode step in
+every mode of the model file beside transformers' eager and compiled static-cache decoding
+(:mod:`helpers.experiments.decode_modes`); ``eq5`` T_T, T_D, T_V(gamma) of each handout pair in bf16, random weights,
+eager, as CUDA graphs and with the compiled layer inside them (``decode: eager | graphs | compiled``; graphs rows
+record ``graph_replays``), with Eq. 5's predicted speedup over a
+grid of alpha (labelled a prediction) and the target's weight bytes (the HBM roofline); ``06`` §4.2 forward time vs batch (CUDA events) and the verify
+step; ``graphs`` the CPU pair's
 terms eager and as graphs, then its speculative decoding end to end with graphs against AR with graphs (real alpha,
 every output checked against AR); ``profile`` where a decode step's time goes (kernels, their summed time
 and the idle gaps between them in one graph replay, by kernel family: :mod:`helpers.experiments.step_profile`);
 ``02`` §1.3 generation sweeps; ``03`` §2.1 with and without the KV cache; ``12``
 notebook 12's depth at Qwen3-0.6B size and the draft family; ``07`` notebook 07's sweep, per-source and sampled runs;
 ``09`` notebook 09's cost terms, gamma sweep and batched points; ``13`` notebook 13's drafters; ``10`` notebook 10's
-trees and lookup with the CPU pair; ``11`` notebook 11's self-speculation sweep over context and batch. Every part asks the result store first and loads
-no model for configurations already measured. The CUDA graphs are captured explicitly
-(:class:`helpers.models.graphs.GraphedSteps`): seconds, no inductor compile; ``--modes eager graphs inductor`` adds
-``torch.compile(mode="reduce-overhead")`` rows, whose ``cudagraph_skips`` say whether its graphs ran.
+trees and lookup with the CPU pair; ``11`` notebook 11's self-speculation sweep over context and batch. Every part asks the result store first and loads no model
+for configurations already measured. The CUDA graphs are captured explicitly
+(:class:`helpers.models.graphs.GraphedSteps`); the ``compiled`` mode compiles the decoder layer with inductor once per
+model shape (regional compilation) inside them; ``--modes eager graphs`` leaves it out.
 """
 from __future__ import annotations
 
@@ -47,12 +50,12 @@ from pathlib import Path
 import torch
 
 from helpers import gpu_window, paths
-from helpers.experiments import gpu_costs, step_profile
+from helpers.experiments import decode_modes, gpu_costs, step_profile
 from helpers.experiments.gpu_costs import (CPU_PAIRS, DECODE_MODES, EQ5_ALPHAS, EQ5_CONTEXT, EQ5_DTYPE, EQ5_GAMMAS,
                                           EQ5_REPEATS, HANDOUT_PAIRS)
 from helpers.budget import Budget, BudgetExhausted, BudgetStore
 
-PARTS = ("01", "06", "eq5", "graphs", "profile", "02", "03", "12", "07", "09", "13", "10", "11")  # the window's priority order
+PARTS = ("01", "decode", "eq5", "06", "graphs", "profile", "02", "03", "12", "07", "09", "13", "10", "11")  # the window's priority order
 PART_FILES = {  # the result files each part writes (at most 8 come back per command)
     "01": ["01_gpu_memory_math"],
     "02": ["02_generation_benchmarks"],
@@ -60,6 +63,7 @@ PART_FILES = {  # the result files each part writes (at most 8 come back per com
     "06": ["06_forward_pass_scaling"],
     "07": ["07_speculative_decoding", "07_speculative_decoding_by_source", "07_speculative_decoding_sampled"],
     "09": ["09_speedup_analysis"],
+    "decode": ["09_decode_modes"],
     "eq5": ["09_handout_costs"],
     "graphs": ["09_compiled_decode"],
     "profile": ["09_step_profile"],
@@ -88,7 +92,9 @@ PART_MODULES = {"01": "nb01", "02": "nb02", "03": "nb03", "06": "nb06", "07": "n
 def run_part(part: str, params: dict, store, eq5: dict) -> None:
     """Measure a part's missing rows: a notebook's own ``helpers.experiments.nbNN.measure`` (its configurations are
     written once, there), or the eq5/graphs cost terms (:mod:`helpers.experiments.gpu_costs`)."""
-    if part == "eq5":  # the handout pairs in bf16, random weights, eager and as CUDA graphs
+    if part == "decode":  # each handout model's decode step in every mode, beside transformers' own decoding
+        decode_modes.measure(params, store, {**eq5["decode"], "modes": eq5["modes"]}, fatal=(BudgetExhausted,))
+    elif part == "eq5":  # the handout pairs in bf16, random weights, eager, as CUDA graphs and compiled
         gpu_costs.measure_eq5(params, store(gpu_costs.COSTS), eq5, eq5["pairs"], "random", fatal=(BudgetExhausted,))
     elif part == "graphs":  # the CPU pair on the GPU: cost terms eager and as graphs, then end to end
         gpu_costs.measure_graphs(params, store, eq5, fatal=(BudgetExhausted,))
@@ -107,8 +113,8 @@ def profile_params(profile: str, dry_run: bool) -> tuple[dict, dict]:
     from helpers.run_all import load_params
 
     eq5 = {"pairs": HANDOUT_PAIRS, "gammas": EQ5_GAMMAS, "context": EQ5_CONTEXT, "repeats": EQ5_REPEATS,
-           "alphas": EQ5_ALPHAS, "cpu_pairs": CPU_PAIRS, "dtype": EQ5_DTYPE, "modes": ["eager", "graphs"],
-           "profile_models": step_profile.PROFILED}
+           "alphas": EQ5_ALPHAS, "cpu_pairs": CPU_PAIRS, "dtype": EQ5_DTYPE, "modes": list(DECODE_MODES),
+           "profile_models": step_profile.PROFILED, "decode": decode_modes.settings(dry_run)}
     if not dry_run:  # as papermill runs a notebook: its defaults (the CPU profile), overridden by the profile's file
         return {**load_params("cpu"), **load_params(profile)}, eq5
     params = {**load_params("cpu"), **load_params("dry-run"), "profile": f"{profile}-dryrun", "device": "cpu"}
@@ -140,7 +146,8 @@ def check_outputs(out: Path, profile: str, files: list[str]) -> list[str]:
 def run(profile: str, out: Path, only=None, dry_run: bool = False, budget_s: float | None = 540.0, *,
         modes=None, archived: bool = False) -> dict:
     """Measure the parts ``only`` (default: all, in :data:`PARTS` order) into ``out``; returns a summary.
-    ``modes``: the decode modes of parts eq5 and graphs (default eager and graphs; see :data:`DECODE_MODES`).
+    ``modes``: the decode modes of parts eq5 and graphs (default all of :data:`DECODE_MODES`; part graphs leaves
+    out ``compiled``)
     ``archived``: the files travel in one archive (the window), so their count is no limit."""
     parts = list(only or PARTS)
     unknown = [part for part in parts if part not in PARTS]
@@ -236,7 +243,7 @@ def main(argv=None) -> int:
     parser.add_argument("--deadline-s", type=float, default=None,
                         help="--window: seconds of measuring (default 510: inside a 600-s command)")
     parser.add_argument("--modes", nargs="+", metavar="MODE",
-                        help=f"decode modes of parts eq5/graphs, of {', '.join(DECODE_MODES)} (default eager graphs)")
+                        help=f"decode modes of parts eq5/graphs, of {', '.join(DECODE_MODES)} (default all)")
     args = parser.parse_args(argv)
 
     if args.unpack:

@@ -123,11 +123,11 @@ def self_check(params: dict, out: Path) -> dict:
 
 def _kernel_count(device: torch.device, notes: list) -> int | None:
     """The GPU kernels one eager decode step of the shipped 1-layer draft launches (the profiler's CUDA events),
-    beside the model file's ``LAYER_KERNELS`` (the CPU count of kernel-launching ops per layer): a batch-1 step on a
+    beside the model file's ``layer_kernels`` (the CPU count of kernel-launching ops per layer): a batch-1 step on a
     GPU is bound by its kernel count, so the window's rows are read with it. None without CUDA."""
     from helpers.experiments.step_profile import profiled_kernels
     from helpers.models import load_model
-    from helpers.models.qwen3 import LAYER_KERNELS
+    from helpers.models.decoder import layer_kernels
     from helpers.models.runtime import minimal_view
 
     if device.type != "cuda":
@@ -141,7 +141,7 @@ def _kernel_count(device: torch.device, notes: list) -> int | None:
         model(token, cache)  # warm: the first call may allocate or pick kernels
         kernels = len(profiled_kernels(lambda: model(token, cache), device))
     notes.append(f"kernel count: one eager decode step of the {model.config.num_layers}-layer draft launched {kernels} "
-                 f"CUDA kernels and copies (the model file counts {LAYER_KERNELS} kernel ops per layer on a CPU)")
+                 f"CUDA kernels and copies (the model file counts {layer_kernels(model.config)} kernel ops per layer on a CPU)")
     return kernels
 
 

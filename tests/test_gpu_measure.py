@@ -288,10 +288,31 @@ def test_a_failing_graph_measurement_is_skipped_not_fatal(capsys):
 def test_dry_run_measures_eager_and_graph_rows_with_their_proof(dry):
     out, _, _ = dry
     costs = {row["decode"]: row for row in rows(out, "09_handout_costs")}
-    assert set(costs) == {"eager", "graphs"}
+    assert set(costs) == {"eager", "graphs", "compiled"}
     assert costs["graphs"]["graph_replays"] == 0  # a CPU captures nothing; on a GPU the row counts the replays
+    assert costs["compiled"]["layer_kernels"] == costs["graphs"]["layer_kernels"]  # the eager count, for reference
+    cpu_pair_modes = {row["decode"] for row in rows(out, "09_compiled_decode")}
+    assert cpu_pair_modes == {"eager", "graphs"}  # the CPU pair's part keeps its modes
     e2e = [row for row in rows(out, "09_compiled_decode") if row["kind"] == "e2e"]
     assert e2e and all(row["decode"] == "graphs" and row["identical_to_ar"] for row in e2e)
+
+
+def test_dry_run_decode_part_times_every_mode_and_both_peers(dry):
+    """The model file's first window part, rehearsed: each model in every decode mode (Qwen3 and Llama analogs),
+    with its compile seconds, and transformers' eager and compiled static-cache decoding beside it."""
+    from helpers.experiments import decode_modes
+
+    out, _, _ = dry
+    found = rows(out, decode_modes.DECODE_STEPS)
+    steps = {(r["model"], r["decode"]): r for r in found if r["kind"] == "decode_step"}
+    assert set(steps) == {(m, mode) for m in ("cpu/Qwen3-8B", "cpu/Llama-3.1-8B") for mode in decode_modes.MODES}
+    assert all(r["wall_ms"] > 0 and r["compile_s"] >= 0 and r["kernels"] > 0 for r in steps.values())
+    assert steps["cpu/Llama-3.1-8B", "eager"]["layer_kernels"] == 19 and steps["cpu/Qwen3-8B", "eager"]["layer_kernels"] == 22
+    peers = {r["peer"]: r for r in found if r["kind"] == "decode_peer"}
+    assert set(peers) == set(decode_modes.PEERS) and all(r["wall_ms"] > 0 for r in peers.values())
+    table = decode_modes.decode_table(found)
+    assert set(table["mode"]) == set(decode_modes.MODES) | set(decode_modes.PEERS)
+    assert len(decode_modes.speed_against_peer(table)) == 1  # the Llama analog has both
 
 
 def test_gpu_profiles_have_every_notebook_parameter():
@@ -301,7 +322,7 @@ def test_gpu_profiles_have_every_notebook_parameter():
     for profile in ("gpu-h100", "gpu-h200"):
         params, eq5 = gpu_measure.profile_params(profile, dry_run=False)
         assert set(cpu) <= set(params) and params["device"] == "cuda" and params["profile"] == profile
-        assert eq5["modes"] == ["eager", "graphs"]
+        assert eq5["modes"] == ["eager", "graphs", "compiled"]
 
 
 def test_window_rehearsal_resumes_archives_and_reports_goals(dry, tmp_path):
@@ -369,14 +390,17 @@ def test_decode_bytes_leave_out_an_untied_input_embedding():
     assert gpu_costs.decode_weight_bytes(tied) == sum(t.numel() * t.element_size() for t in tied.parameters())
 
 
-def test_eager_rows_need_no_minimal_view_so_llama_pairs_measure():
-    """graph_proof inspects the model file's view only for graphs rows: an eager row of a Llama pair (no minimal view)
-    is measured (regression: the H100 window stopped at Llama-3.1-8B's eager Eq. 5 row with 'implements the Qwen3
-    architecture')."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def test_eager_rows_need_no_minimal_view_so_other_architectures_measure():
+    """graph_proof inspects the model file's view only for graphs rows: an eager row of an architecture the model file
+    does not implement (here GPT-2) is measured (regression: the H100 window stopped at Llama-3.1-8B's eager Eq. 5
+    row with 'implements the Qwen3 architecture', when the model file ran Qwen3 only); a Llama row records its
+    kernels per layer now that the model file runs it."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=32, n_layer=1, n_head=2)).eval()
+    assert gpu_costs.graph_proof("eager", (gpt2, gpt2), lambda: {"T_T": 1.0}) == {"T_T": 1.0}
+    with pytest.raises(ValueError, match="model_type='gpt2'"):
+        gpu_costs.graph_proof("graphs", (gpt2,), lambda: {"T_T": 1.0})
     llama = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                          num_attention_heads=2)).eval()
-    assert gpu_costs.graph_proof("eager", (llama, llama), lambda: {"T_T": 1.0}) == {"T_T": 1.0}
-    with pytest.raises(ValueError, match="Qwen3"):
-        gpu_costs.graph_proof("graphs", (llama,), lambda: {"T_T": 1.0})
+    assert gpu_costs.graph_proof("eager", (llama,), lambda: {"T_T": 1.0}) == {"T_T": 1.0, "layer_kernels": 19}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig
+from transformers import LlamaConfig, MistralConfig
 
 from helpers import kv_cache
 from helpers.memory import kv_cache_bytes
@@ -177,9 +177,13 @@ def test_bfloat16_cached_and_uncached_agree():
 
 
 def test_rejects_other_architectures():
-    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
-    with pytest.raises(ValueError, match="Qwen3"):
+    config = MistralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    with pytest.raises(ValueError, match="qwen3, llama, olmo.*model_type='mistral'"):
         kv_cache.DecoderConfig.from_hf(config)
+    scaled = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0})
+    with pytest.raises(ValueError, match="rope_type='yarn'.*runtime='transformers'"):
+        kv_cache.DecoderConfig.from_hf(scaled)
 
 
 def test_bad_arguments(pair):

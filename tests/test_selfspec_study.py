@@ -9,7 +9,7 @@ import torch
 
 from helpers.experiments.selfspec_figures import context_use_figure, terms_figure, window_figure
 from helpers.experiments.selfspec_study import against_one, byte_terms, compare_at, prefill_long, tied_with_best
-from helpers.models.qwen3 import from_hf
+from helpers.models.decoder import from_hf
 from tiny_models import PEAK, tiny_qwen3
 
 matplotlib.use("Agg")

@@ -13,7 +13,7 @@ import torch
 import transformers
 from packaging.version import Version
 from scipy import stats as scipy_stats
-from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+from transformers import DynamicCache, MistralConfig, MistralForCausalLM
 
 from helpers.specdec import accept_sampling, autoregressive_generate, speculative_generate
 from distribution_checks import chi_square_pvalue, exact_joint, tv_tolerance
@@ -280,18 +280,18 @@ def test_runtimes_agree_and_auto_picks_minimal_for_qwen3(target, draft):
 
 def test_other_architectures_use_transformers():
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
-                         bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    llama = LlamaForCausalLM(config).eval()
+    config = MistralConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
+                           bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    mistral = MistralForCausalLM(config).eval()
     prompt = prompts(3)[2]
-    result = speculative_generate(llama, copy.deepcopy(llama), prompt, 10, gamma=2)
+    result = speculative_generate(mistral, copy.deepcopy(mistral), prompt, 10, gamma=2)
     assert result.stats.runtime == "transformers"
-    assert torch.equal(result.tokens, autoregressive_generate(llama, prompt, 10).tokens)
-    with pytest.raises(ValueError, match="Qwen3"):
-        autoregressive_generate(llama, prompt, 10, runtime="minimal")
+    assert torch.equal(result.tokens, autoregressive_generate(mistral, prompt, 10).tokens)
+    with pytest.raises(ValueError, match="model_type='mistral'"):
+        autoregressive_generate(mistral, prompt, 10, runtime="minimal")
     with pytest.raises(ValueError, match="unknown runtime"):
-        autoregressive_generate(llama, prompt, 10, runtime="fast")
+        autoregressive_generate(mistral, prompt, 10, runtime="fast")
 
 
 @pytest.mark.parametrize("runtime", ["minimal", "transformers"])

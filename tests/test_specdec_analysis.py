@@ -231,3 +231,17 @@ def test_bound_verdicts_leave_differences_within_the_tolerance_uncalled():
     assert bound_verdicts(accounting, 0.0)["below"] == [1, 2]
     with pytest.raises(ValueError):
         bound_verdicts(accounting, -0.1)
+
+
+def test_break_even_alpha_is_where_the_best_gamma_predicts_no_speedup():
+    from helpers.specdec.analysis import break_even_alpha, optimal_gamma, predicted_speedup
+
+    verify = {2: 1.05, 3: 1.08, 5: 1.15, 7: 1.3}
+    alpha, gamma = break_even_alpha(0.1, verify)
+    assert abs(predicted_speedup(gamma, alpha, 0.1, verify[gamma]) - 1.0) < 1e-4
+    assert optimal_gamma(alpha, 0.1, verify, gammas=verify)[0] == gamma  # the optimum there
+    below = [predicted_speedup(g, alpha - 0.01, 0.1, v) for g, v in verify.items()]
+    assert max(below) < 1.0  # just below it, no gamma pays
+    assert break_even_alpha(0.2, verify)[0] > alpha  # a dearer draft needs a higher acceptance
+    nan, _ = break_even_alpha(1.0, {2: 1.0, 3: 1.0})  # a draft as dear as the target never pays
+    assert nan != nan

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers.models.qwen3 import from_hf
+from helpers.models.decoder import from_hf
 from helpers.models.streaming import StreamingView
 from helpers.specdec.linear import autoregressive_generate
 from helpers.specdec.selfspec import (

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from scipy import stats as scipy_stats
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import MistralConfig, MistralForCausalLM
 
 from helpers.models.runtime import minimal_view
 from helpers.specdec import autoregressive_generate, speculative_generate
@@ -169,12 +169,12 @@ def test_bad_tree_arguments_are_clear_errors(pair, kwargs, match):
         tree_generate(*pair, prompts(1)[0], 4, **kwargs)
 
 
-def test_non_qwen3_models_are_refused_with_the_reason(pair):
-    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    llama = LlamaForCausalLM(config).eval()
-    with pytest.raises(ValueError, match="tree attention masks.*Qwen3"):
-        tree_generate(pair[0], llama, prompts(1)[0], 4)
+def test_architectures_the_model_file_lacks_are_refused_with_the_reason(pair):
+    config = MistralConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    mistral = MistralForCausalLM(config).eval()
+    with pytest.raises(ValueError, match="tree attention masks.*model_type='mistral'"):
+        tree_generate(pair[0], mistral, prompts(1)[0], 4)
 
 
 def test_tree_past_the_context_is_refused(pair):

@@ -64,3 +64,35 @@ RAGGED_PROMPTS = [[5, 17, 3, 9, 22, 41, 7], [8, 2], [60, 61, 62, 63], [11, 12, 1
 def tiny_meta(seed: int = 0) -> dict:
     """Result-row metadata for a tiny random model on the CPU."""
     return run_metadata(model_id="tiny", weights="random", dtype=torch.float32, device="cpu", seed=seed)
+
+
+# One tiny random model of every family the model file implements (and each variant that changes its code path):
+# Llama 3 with its scaled RoPE tied and untied, Llama 2 (full multi-head attention, plain RoPE), OLMo (LayerNorm
+# without parameters, clip_qkv) and Qwen3. ``original_max_position_embeddings`` is small so that Llama 3's
+# scaling bends frequencies at these short lengths too.
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+FAMILIES = {
+    "qwen3": ("Qwen3", dict(num_key_value_heads=2)),
+    "llama3": ("Llama", dict(num_key_value_heads=2, rope_parameters=LLAMA3_ROPE)),
+    "llama3-tied": ("Llama", dict(num_key_value_heads=2, rope_parameters=LLAMA3_ROPE, tie_word_embeddings=True)),
+    "llama2": ("Llama", dict(num_key_value_heads=4, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    "olmo": ("Olmo", dict(num_key_value_heads=4, clip_qkv=0.1, pad_token_id=1, eos_token_id=None)),
+}
+
+
+def tiny_family(family: str, seed: int = 0, *, head_scale: float | None = PEAK, **overrides):
+    """A tiny random causal LM of ``family`` (a key of :data:`FAMILIES`), float32, eval mode; ``head_scale`` as for
+    :func:`tiny_qwen3` (with tied embeddings it scales the input embeddings too, which the first norm undoes)."""
+    import transformers
+
+    prefix, settings = FAMILIES[family]
+    settings = {**DEFAULTS, "num_hidden_layers": 2, "bos_token_id": None, "eos_token_id": None, **settings,
+                **overrides}
+    torch.manual_seed(seed)
+    config = getattr(transformers, f"{prefix}Config")(**settings)
+    model = getattr(transformers, f"{prefix}ForCausalLM")(config).eval()
+    if head_scale is not None:
+        with torch.no_grad():
+            model.get_output_embeddings().weight.mul_(head_scale)
+    return model

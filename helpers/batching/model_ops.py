@@ -5,7 +5,7 @@
   decode worker).
 - ``DecodeBatch``: a ragged batch of sequences at different lengths that advances one token per ``step()``.
   Rows join (their KV arrives from prefill) and leave (finished) between steps. The cache is the model file's
-  :class:`~helpers.models.qwen3.KVCache`: every row fills its own slots and has its own positions, so each row
+  :class:`~helpers.models.decoder.KVCache`: every row fills its own slots and has its own positions, so each row
   computes what it would compute alone.
 
 Both run on :func:`helpers.models.runtime.minimal_view` of a Qwen3 model (the engine's models are Qwen3).

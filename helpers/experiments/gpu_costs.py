@@ -167,8 +167,11 @@ def jump_drops_all(e2e: pd.DataFrame, from_width: int | None, to_width: int | No
 
 
 def goal_lines(folder: Path) -> list[str]:
-    """The GPU issue's goals as measured by the rows in ``folder`` (one profile's results), one line each."""
-    lines = []
+    """The GPU issue's goals as measured by the rows in ``folder`` (one profile's results), one line each: the model
+    file's decode goals first (:func:`helpers.experiments.decode_modes.goal_lines`)."""
+    from helpers.experiments import decode_modes
+
+    lines = decode_modes.goal_lines(read_rows(folder, decode_modes.DECODE_STEPS), read_rows(folder, COSTS))
     costs = cost_table(read_rows(folder, COSTS))
     for _, row in costs[costs["decode"] == "graphs"].iterrows() if len(costs) else []:
         if "Qwen3-8B" not in row["target"]:
@@ -264,11 +267,11 @@ EQ5_REPEATS = 30
 EQ5_ALPHAS = [0.5, 0.6, 0.7, 0.8, 0.9]  # the grid of Eq. 5's *predicted* speedup
 EQ5_DTYPE = "bfloat16"  # the handout pairs; the CPU pair keeps sd_dtype (float32: greedy outputs stay exact)
 CPU_PAIRS = [["cpu-pair/target", "cpu-pair/draft"], ["cpu-pair/target", "cpu-pair/draft-2l"]]
-DECODE_MODES = {"eager": False, "graphs": "graphs", "inductor": True}  # row label -> the generators' ``compile``
+DECODE_MODES = {"eager": False, "graphs": "graphs", "compiled": "compiled"}  # row label -> the generators' ``compile``
 
 
 def tolerate_graph_failure(mode: str, config: dict, measure, fatal: tuple = ()) -> None:
-    """Run ``measure()``; a graphs or inductor measurement that fails (a capture error, no C compiler for triton, a
+    """Run ``measure()``; a graphs or compiled measurement that fails (a capture error, no C compiler for triton, a
     dynamo limit) is reported and skipped, not stored, so the eager rows and the other parts still come back (a
     rerun tries it again). Eager failures, and the exceptions in ``fatal`` (the window's budget), stay errors."""
     from helpers.experiments.common import describe_config
@@ -278,7 +281,7 @@ def tolerate_graph_failure(mode: str, config: dict, measure, fatal: tuple = ()) 
         measure()
     except fatal:
         raise
-    except Exception as error:  # noqa: BLE001 - reported, and only for graphs/inductor measurements
+    except Exception as error:  # noqa: BLE001 - reported, and only for graphs/compiled measurements
         if mode == "eager":
             raise
         print(f"  {mode.upper()} MEASUREMENT FAILED, skipped: {describe_config(config)}: {type(error).__name__}: "
@@ -288,20 +291,15 @@ def tolerate_graph_failure(mode: str, config: dict, measure, fatal: tuple = ()) 
 
 def graph_proof(mode: str, models_, measure) -> dict:
     """``measure()``'s row plus the proof that graphs ran where the row claims them: the CUDA-graph replays of the
-    explicit steps (0 on a CPU, where the same static step runs eagerly), or inductor's ``cudagraph_skips``; and,
-    where the model file ran every model, its kernels per layer (``layer_kernels``: what a GPU step's time follows)."""
+    explicit steps (0 on a CPU, where the same static step runs without capture); and, where the model file ran every
+    model, the target's kernels per layer (``layer_kernels``, the eager count: what a GPU step's time follows)."""
+    from helpers.models.decoder import layer_kernels
     from helpers.models.graphs import graph_replays
-    from helpers.models.qwen3 import LAYER_KERNELS
     from helpers.models.runtime import minimal_supported, minimal_view
 
-    layer = {"layer_kernels": LAYER_KERNELS} if all(minimal_supported(m) for m in models_) else {}
-    if mode == "inductor":
-        from torch._dynamo.utils import counters
-
-        before = counters["inductor"]["cudagraph_skips"]
-        row = measure()
-        return {**row, **layer, "cudagraph_skips": counters["inductor"]["cudagraph_skips"] - before}
-    if mode != "graphs":  # eager: nothing to prove, and the model may have no minimal view (Llama, OLMo)
+    layer = ({"layer_kernels": layer_kernels(minimal_view(models_[0]).config)}
+             if all(minimal_supported(m) for m in models_) else {})
+    if mode == "eager":  # nothing to prove, and the model may have no minimal view (another architecture)
         return {**measure(), **layer}
     views = [minimal_view(m) for m in models_]
     before = sum(graph_replays(v) for v in views)
@@ -363,14 +361,17 @@ def _load_cost_pair(p: dict, eq5: dict, target_name: str, draft_name: str, label
 
 def outdated(store, configs: dict) -> bool:
     """Whether a pair's rows (``configs`` by decode mode) were measured with a model file whose layer launched a
-    different number of kernels than now (:data:`~helpers.models.qwen3.LAYER_KERNELS`): its graphs row records the
-    count (rows from before it did record none). Such a pair is measured again in every mode, the new rows
-    superseding the old (the file keeps both); a pair without a graphs row (Llama: no model-file view) never is."""
-    from helpers.models.qwen3 import LAYER_KERNELS
+    different number of kernels than now (:func:`~helpers.models.decoder.layer_kernels` of its target): its graphs
+    row records the count (rows from before it did record none). Such a pair is measured again in every mode, the new
+    rows superseding the old (the file keeps both); a pair without a graphs row never is."""
+    from helpers.models import model_config
+    from helpers.models.decoder import DecoderConfig, layer_kernels
     from helpers.results import config_key
 
     row = store.done().get(config_key(configs["graphs"])) if "graphs" in configs else None
-    return row is not None and row.get("layer_kernels") != LAYER_KERNELS
+    if row is None:
+        return False
+    return row.get("layer_kernels") != layer_kernels(DecoderConfig.from_hf(model_config(configs["graphs"]["target"])))
 
 
 def measure_eq5(p: dict, store, eq5: dict, pairs, weights: str, fatal: tuple = ()) -> None:
@@ -392,7 +393,8 @@ def measure_eq5(p: dict, store, eq5: dict, pairs, weights: str, fatal: tuple = (
         target, draft, context, meta = _load_cost_pair(p, eq5, target_name, draft_name, label, weights)
         for mode, config in configs.items():
             if mode != "eager" and not (minimal_supported(target) and minimal_supported(draft)):
-                print(f"  {target_name} / {draft_name}: no {mode} decode (the model file runs Qwen3 only), skipped")
+                print(f"  {target_name} / {draft_name}: no {mode} decode (the model file does not run this "
+                      "architecture), skipped")
                 continue
             tolerate_graph_failure(mode, config, lambda mode=mode, config=config: store.run(
                 config, lambda: graph_proof(mode, (target, draft), lambda: eq5_row(measure_costs(
@@ -436,9 +438,11 @@ def measure_graphs(p: dict, store, eq5: dict, fatal: tuple = ()) -> None:
     from helpers.experiments.specdec_sweeps import sweep_configs
 
     graphs = store(GRAPHS)
+    # the CPU pair's float32 rows keep eager and graphs: what the part has measured since the first window
+    eq5 = {**eq5, "modes": [mode for mode in eq5["modes"] if mode != "compiled"]}
     measure_eq5(p, graphs, eq5, eq5["cpu_pairs"], "cpu-pair", fatal)
     prompt_rows, _ = nb07.prompt_sets(p)
-    mode = eq5["modes"][-1]  # the fastest mode the window runs: graphs (eager where graphs failed the self-check)
+    mode = eq5["modes"][-1]  # the fastest mode the part runs: graphs (eager where graphs failed the self-check)
     for target_name, draft_name in eq5["cpu_pairs"]:
         configs = [{**c, "kind": "e2e", "decode": mode} for c in sweep_configs(
             target_name, draft_name, eq5["gammas"], prompt_ids=[r["id"] for r in prompt_rows],

@@ -122,7 +122,7 @@ def measure_pair(target, draft, cases: list[dict], gammas, max_new_tokens: int, 
     alike; the fastest run of each is kept. Every speculative or assisted run uses the same
     seed as the AR run (``seed``: private generators for ours, ``torch.manual_seed`` for transformers').
     One untimed warm-up of every method precedes the first prompt. ``peer_gammas``: the gammas of the peer
-    (default: ``gammas``). ``compile``: ours and AR with compiled decode steps (``MiniQwen3.compile_decode``), or
+    (default: ``gammas``). ``compile``: ours and AR with compiled decode steps (``MiniDecoder.compile_decode``), or
     ``"graphs"``: explicitly captured CUDA graphs (captured before the first timed run).
     """
     device = next(target.parameters()).device

@@ -10,6 +10,7 @@ by the window's goal lines. On a CPU (the dry run) the "kernels" are the ops tha
 """
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -92,45 +93,70 @@ def profiled_kernels(run, device: torch.device) -> list[tuple[str, float, float]
 
 
 @torch.inference_mode()
-def measure_step(model, context: torch.Tensor, width: int, *, repeats: int = 20) -> dict:
-    """One ``width``-token step of ``model`` (a transformers Qwen3 or the model file's) after the cached
-    ``context`` (1, S), as a CUDA graph (:func:`helpers.models.graphs.graphed_steps`; eager on a CPU): wall time
-    of a replay, and :func:`kernel_summary` of one replay's profile (of an eager step where the profiler does not
-    trace graph replays; ``kernels_from`` says which)."""
+def measure_step(model, context: torch.Tensor, width: int, *, repeats: int = 20, mode: str = "graphs") -> dict:
+    """One ``width``-token step of ``model`` (a transformers model the model file runs, or the model file's own) after
+    the cached ``context`` (1, S) in decode ``mode``: ``"graphs"`` a CUDA graph replay
+    (:func:`helpers.models.graphs.graphed_steps`; the same static step without capture on a CPU), ``"compiled"`` the
+    same over the inductor-compiled layer, ``"eager"`` the model file's eager forward. Wall time (median), the seconds
+    the first calls took (``compile_s``: compiling, warming up, capturing), and :func:`kernel_summary` of one step's
+    profile (of an eager step where the profiler does not trace graph replays; ``kernels_from`` says which)."""
     from helpers.memory import decode_weight_bytes
+    from helpers.models.decoder import layer_kernels
     from helpers.models.graphs import StepOwner, graphed_steps
-    from helpers.models.qwen3 import LAYER_KERNELS
     from helpers.models.runtime import minimal_view
     from helpers.timing import measure
 
+    if mode not in ("eager", "graphs", "compiled"):
+        raise ValueError(f"mode must be 'eager', 'graphs' or 'compiled', got {mode!r}")
     view = minimal_view(model)
     device = context.device
-    owner = StepOwner()  # holds the steps while this profile replays them
-    # the generators' own static cache (capacity rounded up to a power of two: an aligned mask, as in every timed row)
-    steps = graphed_steps(view, 1, context.shape[1] + width, owner=owner)
-    view(context, steps.cache)
     block = context[:, -width:]
+    owner = StepOwner()  # holds the steps while this profile replays them
 
-    def replay():
-        steps(block)
-        steps.cache.rollback(width)
+    def eager_step(cache):
+        def step():
+            view(block, cache)
+            cache.rollback(width)
+        return step
 
+    start = time.perf_counter()
+    if mode == "eager":
+        cache = view.new_cache(1, context.shape[1] + width)
+        view(context, cache)
+        replay, steps = eager_step(cache), None
+        replay()
+        _sync(device)
+        compile_s = time.perf_counter() - start
+    else:
+        # the generators' own static cache (capacity rounded up to a power of two: an aligned mask, as in timed rows)
+        steps = graphed_steps(view, 1, context.shape[1] + width, owner=owner, compiled=mode == "compiled")
+        view(context, steps.cache)
+
+        def replay():
+            steps(block)
+            steps.cache.rollback(width)
+
+        replay()  # compiles (compiled mode) and captures (on a GPU) the width
+        _sync(device)
+        compile_s = steps.compile_s
     wall = measure(replay, warmup=3, repeats=repeats, device=device, statistic="median")
-    kernels, source = profiled_kernels(replay, device), "graphs" if steps.capture else "cpu ops"
+    kernels, source = profiled_kernels(replay, device), ("cpu ops" if device.type != "cuda" else mode)
     if not kernels:  # the profiler did not trace the graph's replays: profile an eager step instead
         eager = view.new_cache(1, context.shape[1] + width)
         view(context, eager)
-
-        def eager_step():
-            view(block, eager)
-            eager.rollback(width)
-
-        eager_step()  # warm: the eager path's first call may pick kernels
-        kernels, source = profiled_kernels(eager_step, device), "eager"
+        step = eager_step(eager)
+        step()  # warm: the eager path's first call may pick kernels
+        kernels, source = profiled_kernels(step, device), "eager"
     return {**kernel_summary(kernels), "families_rule": FAMILIES_RULE, "kernels_from": source, "wall_ms": wall.median * 1e3,
-            "wall_spread": wall.spread, "graph_replays": steps.replays, "layer_kernels": LAYER_KERNELS,
-            "num_layers": view.config.num_layers,
+            "wall_spread": wall.spread, "graph_replays": steps.replays if steps is not None else 0,
+            "layer_kernels": layer_kernels(view.config), "num_layers": view.config.num_layers,
+            "compile_s": compile_s,
             "decode_bytes": decode_weight_bytes(model.config, next(model.parameters()).element_size())}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def measure_profiles(p: dict, store, eq5: dict, fatal: tuple = ()) -> None:

@@ -4,11 +4,11 @@
 - ``sweep``: notebook 03's paired sweeps (with vs without cache), growth fits and per-step costs;
 - ``bench``: ``python -m helpers.bench kv_cache``.
 
-The model lives in :mod:`helpers.models.qwen3`, its cache in :mod:`helpers.models.kv_cache`; the names a KV-cache
+The model lives in :mod:`helpers.models.decoder`, its cache in :mod:`helpers.models.kv_cache`; the names a KV-cache
 lesson needs are re-exported here (``kv_cache.from_hf``, ``kv_cache.KVCache``, ``kv_cache.Attention``).
 """
 from helpers.kv_cache.decode import generate
 from helpers.models.kv_cache import KVCache
-from helpers.models.qwen3 import Attention, DecoderConfig, MiniQwen3, from_hf
+from helpers.models.decoder import Attention, DecoderConfig, MiniDecoder, from_hf
 
-__all__ = ["Attention", "DecoderConfig", "KVCache", "MiniQwen3", "from_hf", "generate"]
+__all__ = ["Attention", "DecoderConfig", "KVCache", "MiniDecoder", "from_hf", "generate"]

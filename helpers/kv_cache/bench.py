@@ -20,7 +20,7 @@ from helpers import tables
 from helpers.generation.loading import CPU_PAIR_TARGET, load_model_or_stand_in
 from helpers.kv_cache.decode import generate
 from helpers.kv_cache.sweep import make_prompt
-from helpers.models.qwen3 import from_hf
+from helpers.models.decoder import from_hf
 from helpers.hardware import device_info, resolve_device
 from helpers.timing import measure_interleaved
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 import torch
 
 from helpers.models.kv_cache import KVCache
-from helpers.models.qwen3 import MiniQwen3
+from helpers.models.decoder import MiniDecoder
 from helpers.timing import Timer
 
 
 @torch.inference_mode()
 def generate(
-    model: MiniQwen3,
+    model: MiniDecoder,
     input_ids: torch.Tensor,
     max_new_tokens: int,
     use_cache: bool = True,
@@ -69,7 +69,7 @@ def generate(
 class _StepTimer:
     """Wraps a model for :func:`generate`: every call is timed (synchronised on CUDA) into ``times``."""
 
-    def __init__(self, model: MiniQwen3, times: list):
+    def __init__(self, model: MiniDecoder, times: list):
         self.model, self.times = model, times
 
     def new_cache(self, *args, **kwargs) -> KVCache:

@@ -1,9 +1,9 @@
-"""Models: names and loading, the minimal Qwen3 decoder and its KV cache, the decoding runtime, the CPU pair's shapes.
+"""Models: names and loading, the minimal decoder (Qwen3, Llama, OLMo) and its KV cache, the decoding runtime, the CPU pair's shapes.
 
 - ``configs``: the handout's model configs, read offline from ``data/configs/``;
 - ``registry``: :func:`load_model` for every name (handout ids, CPU analogs, the trained CPU pair),
   :func:`load_cpu_pair`, random weights built on the meta device;
-- ``qwen3``: the minimal Qwen3 decoder (the one model file: config, layers, model, loading from transformers);
+- ``decoder``: the one model file for Qwen3, Llama and OLMo (config, layers, model, loading from transformers);
 - ``kv_cache``: its preallocated KV cache and every operation on it (write, roll back, compact, drop, copy rows);
 - ``streaming``: a StreamingLLM view of that cache (sinks + recent window) for self-speculation;
 - ``runtime``: one cached-decoder interface over it, with a transformers ``DynamicCache`` adapter for other

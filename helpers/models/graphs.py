@@ -1,51 +1,65 @@
-"""Decode and verify steps as CUDA graphs, two ways, both over a static-shape cache.
+"""The static step (decode, draft and verify over a static-shape cache) and its CUDA graphs, eager or compiled.
 
-* :class:`GraphedSteps` (the GPU window's default, ``compile="graphs"`` in every generator): the step for k new
-  tokens per row is captured explicitly with ``torch.cuda.CUDAGraph`` over buffers made once (tokens, device
-  lengths, RoPE tables, the cache), one graph per k, and replayed. A fresh machine pays a warm-up and a capture per
-  width, seconds at most, and every replay is counted (``replays``): a row that claims graphs can prove it.
-* :func:`compiled_forward` over :meth:`helpers.models.qwen3.MiniQwen3.compile_decode` (``torch.compile``; on CUDA
-  ``mode="reduce-overhead"``): the optional second row. It pays inductor's compile per shape, and dynamo may skip
-  the graph of a step whose inputs (the KV buffers) are mutated in place.
+* :func:`static_step`: the forward of ``k`` new tokens per row written at a slot tensor, attending over the whole
+  buffer, so every call of a width has the same shapes and reads no host value: what a CUDA graph can capture.
+* :class:`GraphedSteps` (``compile="graphs"`` in every generator): that step captured explicitly with
+  ``torch.cuda.CUDAGraph`` over buffers made once (tokens, device lengths, RoPE tables, the cache), one graph per k,
+  and replayed. A fresh machine pays a warm-up and a capture per width, seconds at most, and every replay is counted
+  (``replays``): a row that claims graphs can prove it.
+* ``compile="compiled"``: the same graphs over a step whose decoder layer is compiled by inductor ONCE
+  (:func:`compiled_layer`, regional compilation): every layer of every model with the same shapes reuses the one
+  compiled layer (its weights are inputs, not constants), so a 36-layer model pays two compiles (the decode width,
+  then one for every verify width), not one per layer and width.
+  Inductor fuses the norms, RoPE, residual adds, SiLU times up and the cache writes into a few kernels; the graphs
+  then remove the launches. On a CPU the compiled layer runs without capture (inductor's C++ backend).
 """
 from __future__ import annotations
 
+import time
 import weakref
 
 import torch
 
+from helpers.models.decoder import MiniDecoder, attention_bias
 from helpers.models.kv_cache import KVCache
-from helpers.models.qwen3 import MiniQwen3
+
+COMPILE_MODES = (False, "graphs", "compiled")  # the generators' ``compile=``: eager, graphs, compiled layer + graphs
 
 
-@torch.no_grad()
-def compiled_forward(model: MiniQwen3, input_ids: torch.Tensor, cache: KVCache, *, last_only: bool = False):
-    """Logits of ``input_ids`` (batch, k) after what ``cache`` holds, through ``model.compiled_step``; the same
-    numbers as ``model(input_ids, cache, last_only=last_only)`` (causal among the k new tokens, each row at its own
-    next positions, padding respected). The cache must be static-shape (``new_cache(..., static_shapes=True)``)."""
-    if model.compiled_step is None:
-        raise ValueError("compiled_forward needs model.compile_decode() first (it reuses the compiled step)")
-    if not cache.static_shapes:
-        raise ValueError("compiled_forward needs a static-shape cache: model.new_cache(batch, capacity, "
-                         "static_shapes=True)")
-    batch, seq = input_ids.shape
-    cache.check_room(batch, seq)
-    if cache.next_position_bound() + seq > model.config.max_seq_len:
-        raise ValueError(f"position {cache.next_position_bound() + seq - 1} is past the model's context limit of "
-                         f"{model.config.max_seq_len} tokens")
-    device = input_ids.device
-    steps = torch.arange(seq, device=device)
-    positions = cache.positions()[:, None] + steps  # (batch, k): each row's next positions
-    cos, sin = model.rotary(positions, cache.capacity, model.embed_tokens.weight.dtype)
-    mask = cache.attention_mask(seq, None)  # (batch, 1, k, capacity): stored slots + causal among the new
-    slots = cache.lengths_tensor()[:, None] + steps
-    if device.type == "cuda":
-        torch.compiler.cudagraph_mark_step_begin()  # a new step: the previous outputs may be overwritten
-    logits = model.compiled_step(input_ids, cos[:, None], sin[:, None], mask, (cache.keys, cache.values), slots)
-    cache.advance(seq)
-    if device.type == "cuda":
-        logits = logits.clone()  # a CUDA graph's output buffer is reused by its next replay
-    return logits[:, -1:] if last_only else logits
+def _layer_step(layer, x, cos, sin, mask, keys, values, write):
+    """One layer of a static step: its keys and values written at ``write``, attention over the whole buffer."""
+    return layer(x, cos, sin, mask, (keys, values), write)
+
+
+_COMPILED_LAYER = None
+
+
+def compiled_layer():
+    """:func:`_layer_step` under ``torch.compile`` (inductor, one graph, no breaks): built once per process and shared
+    by every layer and model. Dynamo compiles a model shape's decode step (width 1) with static shapes, and the first
+    other width once more with the width (and any other size that changed) symbolic, which every later width reuses:
+    two compiles per model, not one per verify width."""
+    global _COMPILED_LAYER
+    if _COMPILED_LAYER is None:
+        # the layers' modules are inlined as inputs (the default since torch 2.5): layers of one shape share a graph;
+        # a speculative pair at several widths needs more graphs than dynamo's default limit of 8
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
+        torch._dynamo.config.accumulated_recompile_limit = max(
+            getattr(torch._dynamo.config, "accumulated_recompile_limit", 256), 4096)
+        _COMPILED_LAYER = torch.compile(_layer_step, fullgraph=True)
+    return _COMPILED_LAYER
+
+
+def static_step(model: MiniDecoder, tokens, cos, sin, mask, keys, values, write, *, compiled: bool = False):
+    """Logits of ``tokens`` (batch, k) written at slots ``write`` (batch, k) of the per-layer ``keys``/``values``
+    buffers, attending over the whole buffers through the boolean ``mask`` (batch, 1, k, capacity); ``cos``/``sin``
+    (batch, 1, k, head_dim). ``compiled``: each layer through :func:`compiled_layer`."""
+    run = compiled_layer() if compiled else _layer_step
+    x = model.embed_tokens(tokens)
+    mask = attention_bias(mask, model.config.num_heads // model.config.num_kv_heads, tokens.shape[1], x.dtype)
+    for layer, layer_keys, layer_values in zip(model.layers, keys, values):
+        x = run(layer, x, cos, sin, mask, layer_keys, layer_values, write)
+    return model.lm_head(model.norm(x))
 
 
 # ------------------------------------------------------------------------------------------------ explicit CUDA graphs
@@ -55,9 +69,10 @@ class GraphedSteps:
     """Forwards of ``k`` new tokens per row over ONE static cache, each width captured once as a CUDA graph
     (:func:`prepare_graphs` captures ahead of a timed run, else the first call of a width does).
 
-    What ``torch.compile(mode="reduce-overhead")`` would do, without inductor: a fresh GPU machine pays a warm-up
-    and a capture per width (well under a second for the workbook's models) instead of minutes of compiling, and
-    nothing depends on dynamo's guards (which skip a graph whose inputs are mutated in place, as a KV cache is).
+    What ``torch.compile(mode="reduce-overhead")`` would do, without its guards (which skip a graph whose inputs are
+    mutated in place, as a KV cache is): a fresh GPU machine pays a warm-up and a capture per width (well under a
+    second for the workbook's models). With ``compiled`` the captured body runs the inductor-compiled layer
+    (:func:`compiled_layer`); its compile happens in the first warm-up of each width and is counted in ``compile_s``.
 
     Everything a step reads lives in buffers allocated here once: the tokens, each row's stored length and padding
     on the device, the RoPE tables up to the capacity, the slot indices. The captured body derives positions, write
@@ -66,15 +81,16 @@ class GraphedSteps:
     (``KVCache.lengths``); a replay advances the device copy too, and only a rollback or a new generation uploads
     lengths again (a pinned, asynchronous copy: no sync).
 
-    On a CPU (or with ``capture=False``) the same body runs eagerly: that is what the tests check (equal logits,
-    no host read), and it keeps every caller device-agnostic. ``replays`` counts graph replays, the proof a row
+    On a CPU (or with ``capture=False``) the same body runs without capture: that is what the tests check (equal
+    logits, no host read), and it keeps every caller device-agnostic. ``replays`` counts graph replays, the proof a row
     records that graphs really ran.
     """
 
     MAX_WIDTH = 32  # verify blocks up to gamma + 1 = 32 tokens are graphed; wider calls run eagerly
 
-    def __init__(self, model: MiniQwen3, batch_size: int, capacity: int, *, capture: bool | None = None):
-        self.model = model
+    def __init__(self, model: MiniDecoder, batch_size: int, capacity: int, *, capture: bool | None = None,
+                 compiled: bool = False):
+        self.model, self.compiled = model, compiled
         self.cache = model.new_cache(batch_size, capacity, static_shapes=True)
         device = self.cache.device
         self.capture = device.type == "cuda" if capture is None else capture
@@ -92,6 +108,8 @@ class GraphedSteps:
         self.graphs: dict[int, tuple] = {}  # width -> (graph, tokens buffer, logits buffer)
         self.replays = 0
         self.captures = 0
+        self.compile_s = 0.0  # wall time of each width's first runs (inductor's compile, warm-up and capture)
+        self._warm: set[int] = set()  # widths that ran once (compiled) or were captured
         self.owner = lambda: None  # set by graphed_steps(): the decoder using this cache now
         self._keys = self.cache.keys[0].data_ptr()  # graphs hold these addresses: a reallocated cache voids them
 
@@ -107,7 +125,8 @@ class GraphedSteps:
         cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # (batch, 1, k, head_dim)
         slot = self.slots[None, None, :]
         mask = ((slot <= write[:, :, None]) & self.valid[:, None, :]) | (slot == write[:, :, None])
-        logits = self.model._step(tokens, cos, sin, mask[:, None], (self.cache.keys, self.cache.values), write)
+        logits = static_step(self.model, tokens, cos, sin, mask[:, None], self.cache.keys, self.cache.values, write,
+                             compiled=self.compiled)
         self.lengths.add_(k)
         return logits
 
@@ -137,7 +156,12 @@ class GraphedSteps:
                              f"limit of {self.model.config.max_seq_len} tokens")
         self._sync()
         if not self.capture:
+            first = k not in self._warm
+            start = time.perf_counter()
             logits = self._body(input_ids)
+            if first:
+                self._warm.add(k)
+                self.compile_s += time.perf_counter() - start
         else:
             graph, tokens, out = self.graphs.get(k) or self._capture(k)
             tokens.copy_(input_ids)
@@ -170,6 +194,7 @@ class GraphedSteps:
         """Warm up on a side stream, then capture the width-``k`` step (its writes land on slots the real call
         overwrites, and the device lengths are restored after each run)."""
         self._sync()  # the device lengths must be the cache's (a reset left the last generation's): slots in range
+        start = time.perf_counter()
         tokens = torch.zeros(self.cache.batch_size, k, dtype=torch.long, device=self.cache.device)
         saved = self.lengths.clone()
         stream = torch.cuda.Stream()
@@ -185,6 +210,9 @@ class GraphedSteps:
         self.lengths.copy_(saved)  # capture records the increment without running it; keep the buffers exact
         self.graphs[k] = (graph, tokens, out)
         self.captures += 1
+        torch.cuda.synchronize()
+        self.compile_s += time.perf_counter() - start
+        self._warm.add(k)
         return self.graphs[k]
 
 
@@ -193,19 +221,21 @@ def graph_replays(model) -> int:
     return sum(steps.replays for pool in getattr(model, "_graphed_steps", {}).values() for steps in pool)
 
 
-def graphed_steps(model: MiniQwen3, batch_size: int, capacity: int, owner) -> GraphedSteps:
+def graphed_steps(model: MiniDecoder, batch_size: int, capacity: int, owner, *, compiled: bool = False) -> GraphedSteps:
     """A :class:`GraphedSteps` of ``model`` for ``batch_size`` rows of at least ``capacity`` tokens, its cache
     emptied, held by ``owner`` while that object lives. Steps whose owner is gone are reused (the smallest that is
     large enough), so a later generation replays the graphs already captured; two live owners (a model drafting for
     itself) never share a cache. New steps round the capacity up to a power of two >= 256."""
     weight = model.embed_tokens.weight
-    pool = model.__dict__.setdefault("_graphed_steps", {}).setdefault((batch_size, weight.device, weight.dtype), [])
+    key = (batch_size, weight.device, weight.dtype, compiled)
+    pool = model.__dict__.setdefault("_graphed_steps", {}).setdefault(key, [])
     free = [s for s in pool if s.owner() is None and s.cache.capacity >= capacity]
     if free:
         steps = min(free, key=lambda s: s.cache.capacity)
     else:
         steps = GraphedSteps(model, batch_size,
-                             min(max(256, 1 << (capacity - 1).bit_length()), model.config.max_seq_len))
+                             min(max(256, 1 << (capacity - 1).bit_length()), model.config.max_seq_len),
+                             compiled=compiled)
         pool.append(steps)
     steps.owner = weakref.ref(owner)
     steps.reset()
@@ -217,12 +247,13 @@ class StepOwner:
     captures, a step profile while it replays): the steps are free for reuse once it is gone."""
 
 
-def prepare_graphs(model: MiniQwen3, capacity: int, widths, batch_size: int = 1) -> GraphedSteps:
+def prepare_graphs(model: MiniDecoder, capacity: int, widths, batch_size: int = 1, *,
+                   compiled: bool = False) -> GraphedSteps:
     """Capture the steps of ``widths`` tokens now, for generations of up to ``capacity`` tokens per row, so that no
     capture falls inside a timed run (a speculative pair: the target's 1 .. gamma + 1, the draft's 1 and 2). A no-op
     on a CPU, where nothing is captured."""
     holder = StepOwner()
-    steps = graphed_steps(model, batch_size, capacity, holder)
+    steps = graphed_steps(model, batch_size, capacity, holder, compiled=compiled)
     if steps.capture:
         for width in widths:
             if width not in steps.graphs and 1 <= width <= steps.MAX_WIDTH:

@@ -12,7 +12,7 @@ cache serves
 * rows that leave (:meth:`KVCache.select_rows`, :meth:`KVCache.retain_rows`), join (:meth:`KVCache.append_rows`)
   or are copied into a new cache (:meth:`KVCache.copy`: a generation consumes the cache it is given).
 
-A forward pass of :class:`~helpers.models.qwen3.MiniQwen3` writes the new tokens' keys and values into each row's
+A forward pass of :class:`~helpers.models.decoder.MiniDecoder` writes the new tokens' keys and values into each row's
 next free slots (:meth:`KVCache.update`) and attends over the stored ones through a boolean mask
 (:meth:`KVCache.attention_mask`). With ``static_shapes`` the attention always spans the whole buffer (the same
 tensor shapes at every decode step, which ``torch.compile`` and CUDA graphs need); otherwise it spans only the
@@ -107,6 +107,16 @@ class KVCache:
         """Tokens per row, padding excluded (= each row's next position)."""
         return [n - p for n, p in zip(self.lengths, self._pads_host)]
 
+    def new_positions(self, new: int, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Positions of ``new`` tokens about to be written: (new,) when every row is at the same one, else
+        (batch, new); a ragged prefill's (``attention_mask`` 0 marks its left padding) start at 0 in every row."""
+        if self.uniform:
+            start = self.lengths[0]
+            return torch.arange(start, start + new, device=self.device)
+        if attention_mask is not None:
+            return (attention_mask.to(self.device).long().cumsum(1) - 1).clamp(min=0)
+        return self.positions()[:, None] + torch.arange(new, device=self.device)
+
     def next_position_bound(self) -> int:
         """The largest next position over the rows (host arithmetic, no device sync)."""
         return max(self.token_counts, default=0)
@@ -125,8 +135,8 @@ class KVCache:
     def update(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store this chunk's keys/values in each row's next free slots; return the buffers to attend over.
 
-        The lengths move once per forward pass (:meth:`advance`), after every layer has written. (A compiled
-        decode step writes through a slot tensor instead, see :meth:`MiniQwen3.compile_decode`.)
+        The lengths move once per forward pass (:meth:`advance`), after every layer has written. (A static step
+        writes through a slot tensor instead, see :mod:`helpers.models.graphs`.)
         """
         start, new = self.lengths[0], keys.shape[2]
         if self.uniform:  # every row writes the same slots: a slice

@@ -2,13 +2,13 @@
 
 Two runtimes implement it, and :func:`cached_decoder` picks one per model:
 
-* ``"minimal"`` — the workbook's model file (:mod:`helpers.models.qwen3`) sharing the transformers model's
+* ``"minimal"`` — the workbook's model file (:mod:`helpers.models.decoder`: Qwen3, Llama, OLMo) sharing the transformers model's
   weights, with its preallocated cache: ragged rows, per-row rollback by length, tree masks and compaction.
   On a CPU a small model's decode step is mostly framework overhead, and this runtime has far less of it than
   transformers' generic forward (mask builders, cache objects, output dataclasses), so the cost ratio c of
   Eq. 5 drops.
-* ``"transformers"`` — the ONE adapter over transformers, for every architecture the model file does not
-  implement (Llama, OLMo, Qwen3 with rope scaling or sliding windows): the model's own forward with a
+* ``"transformers"`` — the ONE adapter over transformers, the peer every comparison can select and the fallback for
+  what the model file does not implement (other architectures, sliding windows, other RoPE scalings): the model's own forward with a
   ``DynamicCache``, through public API only (``crop``, ``batch_select_indices``, ``attention_mask``,
   ``position_ids``). Rows roll back by different amounts without moving data: the tokens all rows rejected
   are cropped, and a row's further rejected tokens become masked-out *holes* in the attention mask (each row
@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from helpers.models.qwen3 import DecoderConfig, from_hf
+from helpers.models.decoder import DecoderConfig, from_hf
 
 RUNTIMES = ("auto", "minimal", "transformers")
 
@@ -56,7 +56,7 @@ class TransformersDecoder:
         """Logits (batch, positions, vocab) for ``input_ids`` placed after each row's cached tokens; with
         ``return_hidden`` also the last layer's hidden states after the final norm (what the LM head reads)."""
         if tree_mask is not None:
-            raise NotImplementedError("tree masks need the minimal runtime (a Qwen3 model)")
+            raise NotImplementedError("tree masks need the minimal runtime (runtime='minimal' or 'auto')")
         new = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(self.device).long()
         if position_ids is None:
             start = torch.tensor(self.lengths, device=self.device)[:, None]
@@ -96,36 +96,27 @@ class TransformersDecoder:
 
 
 class MinimalDecoder:
-    """The model file's :class:`~helpers.models.qwen3.MiniQwen3` (same weight tensors) with its static cache.
+    """The model file's :class:`~helpers.models.decoder.MiniDecoder` (same weight tensors) with its static cache.
 
-    ``compile``: ``False`` eager; ``True`` one-token steps through ``torch.compile`` (CUDA graphs on a GPU via
-    ``mode="reduce-overhead"``); ``"graphs"`` every call of up to 32 tokens per row (decode, draft and verify
+    ``compile``: ``False`` eager; ``"graphs"`` every call of up to 32 tokens per row (decode, draft and verify
     steps) through :class:`~helpers.models.graphs.GraphedSteps`, captured explicitly as CUDA graphs on a GPU and
-    run as the same static step on a CPU. Prefill and masked or tree-shaped calls stay eager.
+    run as the same static step on a CPU; ``"compiled"`` the same with the decoder layer compiled by inductor once
+    (:func:`~helpers.models.graphs.compiled_layer`). Prefill and masked or tree-shaped calls stay eager.
     """
 
     runtime = "minimal"
 
     def __init__(self, model, capacity: int, batch_size: int = 1, compile: bool | str = False):
-        if compile not in (False, True, "graphs"):
-            raise ValueError(f"compile must be False, True (torch.compile) or 'graphs' (explicit CUDA graphs), "
-                             f"got {compile!r}")
+        check_compile(compile)
         self.model = minimal_view(model)
         self.graphed = None
-        if compile == "graphs":
+        if compile:
             from helpers.models.graphs import graphed_steps
 
-            self.graphed = graphed_steps(self.model, batch_size, capacity, owner=self)
+            self.graphed = graphed_steps(self.model, batch_size, capacity, owner=self, compiled=compile == "compiled")
             self.cache = self.graphed.cache
-            return
-        if compile and self.model.compiled_step is None:  # on CUDA, CUDA graphs over the static buffers too
-            cuda = self.model.embed_tokens.weight.device.type == "cuda"
-            self.model.compile_decode(mode="reduce-overhead" if cuda else None)
-        if compile:  # one compiled graph per buffer shape: round the capacity up to a power of two (>= 256)
-            capacity = max(256, 1 << (capacity - 1).bit_length())
-        # compiled decode steps need the same shapes every call: attend over the whole (static) buffer
-        self.cache = self.model.new_cache(batch_size, min(capacity, self.model.config.max_seq_len),
-                                          static_shapes=bool(compile))
+        else:
+            self.cache = self.model.new_cache(batch_size, min(capacity, self.model.config.max_seq_len))
 
     @property
     def length(self) -> int:
@@ -154,7 +145,7 @@ class MinimalDecoder:
 def minimal_view(model):
     """The model file's decoder over ``model``'s weights, built once per model (rebuilt if its weights moved).
 
-    ``model`` may already be a :class:`~helpers.models.qwen3.MiniQwen3`.
+    ``model`` may already be a :class:`~helpers.models.decoder.MiniDecoder`.
     """
     if hasattr(model, "new_cache"):
         return model
@@ -167,7 +158,7 @@ def minimal_view(model):
 
 
 def minimal_supported(model) -> bool:
-    """Whether the model file implements this model's architecture (Qwen3, plain RoPE, full attention)."""
+    """Whether the model file implements this model's architecture (Qwen3, Llama or OLMo with full attention)."""
     if hasattr(model, "new_cache"):
         return True
     try:
@@ -190,25 +181,32 @@ def resolve_runtime(runtime: str, *models) -> str:
     return runtime
 
 
-def prepare_graphs(models_widths: dict, capacity: int, batch_size: int = 1) -> None:
-    """Capture, before anything is timed, the CUDA graphs ``compile="graphs"`` generations will replay:
-    ``{model: widths}`` (a no-op on a CPU). See :func:`helpers.models.graphs.prepare_graphs`."""
+def prepare_graphs(models_widths: dict, capacity: int, batch_size: int = 1, *, compile="graphs") -> None:
+    """Capture, before anything is timed, the CUDA graphs ``compile="graphs"`` (or ``"compiled"``) generations will
+    replay: ``{model: widths}`` (a no-op on a CPU). See :func:`helpers.models.graphs.prepare_graphs`."""
     from helpers.models.graphs import prepare_graphs as capture
 
+    check_compile(compile)
     for model, widths in models_widths.items():
-        capture(minimal_view(model), capacity, widths, batch_size)
+        capture(minimal_view(model), capacity, widths, batch_size, compiled=compile == "compiled")
+
+
+def check_compile(compile) -> None:
+    if compile not in (False, "graphs", "compiled"):
+        raise ValueError(f"compile must be False (eager), 'graphs' (explicit CUDA graphs) or 'compiled' (the decoder "
+                         f"layer compiled by inductor, inside the same graphs), got {compile!r}")
 
 
 def cached_decoder(model, runtime: str, capacity: int, batch_size: int = 1, *, compile: bool | str = False):
     """A fresh cache for ``model`` on a resolved ``runtime`` ("minimal" or "transformers"), room for ``capacity``
-    tokens per row (the minimal runtime preallocates them). ``compile`` (minimal runtime only): ``True`` decode
-    steps through ``torch.compile`` (the first steps pay the compilation), ``"graphs"`` decode, draft and verify
-    steps as explicitly captured CUDA graphs (see :class:`MinimalDecoder`)."""
+    tokens per row (the minimal runtime preallocates them). ``compile`` (minimal runtime only): ``"graphs"`` decode,
+    draft and verify steps as explicitly captured CUDA graphs, ``"compiled"`` the same over the inductor-compiled
+    layer (see :class:`MinimalDecoder`)."""
     if runtime == "minimal":
         return MinimalDecoder(model, capacity, batch_size, compile)
     if compile:
-        raise ValueError(f"compile={compile!r} needs the minimal runtime (a Qwen3 model); the transformers adapter "
-                         "is eager")
+        raise ValueError(f"compile={compile!r} needs the minimal runtime (a Qwen3, Llama or OLMo model); the "
+                         "transformers adapter is eager")
     if runtime == "transformers":
         return TransformersDecoder(model, batch_size)
     raise ValueError(f"resolve the runtime first (resolve_runtime); got {runtime!r}")

@@ -82,6 +82,27 @@ def optimal_gamma(alpha: float, draft_ratio: float, verify_ratio: VerifyCost,
     return gammas[best], speedups[best]
 
 
+def break_even_alpha(draft_ratio: float, verify_ratio: Mapping[int, float], tol: float = 1e-6) -> tuple[float, int]:
+    """The lowest acceptance rate at which speculation pays by Eq. 5 (predicted speedup 1) for a draft of cost
+    ``draft_ratio`` = T_D/T_T and measured ``verify_ratio`` {gamma: T_V(gamma)/T_T}, and the gamma that reaches it:
+    at that alpha the gamma is Eq. 5's optimum, and above it speculation wins. (nan, gamma) where no alpha below 1
+    pays (gamma * c + T_V/T_T >= gamma + 1 for every gamma). The speedup rises with alpha, so a bisection per gamma."""
+    best = (float("nan"), min(verify_ratio))
+    for gamma, ratio in sorted(verify_ratio.items()):
+        gamma = int(gamma)
+        if predicted_speedup(gamma, 1.0, draft_ratio, ratio) <= 1.0:
+            continue
+        low, high = 0.0, 1.0
+        if predicted_speedup(gamma, 0.0, draft_ratio, ratio) >= 1.0:
+            high = 0.0
+        while high - low > tol:
+            mid = (low + high) / 2
+            low, high = (low, mid) if predicted_speedup(gamma, mid, draft_ratio, ratio) >= 1.0 else (mid, high)
+        if not high >= best[0]:  # also replaces the initial nan
+            best = (high, gamma)
+    return best
+
+
 def linear_verify_cost(gammas, verify_ratios) -> Callable[[int], float]:
     """Least-squares line through measured T_V(gamma)/T_T, so that gammas not measured can be predicted.
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers.models.qwen3 import DecoderConfig, MiniQwen3
+from helpers.models.decoder import DecoderConfig, MiniDecoder
 from helpers.models.runtime import resolve_runtime
 from helpers.specdec.chain import Drafter, generate_chain
 from helpers.specdec.core import GenerationResult, GenerationStats, check_positive_int, sample
@@ -35,7 +35,7 @@ __all__ = ["FeatureDraft", "eagle_generate"]
 
 
 def _layer_config(target) -> DecoderConfig:
-    """One layer of the target's width and attention shape (any Qwen3 or Llama config)."""
+    """One Qwen3-style layer of the target's width and attention shape (any Qwen3, Llama or OLMo config)."""
     config = target.config
     heads = config.num_attention_heads
     return DecoderConfig(
@@ -45,7 +45,7 @@ def _layer_config(target) -> DecoderConfig:
         max_seq_len=config.max_position_embeddings,
         rope_theta=(getattr(config, "rope_parameters", None) or {}).get("rope_theta", getattr(config, "rope_theta",
                                                                                              1_000_000.0)),
-        rms_norm_eps=config.rms_norm_eps)
+        rms_norm_eps=getattr(config, "rms_norm_eps", 1e-6))  # OLMo's config has none (its LayerNorm takes 1e-5)
 
 
 def _feature_scale(target) -> float:
@@ -86,7 +86,7 @@ class FeatureDraft(nn.Module):
         config = _layer_config(target)
         hidden = config.hidden_size
         self.fc = nn.Linear(2 * hidden, hidden, bias=False)
-        self.body = MiniQwen3(config)
+        self.body = MiniDecoder(config)
         self.body.norm = nn.Identity()  # the layer predicts the feature itself; the target's LM head reads it
         embedding = target.get_input_embeddings().weight
         with torch.no_grad():  # start as "feature + token embedding", the embedding scaled to the feature's size

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from helpers.models.qwen3 import KVCache
+from helpers.models.decoder import KVCache
 from helpers.models.runtime import minimal_view
 from helpers.models.streaming import StreamingView
 from helpers.specdec.analysis import estimate_alpha
@@ -68,7 +68,7 @@ def prompt_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor | None = N
 class Prefilled:
     """A batch after prefill: the cache holds every prompt token but each row's last one (``pending``)."""
 
-    model: torch.nn.Module  # the minimal decoder (helpers.models.qwen3.MiniQwen3)
+    model: torch.nn.Module  # the minimal decoder (helpers.models.decoder.MiniDecoder)
     cache: KVCache
     pending: torch.Tensor  # (batch, 1)
     prompt_lengths: list[int]

@@ -13,9 +13,9 @@ Medusa, EAGLE). Two shapes:
 
 Both cost ``depth`` draft forwards per round, as a linear round of γ = depth does: the draft expands a whole
 level in one forward, attending to each node's own ancestors through a tree mask over the round's stored nodes
-(:meth:`helpers.models.qwen3.KVCache.attention_mask`). The target sees the pending token and all nodes with a tree
+(:meth:`helpers.models.decoder.KVCache.attention_mask`). The target sees the pending token and all nodes with a tree
 mask and per-node positions (position = the pending token's + depth). Afterwards both caches keep the accepted
-path in place (:meth:`~helpers.models.qwen3.KVCache.compact`): nothing is recomputed.
+path in place (:meth:`~helpers.models.decoder.KVCache.compact`): nothing is recomputed.
 
 Losslessness:
 

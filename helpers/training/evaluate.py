@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from helpers.kv_cache import generate
 from helpers.models import describe
-from helpers.models.qwen3 import from_hf
+from helpers.models.decoder import from_hf
 from helpers.models.runtime import cached_decoder
 from helpers.training.checkpoints import load_saved
 

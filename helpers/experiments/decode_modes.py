@@ -1,0 +1,217 @@
+"""The GPU window's first part, ``decode``: how fast the model file decodes each handout model, mode by mode, beside the
+peers a user would reach for. Read by notebook 09's GPU section and the window's goals.
+
+For Qwen3-0.6B/1.7B/8B, Llama-3.2-1B/3.1-8B and OLMo-7B (random weights of the real configs, bf16, batch 1, 256 cached
+tokens) one decode step is timed in each decode mode of the model file (:data:`MODES`: eager, the explicit CUDA graphs,
+and the inductor-compiled layer inside the same graphs), with its kernels, kernels per layer and the seconds its first
+call took (compile and capture); and, in the same run and at the same shapes, transformers' own decoding through
+``generate`` (:data:`PEERS`): eager with its dynamic cache (what the handout's student runs) and with its static cache
+under ``torch.compile`` (its documented fast path). Each row is one configuration (``kind``: ``decode_step`` or
+``decode_peer``); a mode or peer that fails (a compile error) is printed and skipped, the rest of the window goes on.
+"""
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import torch
+
+from helpers.gpu_specs import memory_bandwidth
+
+DECODE_STEPS = "09_decode_modes"  # the part's result file
+MODELS = ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-8B", "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B",
+          "allenai/OLMo-7B-0724-hf")
+PEER_MODELS = ("Qwen/Qwen3-8B", "meta-llama/Llama-3.1-8B")  # the targets of the goal "faster than the compiled peer"
+MODES = ("eager", "graphs", "compiled")
+PEERS = ("hf-eager", "hf-static-compiled")
+CONTEXT = 256
+PEER_TOKENS = 32  # tokens a peer's timed generate() decodes (its per-token time: the difference to a 1-token one)
+PEER_REPEATS = 5  # a peer's generate() of 32 tokens takes about as long as 30 repeats of one step
+REPEATS = 30
+
+
+def settings(dry_run: bool) -> dict:
+    """The part's models, context and repeats; ``dry_run``: the CPU analogs of two families, a few tokens."""
+    if dry_run:
+        return {"models": ["cpu/Qwen3-8B", "cpu/Llama-3.1-8B"], "peer_models": ["cpu/Llama-3.1-8B"], "context": 8,
+                "repeats": 2, "peer_tokens": 4, "peer_repeats": 1, "dtype": "float32"}
+    return {"models": list(MODELS), "peer_models": list(PEER_MODELS), "context": CONTEXT, "repeats": REPEATS,
+            "peer_tokens": PEER_TOKENS, "peer_repeats": PEER_REPEATS, "dtype": "bfloat16"}
+
+
+def step_config(model: str, mode: str, p: dict, s: dict) -> dict:
+    return {"kind": "decode_step", "model": model, "decode": mode, "weights": "random", "dtype": s["dtype"],
+            "device": p["device"], "context_len": s["context"], "batch_size": 1, "width": 1}
+
+
+def peer_config(model: str, peer: str, p: dict, s: dict) -> dict:
+    return {"kind": "decode_peer", "model": model, "peer": peer, "weights": "random", "dtype": s["dtype"],
+            "device": p["device"], "context_len": s["context"], "batch_size": 1, "new_tokens": s["peer_tokens"]}
+
+
+# ------------------------------------------------------------------------------------------------ measuring
+
+
+@torch.inference_mode()
+def peer_step_ms(model, context: torch.Tensor, peer: str, new_tokens: int, repeats: int) -> dict:
+    """transformers' decoding of ``model`` after ``context`` (1, S) by ``generate`` (greedy, no EOS): ms per new token
+    as the median over ``repeats`` of (a ``new_tokens`` generation minus a 1-token one) / (new_tokens - 1), so the
+    prefill cancels; ``peer`` ``"hf-eager"`` (its dynamic cache) or ``"hf-static-compiled"`` (``cache_implementation=
+    "static"``, which generate compiles with ``torch.compile``; on a CPU asked for explicitly). ``compile_s``: the
+    first generation's seconds (compiling for the static peer)."""
+    from transformers import CompileConfig
+
+    from helpers.timing import measure
+
+    options = dict(do_sample=False, pad_token_id=0, eos_token_id=None)
+    if peer == "hf-static-compiled":
+        config = CompileConfig(fullgraph=True)
+        config._compile_all_devices = context.device.type != "cuda"  # generate() compiles on GPUs by itself
+        options.update(cache_implementation="static", compile_config=config)
+    elif peer != "hf-eager":
+        raise ValueError(f"peer must be one of {PEERS}, got {peer!r}")
+
+    def generate(n: int):
+        return lambda: model.generate(context, max_new_tokens=n, min_new_tokens=n, **options)
+
+    start = time.perf_counter()
+    generate(new_tokens)()
+    generate(1)()
+    if context.device.type == "cuda":
+        torch.cuda.synchronize()
+    compile_s = time.perf_counter() - start
+    runs = {n: measure(generate(n), warmup=1, repeats=repeats, device=context.device, statistic="median")
+            for n in (1, new_tokens)}
+    per_token = (runs[new_tokens].median - runs[1].median) / (new_tokens - 1)
+    return {"wall_ms": per_token * 1e3, "generate_ms": runs[new_tokens].median * 1e3, "compile_s": compile_s,
+            "wall_spread": runs[new_tokens].spread}
+
+
+def measure(p: dict, store, s: dict, fatal: tuple = ()) -> None:
+    """Part ``decode`` with :func:`settings` ``s``: every missing row of :data:`MODES` x models first (the model
+    file's own speed), then of :data:`PEERS` x peer models (the peers' compile is the dearest step)."""
+    from helpers.experiments.step_profile import measure_step
+
+    modes = [mode for mode in MODES if mode in s.get("modes", MODES)]  # eager only where the graph check failed
+    _measure_rows(p, store, s, s["models"], modes, step_config,
+                  lambda model, context, mode: measure_step(model, context, 1, repeats=s["repeats"], mode=mode), fatal)
+    _measure_rows(p, store, s, s["peer_models"], PEERS, peer_config,
+                  lambda model, context, peer: peer_step_ms(model, context, peer, s["peer_tokens"], s["peer_repeats"]),
+                  fatal)
+
+
+def _measure_rows(p: dict, store, s: dict, models, keys, config_of, run, fatal: tuple) -> None:
+    from helpers.experiments.common import check_budget, took
+    from helpers.experiments.gpu_costs import tolerate_graph_failure
+    from helpers.models import load_model
+    from helpers.results import free_memory, run_metadata
+
+    rows = store(DECODE_STEPS)
+    for name in models:
+        configs = {key: config_of(name, key, p, s) for key in keys}
+        if all(rows.has(c) for c in configs.values()):
+            continue
+        check_budget(rows, f"decode rows of {name}")
+        with took(rows):
+            model, _ = load_model(name, weights="random", device=p["device"], dtype=getattr(torch, s["dtype"]))
+            context = torch.randint(0, model.config.vocab_size, (1, s["context"]),
+                                    generator=torch.Generator().manual_seed(0)).to(p["device"])
+            meta = run_metadata(model_id=name, weights="random", dtype=s["dtype"], device=p["device"], seed=0)
+        for key, config in configs.items():
+            if rows.has(config):
+                continue
+            check_budget(rows, f"{key} decode of {name}")
+            with took(rows):
+                tolerate_graph_failure(key, config, lambda config=config, key=key: rows.run(
+                    config, lambda: run(model, context, key), meta=meta), fatal)
+        del model, context
+        free_memory()
+
+
+# ------------------------------------------------------------------------------------------------ reading the rows
+
+
+def decode_table(rows: list[dict]) -> pd.DataFrame:
+    """One line per (model, mode or peer): ms per decode step, the HBM floor (the weight bytes a step reads over the
+    GPU's datasheet bandwidth, the short context's KV left out) and the step's share of it, kernels per step and per
+    layer, and the first call's seconds (compile and capture)."""
+    steps = {row["model"]: row for row in rows if row.get("kind") == "decode_step" and row.get("decode_bytes")}
+    lines = []
+    for row in rows:
+        bytes_read = (row if row.get("kind") == "decode_step" else steps.get(row["model"], {})).get("decode_bytes")
+        bandwidth = memory_bandwidth(row.get("device_name", ""))
+        floor_ms = bytes_read / bandwidth * 1e3 if bytes_read and bandwidth else float("nan")
+        kernels = row.get("kernels")
+        lines.append({"device_name": row.get("device_name"), "model": row["model"],
+                      "mode": row.get("decode") or row.get("peer"), "ms/step": row["wall_ms"],
+                      "HBM floor ms": floor_ms, "roofline share": floor_ms / row["wall_ms"],
+                      "kernels": kernels,
+                      "kernels/layer": kernels / row["num_layers"] if kernels and row.get("num_layers") else None,
+                      "compile s": row.get("compile_s"), "graph replays": row.get("graph_replays")})
+    return pd.DataFrame(lines)
+
+
+def speed_against_peer(table: pd.DataFrame, mode: str = "compiled", peer: str = "hf-static-compiled") -> pd.DataFrame:
+    """Per model with both: the peer's ms per step over ``mode``'s (above 1: the model file is faster)."""
+    pivot = table.pivot_table(index="model", columns="mode", values="ms/step", aggfunc="last")
+    if mode not in pivot or peer not in pivot:
+        return pd.DataFrame(columns=["model", "ratio"])
+    ratio = (pivot[peer] / pivot[mode]).dropna()
+    return ratio.rename("ratio").reset_index()
+
+
+GOAL_SHARE = 0.70  # of the HBM roofline, for the 8B targets compiled
+GOAL_PEER_RATIO = 1.2  # faster than transformers' compiled static-cache decoding
+GOAL_C = 0.2  # T_D/T_T of the two pairs with a 1B-class draft
+GOAL_BREAK_EVEN = 0.35  # the lowest alpha at which a handout pair pays at its best gamma
+GOAL_COMPILE_S = 90.0
+TARGETS_8B = ("Qwen/Qwen3-8B", "meta-llama/Llama-3.1-8B")
+SMALL_DRAFT_PAIRS = (("Qwen/Qwen3-8B", "Qwen/Qwen3-0.6B"), ("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.2-1B"))
+
+
+def pair_terms(cost_rows: list[dict]) -> pd.DataFrame:
+    """One line per (handout pair, decode mode) of the eq5 part's rows: c, and the break-even alpha at Eq. 5's
+    optimal gamma (:func:`helpers.specdec.analysis.break_even_alpha`) with that gamma."""
+    from helpers.specdec.analysis import break_even_alpha
+
+    lines = []
+    for row in cost_rows:
+        verify = {int(g): float(v) for g, v in row.get("verify_ratio", {}).items()}
+        alpha, gamma = break_even_alpha(float(row["c"]), verify) if verify else (float("nan"), None)
+        lines.append({"target": row["target"], "draft": row["draft"], "decode": row.get("decode", "eager"),
+                      "c": float(row["c"]), "break-even alpha": alpha, "at gamma": gamma,
+                      "T_T ms": row["T_T"] * 1e3, "T_D ms": row["T_D"] * 1e3})
+    return pd.DataFrame(lines)
+
+
+def goal_lines(steps: list[dict], cost_rows: list[dict]) -> list[str]:
+    """The model-file issue's GPU goals, as the ``decode`` and ``eq5`` parts' rows measure them (one line each)."""
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "missed"
+
+    lines = []
+    table = decode_table(steps) if steps else pd.DataFrame()
+    for target in TARGETS_8B:
+        mine = table[(table["model"] == target) & (table["mode"] == "compiled")] if len(table) else table
+        if not len(mine):
+            continue
+        row = mine.iloc[-1]
+        lines.append(f"{target} compiled decode step: {row['ms/step']:.2f} ms, {row['roofline share']:.0%} of the HBM "
+                     f"roofline ({row['HBM floor ms']:.2f} ms floor; goal >= {GOAL_SHARE:.0%}: "
+                     f"{verdict(row['roofline share'] >= GOAL_SHARE and (row['graph replays'] or 0) > 0)}); "
+                     f"first call {row['compile s']:.0f} s (goal <= {GOAL_COMPILE_S:.0f} s: "
+                     f"{verdict(row['compile s'] <= GOAL_COMPILE_S)})")
+    for _, row in speed_against_peer(table).iterrows() if len(table) else []:
+        lines.append(f"{row['model']}: transformers' compiled static cache / our compiled step = {row['ratio']:.2f}x "
+                     f"(goal >= {GOAL_PEER_RATIO}x: {verdict(row['ratio'] >= GOAL_PEER_RATIO)})")
+    terms = pair_terms(cost_rows) if cost_rows else pd.DataFrame()
+    for _, row in terms[terms["decode"] == "compiled"].iterrows() if len(terms) else []:
+        pair = (row["target"], row["draft"])
+        text = f"{row['target']} / {row['draft']} compiled: c = {row['c']:.3f}"
+        if pair in SMALL_DRAFT_PAIRS:
+            text += f" (goal <= {GOAL_C}: {verdict(row['c'] <= GOAL_C)})"
+        alpha = row["break-even alpha"]
+        text += (f"; break-even alpha {alpha:.2f} at gamma {row['at gamma']} (goal <= {GOAL_BREAK_EVEN}: "
+                 f"{verdict(alpha <= GOAL_BREAK_EVEN)})" if alpha == alpha else "; no alpha below 1 pays")
+        lines.append(text)
+    return lines
