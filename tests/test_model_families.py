@@ -119,3 +119,19 @@ def test_a_view_first_built_in_inference_mode_leaves_the_model_trainable():
     loss = hf(torch.tensor([[1, 2, 3]])).logits.sum() + minimal_view(hf)(torch.tensor([[1, 2, 3]])).sum()
     loss.backward()
     assert hf.model.layers[0].self_attn.q_proj.weight.grad is not None
+
+
+def test_fused_projections_give_the_separate_ones_logits_and_tokens_on_the_cpu_pair():
+    """Fusion changes the kernels, not the results: the CPU pair's target with q/k/v and gate/up as one product each
+    against the same weights as separate products (helpers.models.bench's baseline), float32."""
+    from helpers.models import load_model
+    from helpers.models.bench import separate_projections
+
+    fused = minimal_view(load_model("cpu-pair/target")[0])
+    separate = separate_projections(fused)
+    ids = torch.randint(0, fused.config.vocab_size, (2, 48), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(fused(ids), separate(ids), rtol=1e-5, atol=1e-5)
+    prompt = ids[:1, :20]
+    assert torch.equal(autoregressive_generate(fused, prompt, 24, eos_token_id=-1).tokens,
+                       autoregressive_generate(separate, prompt, 24, eos_token_id=-1).tokens)
