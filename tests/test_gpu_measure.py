@@ -233,6 +233,8 @@ def test_notebook_renders_gpu_rows_on_a_machine_without_gpu(dry, monkeypatch, tm
         assert (tmp_path / "report" / "generated" / profile / "00_gpu_kernels.tex").exists()
         assert "gpu_launch_bound" in (tmp_path / "report" / "generated" / profile / "00_gpu.numbers.tex").read_text()
         assert any("identical to AR" in line for line in goals)
+        assert (tmp_path / "report" / "generated" / profile / "00_gpu_decode.tex").exists()  # the decode part
+        assert "\\wbset{mf_measured}{1}" in numbers
 
 
 def _cost_row(target, draft, decode, t_t, t_d, target_mb, draft_mb, layers=(36, 28), weights="random"):

@@ -255,7 +255,29 @@ def write_report_tables(profile: str) -> list[str]:
                                    + ("; rows measured before Hopper's nvjet kernels were classed as matrix products have "
                                       "their eight largest kernels reclassified, so their matrix products' time is a "
                                       "lower bound" if numbers.get("gpu_step_corrected") else ""))
-    return goal_lines(folder) if len(costs) or len(e2e) or len(steps) else []
+    decode = _write_decode_table(folder, profile)
+    return goal_lines(folder) if len(costs) or len(e2e) or len(steps) or decode else []
+
+
+def _write_decode_table(folder: Path, profile: str) -> bool:
+    """``00_gpu_decode``: the window's ``decode`` part (the model file's modes beside transformers'); False without
+    rows."""
+    from helpers import tables
+    from helpers.experiments import decode_modes
+
+    rows = read_rows(folder, decode_modes.DECODE_STEPS)
+    if not rows:
+        return False
+    table = decode_modes.decode_table(rows)
+    table = table.drop(columns=["device_name", "HBM floor ms"]).assign(model=table["model"].map(short_name))
+    tables.write_table(table.rename(columns={"roofline share": "roofline", "graph replays": "replays"}),
+                       "00_gpu_decode", profile, float_format="{:.3g}",
+                       caption="One decode step of each handout model (random weights, bf16, batch 1, context 256) in "
+                               "the model file's modes (eager; CUDA graphs; the layer compiled by inductor inside the "
+                               "graphs) and transformers' generate (hf-eager; hf-static-compiled: its static cache under "
+                               "torch.compile), timed in one run; roofline: the weights a step reads over bandwidth, "
+                               "divided by the step; compile s: the first call (compile, warm-up, capture)")
+    return True
 
 
 # ------------------------------------------------------------------------------------------ measuring (GPU window)

@@ -211,6 +211,60 @@ def print_gpu_draft_costs(gpu_c: pd.DataFrame) -> dict:
             "gpu_c_eager_17b": first[keys[2]], "gpu_c_graphs_17b": first[keys[3]]}
 
 
+def model_file_gpu_rows(folders=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The model file's decode on the GPUs that measured it: :func:`helpers.experiments.decode_modes.decode_table` of
+    every GPU profile's ``decode`` part and :func:`~helpers.experiments.decode_modes.pair_terms` of its eq5 rows (c and
+    the break-even alpha per pair and mode), each with a ``gpu`` column. ``folders``: default every GPU profile's."""
+    from helpers.experiments import decode_modes
+    from helpers.experiments.gpu_costs import COSTS, read_rows
+    from helpers.results import gpu_result_folders
+
+    folders = gpu_result_folders(decode_modes.DECODE_STEPS) if folders is None else folders
+    steps, pairs = [], []
+    for folder in folders:
+        rows = read_rows(folder, decode_modes.DECODE_STEPS)
+        if rows:
+            steps.append(decode_modes.decode_table(rows).rename(columns={"device_name": "gpu"}))
+        cost_rows = read_rows(folder, COSTS)
+        if cost_rows:
+            gpu = cost_rows[0].get("device_name")
+            pairs.append(decode_modes.pair_terms(cost_rows).assign(gpu=gpu))
+    return (pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(),
+            pd.concat(pairs, ignore_index=True) if pairs else pd.DataFrame())
+
+
+def print_model_file_gpu(steps: pd.DataFrame, pairs: pd.DataFrame) -> dict:
+    """What the model-file issue's GPU goals read on the first GPU that measured the compiled mode (printed); the
+    report's numbers: ``mf_measured`` 0 where no GPU has, else the 8B targets' compiled step (ms, share of the HBM
+    roofline), the slowest of them against transformers' compiled static cache, and, where the eq5 part measured the
+    compiled mode, c and the break-even alpha of the handout pairs (the largest of the three)."""
+    compiled = steps[steps["mode"] == "compiled"] if len(steps) else steps
+    if not len(compiled):
+        print("the model file's compiled decode step has not been measured on a GPU yet (window part 'decode')")
+        return {"mf_measured": 0}
+    from helpers.experiments import decode_modes
+
+    gpu = compiled["gpu"].iloc[0]
+    mine = steps[steps["gpu"] == gpu]
+    print(mine.round(3).to_string(index=False))
+    numbers = {"mf_measured": 1, "mf_gpu": gpu}
+    for key, model in (("qwen8b", "Qwen/Qwen3-8B"), ("llama8b", "meta-llama/Llama-3.1-8B")):
+        row = compiled[(compiled["gpu"] == gpu) & (compiled["model"] == model)]
+        if len(row):
+            numbers.update({f"mf_{key}_ms": float(row["ms/step"].iloc[-1]),
+                            f"mf_{key}_share_pct": 100 * float(row["roofline share"].iloc[-1])})
+    peer = decode_modes.speed_against_peer(mine)
+    if len(peer):
+        numbers["mf_peer_ratio_min"] = float(peer["ratio"].min())
+        print(f"transformers' compiled static cache over our compiled step: {peer.round(2).to_string(index=False)}")
+    terms = pairs[(pairs["gpu"] == gpu) & (pairs["decode"] == "compiled")] if len(pairs) else pairs
+    if len(terms):
+        print(terms.round(3).to_string(index=False))
+        numbers.update({"mf_c_min": float(terms["c"].min()), "mf_c_max": float(terms["c"].max()),
+                        "mf_break_even_max": float(terms["break-even alpha"].max())})
+    return numbers
+
+
 def compare_costs_with_07(rows_07, draft_name: str, tokenizer, T_T: float, T_D: float, c: float,
                           cost_row: dict) -> dict:
     """The same pair's cost terms in notebook 07 and here: what each was timed under, and whether context explains
