@@ -30,11 +30,11 @@ if [ ! -x "$VENV/bin/python" ]; then
         safetensors tokenizers pandas matplotlib seaborn scipy tqdm pytest
 fi
 "$VENV/bin/python" -c 'import sys, torch, transformers; print("compat:", sys.version.split()[0], "torch", torch.__version__, "transformers", transformers.__version__)'
-TESTS=${COMPAT_TESTS:-"tests/test_models.py tests/test_qwen3_model.py tests/test_cached_decoder.py tests/test_loading.py
+TESTS=${COMPAT_TESTS:-"tests/test_models.py tests/test_decoder_model.py tests/test_model_families.py tests/test_cached_decoder.py tests/test_loading.py
   tests/test_generation_bench.py tests/test_kv_cache.py tests/test_kv_sweep.py tests/test_specdec.py
   tests/test_specdec_costs.py tests/test_specdec_bench.py tests/test_specdec_batched.py tests/test_specdec_core.py tests/test_specdec_analysis.py
   tests/test_specdec_tree.py tests/test_specdec_medusa.py tests/test_specdec_feature_draft.py tests/test_results.py
   tests/test_core.py tests/test_memory.py tests/test_prompts.py tests/test_gpu_specs.py tests/test_gpu_measure.py
-  tests/test_model_graphs.py tests/test_graphed_steps.py tests/test_model_kernels.py tests/test_step_profile.py"}
+  tests/test_compiled_steps.py tests/test_graphed_steps.py tests/test_model_kernels.py tests/test_step_profile.py"}
 # shellcheck disable=SC2086
 PYTHONPATH="$ROOT" exec "$VENV/bin/python" -m pytest -p no:cacheprovider -q -rs $TESTS "$@"

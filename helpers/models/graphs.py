@@ -43,9 +43,10 @@ def compiled_layer():
     if _COMPILED_LAYER is None:
         # the layers' modules are inlined as inputs (the default since torch 2.5): layers of one shape share a graph;
         # a speculative pair at several widths needs more graphs than dynamo's default limit of 8
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
-        torch._dynamo.config.accumulated_recompile_limit = max(
-            getattr(torch._dynamo.config, "accumulated_recompile_limit", 256), 4096)
+        config = torch._dynamo.config
+        for name, least in (("recompile_limit", 256), ("accumulated_recompile_limit", 4096)):
+            if hasattr(config, name):  # (older torch names them *_cache_size_limit; the defaults then apply)
+                setattr(config, name, max(getattr(config, name), least))
         _COMPILED_LAYER = torch.compile(_layer_step, fullgraph=True)
     return _COMPILED_LAYER
 
