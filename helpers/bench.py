@@ -1,8 +1,9 @@
 """Benchmarks: ``python -m helpers.bench <name> [options]``.
 
 Each benchmark is a module exposing ``add_arguments(parser)`` and ``run(args) -> dict``: a topic package's
-``bench.py`` (``kv_cache``, ``batching``, ``model``: the model file's fused projections) or an experiment module of the speculative-decoding notebooks
-(``helpers.experiments.specdec_bench``, ``tree_bench``, ``selfspec_bench``, ``heads_bench``). It prints a readable table while it
+``bench.py`` (``kv_cache``, ``batching``) or an experiment module of the speculative-decoding notebooks
+(``helpers.experiments.specdec_bench``, ``tree_bench``, ``selfspec_bench``, ``heads_bench``; ``model_bench``: the model
+file's fused projections). It prints a readable table while it
 runs; this entry point prints the returned figures as ONE JSON object on the last line, so scripts can parse
 ``tail -n1``.
 """
@@ -13,9 +14,8 @@ import json
 import sys
 
 from helpers.batching import bench as batching_bench
-from helpers.experiments import heads_bench, selfspec_bench, specdec_bench, tree_bench
+from helpers.experiments import heads_bench, model_bench, selfspec_bench, specdec_bench, tree_bench
 from helpers.kv_cache import bench as kv_cache_bench
-from helpers.models import bench as model_bench
 
 BENCHMARKS = {"kv_cache": kv_cache_bench, "specdec": specdec_bench, "batching": batching_bench,
               "tree": tree_bench, "selfspec": selfspec_bench, "heads": heads_bench, "model": model_bench}

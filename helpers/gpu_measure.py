@@ -15,16 +15,16 @@ a summary of the goals under ``$OUT``. Back here::
     git add results/gpu-h100 && git commit -m "GPU rows, H100: ..."
     WORKBOOK_RESULTS_ONLY=1 python -m helpers.run_all --profile gpu-h100        # render (no GPU needed)
 
-Rehearse on the CPU with ``--window --dry-run --out /tmp/w`` (the CPU profile's small models, a few tokens, under a
-minute; the tests do it). Without ``--window``, ``--profile P --out DIR --only PART ...`` runs chosen parts.
+Rehearse on the CPU with ``--window --dry-run --out /tmp/w`` (the CPU profile's small models, a few tokens, one to
+two minutes with inductor's first compiles; the tests do it). Without ``--window``, ``--profile P --out DIR --only PART ...`` runs chosen parts.
 
 Parts, in the window's order (:data:`PARTS`): ``01`` notebook 01's check that the KV-cache formula equals the bytes a
 cache holds on the GPU (seconds; notebook 01 renders only with it); ``decode`` each handout model's decode step in
-every mode of the model file beside transformers' eager and compiled static-cache decoding
-(:mod:`helpers.experiments.decode_modes`); ``eq5`` T_T, T_D, T_V(gamma) of each handout pair in bf16, random weights,
+every mode of the model file (:mod:`helpers.experiments.decode_modes`); ``eq5`` T_T, T_D, T_V(gamma) of each handout pair in bf16, random weights,
 eager, as CUDA graphs and with the compiled layer inside them (``decode: eager | graphs | compiled``; graphs rows
 record ``graph_replays``), with Eq. 5's predicted speedup over a
-grid of alpha (labelled a prediction) and the target's weight bytes (the HBM roofline); ``06`` §4.2 forward time vs batch (CUDA events) and the verify
+grid of alpha (labelled a prediction) and the target's weight bytes (the HBM roofline); ``peers`` transformers'
+eager and compiled static-cache decoding of the 8B targets at the decode part's shapes; ``06`` §4.2 forward time vs batch (CUDA events) and the verify
 step; ``graphs`` the CPU pair's
 terms eager and as graphs, then its speculative decoding end to end with graphs against AR with graphs (real alpha,
 every output checked against AR); ``profile`` where a decode step's time goes (kernels, their summed time
@@ -55,7 +55,7 @@ from helpers.experiments.gpu_costs import (CPU_PAIRS, DECODE_MODES, EQ5_ALPHAS, 
                                           EQ5_REPEATS, HANDOUT_PAIRS)
 from helpers.budget import Budget, BudgetExhausted, BudgetStore
 
-PARTS = ("01", "decode", "eq5", "06", "graphs", "profile", "02", "03", "12", "07", "09", "13", "10", "11")  # the window's priority order
+PARTS = ("01", "decode", "eq5", "peers", "06", "graphs", "profile", "02", "03", "12", "07", "09", "13", "10", "11")  # the window's priority order
 PART_FILES = {  # the result files each part writes (at most 8 come back per command)
     "01": ["01_gpu_memory_math"],
     "02": ["02_generation_benchmarks"],
@@ -64,6 +64,7 @@ PART_FILES = {  # the result files each part writes (at most 8 come back per com
     "07": ["07_speculative_decoding", "07_speculative_decoding_by_source", "07_speculative_decoding_sampled"],
     "09": ["09_speedup_analysis"],
     "decode": ["09_decode_modes"],
+    "peers": ["09_decode_modes"],
     "eq5": ["09_handout_costs"],
     "graphs": ["09_compiled_decode"],
     "profile": ["09_step_profile"],
@@ -94,6 +95,8 @@ def run_part(part: str, params: dict, store, eq5: dict) -> None:
     written once, there), or the eq5/graphs cost terms (:mod:`helpers.experiments.gpu_costs`)."""
     if part == "decode":  # each handout model's decode step in every mode, beside transformers' own decoding
         decode_modes.measure(params, store, {**eq5["decode"], "modes": eq5["modes"]}, fatal=(BudgetExhausted,))
+    elif part == "peers":  # transformers' eager and compiled static-cache decoding of the 8B targets
+        decode_modes.measure_peers(params, store, eq5["decode"], fatal=(BudgetExhausted,))
     elif part == "eq5":  # the handout pairs in bf16, random weights, eager, as CUDA graphs and compiled
         gpu_costs.measure_eq5(params, store(gpu_costs.COSTS), eq5, eq5["pairs"], "random", fatal=(BudgetExhausted,))
     elif part == "graphs":  # the CPU pair on the GPU: cost terms eager and as graphs, then end to end
@@ -180,7 +183,7 @@ def run(profile: str, out: Path, only=None, dry_run: bool = False, budget_s: flo
 
 def _run(params: dict, eq5: dict, parts: list, out: Path, dry_run: bool, budget_s: float | None,
          archived: bool) -> dict:
-    files = [f for part in parts for f in PART_FILES[part]]
+    files = list(dict.fromkeys(f for part in parts for f in PART_FILES[part]))  # (decode and peers share a file)
     if not dry_run:
         seed_outputs(params["profile"], out, files)
     BudgetStore.budget = Budget(budget_s, margin=5.0 if dry_run else 30.0, part_start=0.0 if dry_run else PART_START_S)
@@ -228,7 +231,7 @@ def main(argv=None) -> int:
                "  python3 -m helpers.gpu_measure --window --out $OUT        (self-check, then the most valuable\n"
                "      missing rows until the deadline; one archive + a summary under $OUT)\n"
                "then here: python -m helpers.gpu_measure --unpack FILES_AT/window-<profile>.tar.gz, and commit.\n"
-               "Rehearse on the CPU: --window --dry-run --out /tmp/w (tiny shapes, about a minute).")
+               "Rehearse on the CPU: --window --dry-run --out /tmp/w (tiny shapes, one to two minutes).")
     parser.add_argument("--window", action="store_true",
                         help="the GPU window: self-check, then parts in priority order under --deadline-s")
     parser.add_argument("--unpack", type=Path, metavar="ARCHIVE",
@@ -237,7 +240,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, help="output root: rows go to OUT/results/<profile>/ (GPU: $OUT)")
     parser.add_argument("--only", nargs="+", metavar="PART", help=f"parts to run, of {', '.join(PARTS)}")
     parser.add_argument("--dry-run", action="store_true",
-                        help="the same code on the CPU with tiny shapes (profile <profile>-dryrun), about a minute")
+                        help="the same code on the CPU with tiny shapes (profile <profile>-dryrun), one to two minutes")
     parser.add_argument("--budget-s", type=float, default=540.0,
                         help="stop cleanly before a measurement that would end later than this (default 540 s)")
     parser.add_argument("--deadline-s", type=float, default=None,

@@ -33,7 +33,9 @@ def rows(out, name):
 def test_dry_run_measures_every_part_into_the_notebooks_files(dry):
     out, summary, seconds = dry
     assert sorted(summary["parts_done"]) == sorted(gpu_measure.PARTS) and summary["stopped"] is None
-    assert seconds < 60, f"the dry run should take under a minute, took {seconds:.0f} s"
+    # about a minute of small models, plus inductor's first compiles of the compiled mode (about 30 s in a fresh
+    # process; a warm cache of compiled kernels makes them seconds)
+    assert seconds < 120, f"the dry run should take under two minutes, took {seconds:.0f} s"
     for part, names in gpu_measure.PART_FILES.items():
         for name in names:
             found = rows(out, name)
@@ -300,16 +302,17 @@ def test_dry_run_measures_eager_and_graph_rows_with_their_proof(dry):
 
 
 def test_dry_run_decode_part_times_every_mode_and_both_peers(dry):
-    """The model file's first window part, rehearsed: each model in every decode mode (Qwen3 and Llama analogs),
-    with its compile seconds, and transformers' eager and compiled static-cache decoding beside it."""
+    """The model file's first window part, rehearsed: a model in every decode mode (the Llama analog; the eq5 part
+    rehearses the compiled Qwen3 analogs), with its compile seconds, and transformers' eager and compiled static-cache
+    decoding beside it (part peers)."""
     from helpers.experiments import decode_modes
 
     out, _, _ = dry
     found = rows(out, decode_modes.DECODE_STEPS)
     steps = {(r["model"], r["decode"]): r for r in found if r["kind"] == "decode_step"}
-    assert set(steps) == {(m, mode) for m in ("cpu/Qwen3-8B", "cpu/Llama-3.1-8B") for mode in decode_modes.MODES}
+    assert set(steps) == {("cpu/Llama-3.1-8B", mode) for mode in decode_modes.MODES}
     assert all(r["wall_ms"] > 0 and r["compile_s"] >= 0 and r["kernels"] > 0 for r in steps.values())
-    assert steps["cpu/Llama-3.1-8B", "eager"]["layer_kernels"] == 19 and steps["cpu/Qwen3-8B", "eager"]["layer_kernels"] == 22
+    assert steps["cpu/Llama-3.1-8B", "eager"]["layer_kernels"] == 19
     peers = {r["peer"]: r for r in found if r["kind"] == "decode_peer"}
     assert set(peers) == set(decode_modes.PEERS) and all(r["wall_ms"] > 0 for r in peers.values())
     table = decode_modes.decode_table(found)

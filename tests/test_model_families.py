@@ -125,7 +125,7 @@ def test_fused_projections_give_the_separate_ones_logits_and_tokens_on_the_cpu_p
     """Fusion changes the kernels, not the results: the CPU pair's target with q/k/v and gate/up as one product each
     against the same weights as separate products (helpers.models.bench's baseline), float32."""
     from helpers.models import load_model
-    from helpers.models.bench import separate_projections
+    from helpers.experiments.model_bench import separate_projections
 
     fused = minimal_view(load_model("cpu-pair/target")[0])
     separate = separate_projections(fused)

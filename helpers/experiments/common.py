@@ -83,3 +83,19 @@ class LoadedModels:
 
     def clear(self) -> None:
         self.keep_only(())
+
+
+def tolerate_graph_failure(mode: str, config: dict, measure, fatal: tuple = ()) -> None:
+    """Run ``measure()``; a graphs or compiled measurement that fails (a capture error, no C compiler for triton, a
+    dynamo limit) is reported and skipped, not stored, so the eager rows and the other parts still come back (a
+    rerun tries it again). Eager failures, and the exceptions in ``fatal`` (the window's budget), stay errors."""
+    try:
+        measure()
+    except fatal:
+        raise
+    except Exception as error:  # noqa: BLE001 - reported, and only for graphs/compiled measurements
+        if mode == "eager":
+            raise
+        print(f"  {mode.upper()} MEASUREMENT FAILED, skipped: {describe_config(config)}: {type(error).__name__}: "
+              f"{error}"[:2000], flush=True)
+        free_memory()

@@ -1,12 +1,12 @@
-"""The GPU window's first part, ``decode``: how fast the model file decodes each handout model, mode by mode, beside the
-peers a user would reach for. Read by notebook 09's GPU section and the window's goals.
+"""The GPU window's parts ``decode`` and ``peers``: how fast the model file decodes each handout model, mode by mode,
+beside the peers a user would reach for. Read by notebook 09's GPU section and the window's goals.
 
 For Qwen3-0.6B/1.7B/8B, Llama-3.2-1B/3.1-8B and OLMo-7B (random weights of the real configs, bf16, batch 1, 256 cached
 tokens) one decode step is timed in each decode mode of the model file (:data:`MODES`: eager, the explicit CUDA graphs,
 and the inductor-compiled layer inside the same graphs), with its kernels, kernels per layer and the seconds its first
 call took (compile and capture); and, in the same run and at the same shapes, transformers' own decoding through
-``generate`` (:data:`PEERS`): eager with its dynamic cache (what the handout's student runs) and with its static cache
-under ``torch.compile`` (its documented fast path). Each row is one configuration (``kind``: ``decode_step`` or
+``generate`` (:data:`PEERS`, part ``peers``, after the pairs' terms): eager with its dynamic cache (what the handout's
+student runs) and with its static cache under ``torch.compile`` (its documented fast path). Each row is one configuration (``kind``: ``decode_step`` or
 ``decode_peer``); a mode or peer that fails (a compile error) is printed and skipped, the rest of the window goes on.
 """
 from __future__ import annotations
@@ -33,8 +33,8 @@ REPEATS = 30
 def settings(dry_run: bool) -> dict:
     """The part's models, context and repeats; ``dry_run``: the CPU analogs of two families, a few tokens."""
     if dry_run:
-        return {"models": ["cpu/Qwen3-8B", "cpu/Llama-3.1-8B"], "peer_models": ["cpu/Llama-3.1-8B"], "context": 8,
-                "repeats": 2, "peer_tokens": 4, "peer_repeats": 1, "dtype": "float32"}
+        return {"models": ["cpu/Llama-3.1-8B"], "peer_models": ["cpu/Llama-3.1-8B"], "context": 8,
+                "repeats": 2, "peer_tokens": 16, "peer_repeats": 2, "dtype": "float32"}
     return {"models": list(MODELS), "peer_models": list(PEER_MODELS), "context": CONTEXT, "repeats": REPEATS,
             "peer_tokens": PEER_TOKENS, "peer_repeats": PEER_REPEATS, "dtype": "bfloat16"}
 
@@ -55,13 +55,13 @@ def peer_config(model: str, peer: str, p: dict, s: dict) -> dict:
 @torch.inference_mode()
 def peer_step_ms(model, context: torch.Tensor, peer: str, new_tokens: int, repeats: int) -> dict:
     """transformers' decoding of ``model`` after ``context`` (1, S) by ``generate`` (greedy, no EOS): ms per new token
-    as the median over ``repeats`` of (a ``new_tokens`` generation minus a 1-token one) / (new_tokens - 1), so the
-    prefill cancels; ``peer`` ``"hf-eager"`` (its dynamic cache) or ``"hf-static-compiled"`` (``cache_implementation=
+    as (the median of a ``new_tokens`` generation minus that of a 1-token one, timed alternately ``repeats`` times) /
+    (new_tokens - 1), so the prefill cancels; ``peer`` ``"hf-eager"`` (its dynamic cache) or ``"hf-static-compiled"`` (``cache_implementation=
     "static"``, which generate compiles with ``torch.compile``; on a CPU asked for explicitly). ``compile_s``: the
     first generation's seconds (compiling for the static peer)."""
     from transformers import CompileConfig
 
-    from helpers.timing import measure
+    from helpers.timing import measure_interleaved
 
     options = dict(do_sample=False, pad_token_id=0, eos_token_id=None)
     if peer == "hf-static-compiled":
@@ -80,29 +80,33 @@ def peer_step_ms(model, context: torch.Tensor, peer: str, new_tokens: int, repea
     if context.device.type == "cuda":
         torch.cuda.synchronize()
     compile_s = time.perf_counter() - start
-    runs = {n: measure(generate(n), warmup=1, repeats=repeats, device=context.device, statistic="median")
-            for n in (1, new_tokens)}
+    runs = measure_interleaved({n: generate(n) for n in (1, new_tokens)}, repeats=repeats, warmup=1,
+                               device=context.device, statistic="median")
     per_token = (runs[new_tokens].median - runs[1].median) / (new_tokens - 1)
     return {"wall_ms": per_token * 1e3, "generate_ms": runs[new_tokens].median * 1e3, "compile_s": compile_s,
             "wall_spread": runs[new_tokens].spread}
 
 
 def measure(p: dict, store, s: dict, fatal: tuple = ()) -> None:
-    """Part ``decode`` with :func:`settings` ``s``: every missing row of :data:`MODES` x models first (the model
-    file's own speed), then of :data:`PEERS` x peer models (the peers' compile is the dearest step)."""
+    """Part ``decode`` with :func:`settings` ``s``: every missing row of :data:`MODES` x models (the model file's
+    own speed)."""
     from helpers.experiments.step_profile import measure_step
 
     modes = [mode for mode in MODES if mode in s.get("modes", MODES)]  # eager only where the graph check failed
     _measure_rows(p, store, s, s["models"], modes, step_config,
                   lambda model, context, mode: measure_step(model, context, 1, repeats=s["repeats"], mode=mode), fatal)
+
+
+def measure_peers(p: dict, store, s: dict, fatal: tuple = ()) -> None:
+    """Part ``peers``: every missing row of :data:`PEERS` x peer models (a part of its own, after eq5: compiling a
+    whole 8B model under ``torch.compile`` is the dearest step of all)."""
     _measure_rows(p, store, s, s["peer_models"], PEERS, peer_config,
                   lambda model, context, peer: peer_step_ms(model, context, peer, s["peer_tokens"], s["peer_repeats"]),
                   fatal)
 
 
 def _measure_rows(p: dict, store, s: dict, models, keys, config_of, run, fatal: tuple) -> None:
-    from helpers.experiments.common import check_budget, took
-    from helpers.experiments.gpu_costs import tolerate_graph_failure
+    from helpers.experiments.common import check_budget, took, tolerate_graph_failure
     from helpers.models import load_model
     from helpers.results import free_memory, run_metadata
 

@@ -9,7 +9,7 @@ import pandas as pd
 import torch
 
 from helpers.experiments import step_profile
-from helpers.experiments.common import HANDOUT_PAIRS
+from helpers.experiments.common import HANDOUT_PAIRS, tolerate_graph_failure
 from helpers.gpu_specs import memory_bandwidth
 from helpers.results import gpu_result_folders, latest_ok_rows, run_metadata
 
@@ -290,25 +290,6 @@ EQ5_ALPHAS = [0.5, 0.6, 0.7, 0.8, 0.9]  # the grid of Eq. 5's *predicted* speedu
 EQ5_DTYPE = "bfloat16"  # the handout pairs; the CPU pair keeps sd_dtype (float32: greedy outputs stay exact)
 CPU_PAIRS = [["cpu-pair/target", "cpu-pair/draft"], ["cpu-pair/target", "cpu-pair/draft-2l"]]
 DECODE_MODES = {"eager": False, "graphs": "graphs", "compiled": "compiled"}  # row label -> the generators' ``compile``
-
-
-def tolerate_graph_failure(mode: str, config: dict, measure, fatal: tuple = ()) -> None:
-    """Run ``measure()``; a graphs or compiled measurement that fails (a capture error, no C compiler for triton, a
-    dynamo limit) is reported and skipped, not stored, so the eager rows and the other parts still come back (a
-    rerun tries it again). Eager failures, and the exceptions in ``fatal`` (the window's budget), stay errors."""
-    from helpers.experiments.common import describe_config
-    from helpers.results import free_memory
-
-    try:
-        measure()
-    except fatal:
-        raise
-    except Exception as error:  # noqa: BLE001 - reported, and only for graphs/compiled measurements
-        if mode == "eager":
-            raise
-        print(f"  {mode.upper()} MEASUREMENT FAILED, skipped: {describe_config(config)}: {type(error).__name__}: "
-              f"{error}"[:2000], flush=True)
-        free_memory()
 
 
 def graph_proof(mode: str, models_, measure) -> dict:

@@ -122,8 +122,8 @@ def measure_pair(target, draft, cases: list[dict], gammas, max_new_tokens: int, 
     alike; the fastest run of each is kept. Every speculative or assisted run uses the same
     seed as the AR run (``seed``: private generators for ours, ``torch.manual_seed`` for transformers').
     One untimed warm-up of every method precedes the first prompt. ``peer_gammas``: the gammas of the peer
-    (default: ``gammas``). ``compile``: ours and AR with compiled decode steps (``MiniDecoder.compile_decode``), or
-    ``"graphs"``: explicitly captured CUDA graphs (captured before the first timed run).
+    (default: ``gammas``). ``compile``: ours and AR with ``"graphs"``, explicitly captured CUDA graphs
+    (captured before the first timed run), or ``"compiled"``, the same over the inductor-compiled layer.
     """
     device = next(target.parameters()).device
     gammas = [int(g) for g in gammas]
@@ -145,9 +145,9 @@ def measure_pair(target, draft, cases: list[dict], gammas, max_new_tokens: int, 
         torch.manual_seed(seed)
         return assisted_generate(target, draft, ids, tokens, gamma, temperature, eos_token_id), None
 
-    if compile == "graphs":  # every graph the runs will replay, captured before anything is timed
+    if compile:  # every graph the runs will replay, compiled and captured before anything is timed
         capacity = max(case["input_ids"].shape[1] for case in cases) + max_new_tokens
-        prepare_graphs({target: range(1, max(gammas) + 2), draft: (1, 2)}, capacity)
+        prepare_graphs({target: range(1, max(gammas) + 2), draft: (1, 2)}, capacity, compile=compile)
     for method, gamma in methods:  # warm-up: allocator, kernels, lazy imports of generate()
         call(method, gamma, cases[0]["input_ids"], min(8, max_new_tokens))
 

@@ -279,7 +279,7 @@ def eagle_generate(target, draft: FeatureDraft, input_ids: torch.Tensor, max_new
     confident enough to propose), draft nothing for 1, then 3, 7, ... rounds, at most ``backoff``, until a round
     accepts one (0: never pause). Exact greedy output
     at temperature 0, the target's distribution above (the drafter decides from its own past only). Trees need the
-    minimal runtime (Qwen3 targets)."""
+    minimal runtime (Qwen3, Llama and OLMo targets)."""
     if not isinstance(draft, FeatureDraft):  # the prompt and budget are checked by the verifier
         raise ValueError(f"draft must be a helpers.specdec.FeatureDraft, got {type(draft).__name__}")
     if draft.target_head is not target.get_output_embeddings():

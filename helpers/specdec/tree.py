@@ -34,7 +34,7 @@ Losslessness:
   min(1, q/p) instead of q).
 
 Trees need the minimal runtime (:mod:`helpers.models.runtime`): tree attention masks and in-place compaction
-exist only in the workbook's model file, i.e. for Qwen3 models.
+exist only in the workbook's model file, i.e. for Qwen3, Llama and OLMo models.
 """
 from __future__ import annotations
 
@@ -214,7 +214,7 @@ def tree_runtime(*models) -> str:
         return resolve_runtime("minimal", *models)
     except ValueError as err:
         raise ValueError(f"tree speculation needs tree attention masks and in-place cache compaction, which only the "
-                         f"workbook's model file implements (Qwen3 models): {err}") from None
+                         f"workbook's model file implements (Qwen3, Llama and OLMo models): {err}") from None
 
 
 def _cache_capacity(target, input_ids: torch.Tensor, max_new_tokens: int, nodes_room: int) -> int:
