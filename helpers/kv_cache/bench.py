@@ -29,7 +29,7 @@ GOAL_SPEEDUP = 5.0
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=CPU_PAIR_TARGET,
-                        help="a Qwen3 name known to helpers.models (default: the CPU pair's target)")
+                        help="a Qwen3, Llama or OLMo name known to helpers.models (default: the CPU pair's target)")
     parser.add_argument("--weights", default=None, help="'random' for random weights of a handout id")
     parser.add_argument("--new-tokens", type=int, default=256, help="new tokens per generation")
     parser.add_argument("--prompt-len", type=int, default=32, help="prompt length in tokens")

@@ -1,4 +1,4 @@
-"""Greedy generation with and without a KV cache on the minimal Qwen3 decoder (handout §2.2).
+"""Greedy generation with and without a KV cache on the minimal decoder (handout §2.2).
 
     model = from_hf(hf_model)                                   # same weights, no copy
     new_ids = generate(model, input_ids, max_new_tokens=64)     # greedy, with the cache
