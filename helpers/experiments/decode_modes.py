@@ -56,23 +56,28 @@ def peer_config(model: str, peer: str, p: dict, s: dict) -> dict:
 def peer_step_ms(model, context: torch.Tensor, peer: str, new_tokens: int, repeats: int) -> dict:
     """transformers' decoding of ``model`` after ``context`` (1, S) by ``generate`` (greedy, no EOS): ms per new token
     as (the median of a ``new_tokens`` generation minus that of a 1-token one, timed alternately ``repeats`` times) /
-    (new_tokens - 1), so the prefill cancels; ``peer`` ``"hf-eager"`` (its dynamic cache) or ``"hf-static-compiled"`` (``cache_implementation=
-    "static"``, which generate compiles with ``torch.compile``; on a CPU asked for explicitly). ``compile_s``: the
-    first generation's seconds (compiling for the static peer)."""
-    from transformers import CompileConfig
+    (new_tokens - 1), so the prefill cancels; ``peer`` ``"hf-eager"`` (its dynamic cache) or ``"hf-static-compiled"``
+    (a ``StaticCache`` of S + new_tokens slots, the same for both lengths so that nothing recompiles, which generate
+    runs under ``torch.compile``; on a CPU asked for explicitly). ``compile_s``: the first two generations' seconds
+    (compiling, for the static peer)."""
+    from transformers import CompileConfig, StaticCache
 
     from helpers.timing import measure_interleaved
 
-    options = dict(do_sample=False, pad_token_id=0, eos_token_id=None)
+    if peer not in PEERS:
+        raise ValueError(f"peer must be one of {PEERS}, got {peer!r}")
+    options = dict(do_sample=False, pad_token_id=0)
     if peer == "hf-static-compiled":
         config = CompileConfig(fullgraph=True)
         config._compile_all_devices = context.device.type != "cuda"  # generate() compiles on GPUs by itself
-        options.update(cache_implementation="static", compile_config=config)
-    elif peer != "hf-eager":
-        raise ValueError(f"peer must be one of {PEERS}, got {peer!r}")
+        options["compile_config"] = config
 
     def generate(n: int):
-        return lambda: model.generate(context, max_new_tokens=n, min_new_tokens=n, **options)
+        def run():
+            cache = (StaticCache(config=model.config, max_cache_len=context.shape[1] + new_tokens)
+                     if peer == "hf-static-compiled" else None)
+            return model.generate(context, max_new_tokens=n, min_new_tokens=n, past_key_values=cache, **options)
+        return run
 
     start = time.perf_counter()
     generate(new_tokens)()
