@@ -295,6 +295,7 @@ def test_dry_run_measures_eager_and_graph_rows_with_their_proof(dry):
     assert set(costs) == {"eager", "graphs", "compiled"}
     assert costs["graphs"]["graph_replays"] == 0  # a CPU captures nothing; on a GPU the row counts the replays
     assert costs["compiled"]["layer_kernels"] == costs["graphs"]["layer_kernels"]  # the eager count, for reference
+    assert costs["compiled"]["compile_s"] > 0  # the first calls of each width: the compile of the layer
     cpu_pair_modes = {row["decode"] for row in rows(out, "09_compiled_decode")}
     assert cpu_pair_modes == {"eager", "graphs"}  # the CPU pair's part keeps its modes
     e2e = [row for row in rows(out, "09_compiled_decode") if row["kind"] == "e2e"]
@@ -409,3 +410,25 @@ def test_eager_rows_need_no_minimal_view_so_other_architectures_measure():
     llama = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                          num_attention_heads=2)).eval()
     assert gpu_costs.graph_proof("eager", (llama,), lambda: {"T_T": 1.0}) == {"T_T": 1.0, "layer_kernels": 19}
+
+
+def test_decode_goal_lines_judge_the_8b_steps_the_peer_and_the_pairs():
+    """The model-file issue's GPU goals, from rows as the decode and eq5 parts write them (an H200: 4.8 TB/s)."""
+    from helpers.experiments import decode_modes
+
+    def step(model, mode, ms, bytes_read=15e9, compile_s=40.0):
+        return {"kind": "decode_step", "model": model, "decode": mode, "wall_ms": ms, "decode_bytes": bytes_read,
+                "device_name": "NVIDIA H200", "kernels": 400, "num_layers": 36, "compile_s": compile_s,
+                "graph_replays": 30}
+
+    steps = [step("Qwen/Qwen3-8B", "compiled", 4.2), step("meta-llama/Llama-3.1-8B", "compiled", 6.0, compile_s=120),
+             {"kind": "decode_peer", "model": "Qwen/Qwen3-8B", "peer": "hf-static-compiled", "wall_ms": 5.5,
+              "device_name": "NVIDIA H200"}]
+    costs = [{"target": "Qwen/Qwen3-8B", "draft": "Qwen/Qwen3-0.6B", "decode": "compiled", "c": 0.15, "T_T": 0.0042,
+              "T_D": 0.00063, "verify_ratio": {"2": 1.02, "3": 1.03, "5": 1.05, "7": 1.1}}]
+    lines = decode_modes.goal_lines(steps, costs)
+    qwen, llama, peer, pair = lines
+    assert "Qwen/Qwen3-8B compiled decode step: 4.20 ms, 74% of the HBM roofline" in qwen and "goal >= 70%: met" in qwen
+    assert "(goal <= 90 s: met)" in qwen and "(goal <= 90 s: missed)" in llama and "goal >= 70%: missed" in llama
+    assert "1.31x (goal >= 1.2x: met)" in peer
+    assert "c = 0.150 (goal <= 0.2: met)" in pair and "(goal <= 0.35: met)" in pair

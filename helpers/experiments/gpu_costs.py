@@ -294,10 +294,11 @@ DECODE_MODES = {"eager": False, "graphs": "graphs", "compiled": "compiled"}  # r
 
 def graph_proof(mode: str, models_, measure) -> dict:
     """``measure()``'s row plus the proof that graphs ran where the row claims them: the CUDA-graph replays of the
-    explicit steps (0 on a CPU, where the same static step runs without capture); and, where the model file ran every
+    explicit steps (0 on a CPU, where the same static step runs without capture) and the seconds their first calls
+    took (``compile_s``: compiling the layer in mode compiled, warming up, capturing); and, where the model file ran every
     model, the target's kernels per layer (``layer_kernels``, the eager count: what a GPU step's time follows)."""
     from helpers.models.decoder import layer_kernels
-    from helpers.models.graphs import graph_replays
+    from helpers.models.graphs import graph_compile_s, graph_replays
     from helpers.models.runtime import minimal_supported, minimal_view
 
     layer = ({"layer_kernels": layer_kernels(minimal_view(models_[0]).config)}
@@ -305,9 +306,10 @@ def graph_proof(mode: str, models_, measure) -> dict:
     if mode == "eager":  # nothing to prove, and the model may have no minimal view (another architecture)
         return {**measure(), **layer}
     views = [minimal_view(m) for m in models_]
-    before = sum(graph_replays(v) for v in views)
+    before = sum(graph_replays(v) for v in views), sum(graph_compile_s(v) for v in views)
     row = measure()
-    return {**row, **layer, "graph_replays": sum(graph_replays(v) for v in views) - before}
+    return {**row, **layer, "graph_replays": sum(graph_replays(v) for v in views) - before[0],
+            "compile_s": sum(graph_compile_s(v) for v in views) - before[1]}
 
 
 def pair_dtype(weights: str, p: dict, eq5: dict) -> str:

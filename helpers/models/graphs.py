@@ -222,6 +222,12 @@ def graph_replays(model) -> int:
     return sum(steps.replays for pool in getattr(model, "_graphed_steps", {}).values() for steps in pool)
 
 
+def graph_compile_s(model) -> float:
+    """Seconds so far of every :class:`GraphedSteps` of ``model`` in the first calls of its widths (compiling the
+    layer where compiled, warming up and capturing)."""
+    return sum(steps.compile_s for pool in getattr(model, "_graphed_steps", {}).values() for steps in pool)
+
+
 def graphed_steps(model: MiniDecoder, batch_size: int, capacity: int, owner, *, compiled: bool = False) -> GraphedSteps:
     """A :class:`GraphedSteps` of ``model`` for ``batch_size`` rows of at least ``capacity`` tokens, its cache
     emptied, held by ``owner`` while that object lives. Steps whose owner is gone are reused (the smallest that is
