@@ -23,9 +23,6 @@ import torch
 from helpers.models.decoder import MiniDecoder, attention_bias
 from helpers.models.kv_cache import KVCache
 
-COMPILE_MODES = (False, "graphs", "compiled")  # the generators' ``compile=``: eager, graphs, compiled layer + graphs
-
-
 def _layer_step(layer, x, cos, sin, mask, keys, values, write):
     """One layer of a static step: its keys and values written at ``write``, attention over the whole buffer."""
     return layer(x, cos, sin, mask, (keys, values), write)

@@ -191,8 +191,11 @@ def prepare_graphs(models_widths: dict, capacity: int, batch_size: int = 1, *, c
         capture(minimal_view(model), capacity, widths, batch_size, compiled=compile == "compiled")
 
 
+COMPILE_MODES = (False, "graphs", "compiled")  # the generators' ``compile=``: eager, graphs, compiled layer + graphs
+
+
 def check_compile(compile) -> None:
-    if compile not in (False, "graphs", "compiled"):
+    if compile not in COMPILE_MODES:
         raise ValueError(f"compile must be False (eager), 'graphs' (explicit CUDA graphs) or 'compiled' (the decoder "
                          f"layer compiled by inductor, inside the same graphs), got {compile!r}")
 
