@@ -31,7 +31,8 @@ REPEATS = 30
 
 
 def settings(dry_run: bool) -> dict:
-    """The part's models, context and repeats; ``dry_run``: the CPU analogs of two families, a few tokens."""
+    """The part's models, context and repeats; ``dry_run``: the Llama analog on the CPU, a few tokens (the eq5 part
+    rehearses the compiled Qwen3 analogs)."""
     if dry_run:
         return {"models": ["cpu/Llama-3.1-8B"], "peer_models": ["cpu/Llama-3.1-8B"], "context": 8,
                 "repeats": 2, "peer_tokens": 16, "peer_repeats": 2, "dtype": "float32"}

@@ -21,7 +21,6 @@ import weakref
 import torch
 
 from helpers.models.decoder import MiniDecoder, attention_bias
-from helpers.models.kv_cache import KVCache
 
 def _layer_step(layer, x, cos, sin, mask, keys, values, write):
     """One layer of a static step: its keys and values written at ``write``, attention over the whole buffer."""
@@ -107,7 +106,7 @@ class GraphedSteps:
         self.replays = 0
         self.captures = 0
         self.compile_s = 0.0  # wall time of each width's first runs (inductor's compile, warm-up and capture)
-        self._warm: set[int] = set()  # widths that ran once (compiled) or were captured
+        self._warm: set[int] = set()  # widths that ran once without capture (captured ones are in self.graphs)
         self.owner = lambda: None  # set by graphed_steps(): the decoder using this cache now
         self._keys = self.cache.keys[0].data_ptr()  # graphs hold these addresses: a reallocated cache voids them
 
@@ -210,7 +209,6 @@ class GraphedSteps:
         self.captures += 1
         torch.cuda.synchronize()
         self.compile_s += time.perf_counter() - start
-        self._warm.add(k)
         return self.graphs[k]
 
 
