@@ -114,3 +114,26 @@ def order_of_sets(low, high) -> str:
     if not len(low) or not len(high):
         raise ValueError("need two non-empty sets")
     return "larger" if min(high) > max(low) else "smaller" if max(high) < min(low) else "overlapping"
+
+
+REPETITIVE_SHARE = 0.5  # above it, most of an output repeats itself: speculation (and lookup) wins easily on it
+
+
+def repeated_ngram_share(tokens, n: int = 4) -> float:
+    """The share of an output's ``n``-grams that already occurred earlier in it (0 for fewer than ``n + 1`` tokens).
+
+    A generation stuck in a loop scores near 1, sensible text near 0; flag an output whose share exceeds
+    :data:`REPETITIVE_SHARE` beside any speedup measured on it, since a loop is what makes drafts easy to guess.
+
+    >>> repeated_ngram_share([1, 2, 3, 1, 2, 3, 1, 2, 3], n=3)
+    0.5714285714285714
+    """
+    tokens = [int(t) for t in tokens]
+    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+    if len(grams) < 2:
+        return 0.0
+    seen, repeats = set(), 0
+    for gram in grams:
+        repeats += gram in seen
+        seen.add(gram)
+    return repeats / len(grams)

@@ -58,3 +58,11 @@ def test_explorer_and_analysis_draw_the_same_verify_line():
         line = linear_verify_cost([1, 2, 3, 4], ratios)
         for gamma in range(1, 9):
             assert max(min(ratios), at_1 + slope * (gamma - 1)) == pytest.approx(line(gamma))
+
+
+def test_repeated_ngram_share_flags_loops_not_text():
+    loop = [7, 8, 9] * 10
+    assert stats.repeated_ngram_share(loop, n=4) > stats.REPETITIVE_SHARE
+    assert stats.repeated_ngram_share(list(range(30)), n=4) == 0.0
+    assert stats.repeated_ngram_share([1, 2, 3], n=4) == 0.0
+    assert stats.repeated_ngram_share([1, 2, 3, 1, 2, 3, 1, 2, 3], n=3) == 4 / 7
