@@ -20,8 +20,10 @@ from helpers import paths, tables
 from helpers.results import read_rows
 
 # measured columns worth a reader's eye, in this order: a file shows those its rows hold (the means only where the
-# rows have no median)
-MEASURES = ["time_s_median", "time_ms_std", "ms_per_step", "throughput_tok_s_median", "speedup", "alpha", "c",
+# rows have no median). One statistic per table: a generation row's ``ms_per_step`` is its MEAN time over the new
+# tokens, so beside the median time the table shows ``ms_per_step_median`` instead, derived from the same median
+# (:func:`derived_fields`), and :func:`check_consistent` recomputes the columns from each other.
+MEASURES = ["time_s_median", "time_ms_std", "ms_per_step_median", "throughput_tok_s_median", "speedup", "alpha", "c",
             "tokens_per_s", "peak_memory_gb"]
 FALLBACK_MEASURES = ["time_ms_mean", "time_s_mean"]
 SHOWN_ELSEWHERE = {"09_handout_costs", "09_compiled_decode", "09_step_profile"}  # gpu_costs' own tables
@@ -46,11 +48,50 @@ def notebook_rows(notebook: str, folder: Path) -> dict[str, list[dict]]:
     return found
 
 
+def derived_fields(row: dict, config: dict) -> dict:
+    """``row`` with the per-step time of its MEDIAN batch (``ms_per_step_median`` = 1000 x ``time_s_median`` / new
+    tokens) where it has both; the stored ``ms_per_step`` (the mean's) is left out of the table then."""
+    new_tokens = row.get("new_tokens", config.get("new_tokens"))
+    if isinstance(row.get("time_s_median"), (int, float)) and new_tokens:
+        return {**row, "ms_per_step_median": 1000 * row["time_s_median"] / new_tokens}
+    return row
+
+
+def check_consistent(table: pd.DataFrame, rows: list[dict], configs: list[dict], tol: float = 1e-9) -> None:
+    """Recompute the table's medians from each other: ms per step = 1000 x median time / new tokens, throughput =
+    batch x new tokens / median time (a ValueError names the first line that disagrees: the columns would mix
+    statistics)."""
+    for i, (row, config) in enumerate(zip(rows, configs)):
+        t, new = row.get("time_s_median"), row.get("new_tokens", config.get("new_tokens"))
+        if not isinstance(t, (int, float)) or not new or t <= 0:
+            continue
+        line = table.iloc[i]
+        checks = {"ms_per_step_median": 1000 * t / new}
+        batch = row.get("batch_size", config.get("batch_size"))
+        if batch:
+            checks["throughput_tok_s_median"] = batch * new / t
+        for column, expected in checks.items():
+            shown = line.get(column, "")
+            if shown != "" and abs(float(shown) - expected) > tol * max(1.0, abs(expected)):
+                raise ValueError(f"line {i}: {column} {shown} is not {expected:.6g}, recomputed from the median time")
+
+
+def statistic_note(table: pd.DataFrame) -> str:
+    """The caption's name of the statistic the table's time columns share (empty where it shows no median)."""
+    if "time_s_median" not in table:
+        return ""
+    parts = ["time"] + [name for column, name in (("ms_per_step_median", "ms per step"),
+                                                  ("throughput_tok_s_median", "throughput")) if column in table]
+    return (f"{', '.join(parts)}: of the median batch" + (" (ms per step = median time / new tokens)"
+                                                          if "ms_per_step_median" in table else ""))
+
+
 def partial_table(rows: list[dict]) -> tuple[pd.DataFrame, dict]:
     """``(table, shared)``: one line per row, in the order measured, with the configuration values that differ
     between rows (blank where a row's configuration lacks the key) and the headline measurements; and the
     configuration values every row has alike (``config_key`` is each row's configuration)."""
     configs = [json.loads(row["config_key"]) for row in rows]
+    rows = [derived_fields(row, config) for row, config in zip(rows, configs)]
     keys = sorted({key for config in configs for key in config} - HIDDEN_SETTINGS)
     seen = {key: {json.dumps(config.get(key, "<absent>"), sort_keys=True) for config in configs} for key in keys}
     shared = {key: configs[0][key] for key in keys if len(seen[key]) == 1}
@@ -60,6 +101,7 @@ def partial_table(rows: list[dict]) -> tuple[pd.DataFrame, dict]:
     measured = measured or [m for m in FALLBACK_MEASURES if any(m in row for row in rows)]
     table = pd.DataFrame([{**{key: config.get(key, "") for key in varying}, "status": row.get("status", ""),
                            **{m: row.get(m, "") for m in measured}} for config, row in zip(configs, rows)])
+    check_consistent(table, rows, configs)
     return table, shared
 
 
@@ -88,7 +130,9 @@ def write_partial(notebook: str, profile: str, missing: dict | None = None) -> P
     for name, rows in found.items():
         table, shared = partial_table(rows)
         frames.append(table.assign(file=name) if len(found) > 1 else table)
-        captions.append(f"{name}: {len(rows)} rows; shared settings: {_settings_text(shared)}")
+        note = statistic_note(table)
+        captions.append(f"{name}: {len(rows)} rows" + (f" ({note})" if note else "")
+                        + f"; shared settings: {_settings_text(shared)}")
     frame = pd.concat(frames, ignore_index=True).fillna("")  # files differ in their columns
     if missing:
         captions.append("the first row still to measure: "

@@ -86,11 +86,23 @@ def test_input_findings_recover_the_fixed_cost_and_the_crossover():
     assert found["noise"] == [] and found["numbers"]["genInNoiseText"].startswith("no point is flagged")
     assert found["numbers"]["genInPredictText"].startswith(
         "at none of the swept input lengths: the longest, 32,768 tokens, is predicted at 83.0 GB, over the "
-        "datasheet's 80 GB but under the 85.5 GB the card exposes (H100 80GB: 81,559 MiB), leaving 2.5 GB (3% of it)")
+        "datasheet's 80 GB but under the 85.5 GB the card exposes (H100 80GB: 81,559 MiB), leaving 2.49 GB (2.9% of it)")
     # regression: the 2.5 GB left was not set against §1.2.1's 2 GB reserve for what the prediction leaves out
     assert found["numbers"]["genInPredictText"].endswith("more than the 2 GB §1.2.1 reserves for them")
     assert found["lines"][-1].startswith("Prediction: Qwen/Qwen3-8B in bfloat16 at batch 8 exceeds the memory the "
                                          "card exposes at none")
+    # regression: the verdict was taken against nvidia-smi's MiB; the H100's rows record the bytes torch sees, and
+    # against those the same prediction leaves under the 2 GB reserve
+    h100 = (85_017_493_504, "NVIDIA H100 80GB HBM3", "results/gpu-h100")
+    torch_found = gr.input_findings(input_rows(), 8, 4.0, PREDICTION, "Qwen/Qwen3-8B in bfloat16", torch_card=h100)
+    text = torch_found["numbers"]["genInPredictText"]
+    headroom = h100[0] - PREDICTION.bytes(32768, 64)
+    assert headroom < gr.RESERVE_GB * 1e9 and f"leaving {headroom / 1e9:.2f} GB" in text
+    assert "85,017,493,504 B) torch reports on the NVIDIA H100 80GB HBM3" in text and "81,559 MiB" in text
+    assert text.endswith("less than the 2 GB §1.2.1 reserves for them: borderline")
+    rows = [dict(r, device="cuda", device_name=h100[1], device_memory_bytes=h100[0]) for r in input_rows()]
+    assert gr.card_torch_bytes(80, rows) == (h100[0], h100[1], "this profile's rows")
+    assert gr.card_torch_bytes(141, rows) != (h100[0], h100[1], "this profile's rows")  # not a 141 GB card
     found_40 = gr.input_findings(input_rows(), 8, 4.0, PREDICTION_40, "Qwen/Qwen3-8B in bfloat16")
     assert found_40["numbers"]["genInPredictText"].startswith("from 16,384 input tokens on (49.7 GB predicted")
     # time = 2 s + 1 ms/token: below the 2,000-token crossover a doubling adds < 50 %, above it more

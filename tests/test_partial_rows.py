@@ -47,9 +47,26 @@ def test_write_partial_tables_a_pending_notebooks_rows_and_clear_removes_them(ou
     _store("gpu-h100", "09_handout_costs").append({"target": "t"}, {"c": 0.4}, {})  # shown by gpu_costs, not here
     table = partial_rows.write_partial("06_forward_pass_scaling", "gpu-h100", {"trials": 20, "device": "cuda"})
     caption = table.with_name("06_forward_pass_scaling_partial.caption.tex").read_text()
-    assert "2 rows; shared settings: model m; trials 5" in caption
+    assert "2 rows (time: of the median batch); shared settings: model m; trials 5" in caption
     assert "the first row still to measure: trials 20" in caption and "cuda" not in caption
     assert "batch\\_size" in table.read_text()
     assert partial_rows.write_partial("09_speedup_analysis", "gpu-h100") is None  # only the cost file: no table
     partial_rows.clear_partial("06_forward_pass_scaling", "gpu-h100")
     assert not list(paths.generated_dir("gpu-h100").glob("06_*partial*"))
+
+
+def test_generation_rows_show_one_statistic_and_the_columns_recompute_from_each_other():
+    # a generation row as the sweep stores it: ms_per_step from the MEAN time (4.75 s median against 5.11 s mean)
+    row = {"config_key": '{"batch_size": 8, "input_len": 1, "new_tokens": 64}', "status": "ok", "batch_size": 8,
+           "new_tokens": 64, "time_s_median": 4.75, "time_s_mean": 5.11, "ms_per_step": 1000 * 5.11 / 64,
+           "throughput_tok_s_median": 8 * 64 / 4.75}
+    other = dict(row, config_key='{"batch_size": 8, "input_len": 2, "new_tokens": 64}')
+    table, _ = partial_rows.partial_table([row, other])
+    assert "ms_per_step" not in table and "ms_per_step_median" in table  # the mean's column is not beside medians
+    for _, line in table.iterrows():
+        assert line["ms_per_step_median"] * 64 / 1000 == pytest.approx(line["time_s_median"])
+        assert 8 * 64 / line["time_s_median"] == pytest.approx(line["throughput_tok_s_median"])
+    assert "median batch" in partial_rows.statistic_note(table)
+    bad = dict(row, throughput_tok_s_median=8 * 64 / 5.11)  # throughput from the mean beside the median time
+    with pytest.raises(ValueError, match="throughput_tok_s_median"):
+        partial_rows.partial_table([bad])

@@ -269,7 +269,7 @@ def _cutoff_and_oom_texts(rows: list[dict], last, cap: float | None) -> tuple[st
 
 
 def input_findings(rows: list[dict], batch_size: int, cap: float | None,
-                   prediction: memory.GenerationPrediction, prediction_name: str) -> dict:
+                   prediction: memory.GenerationPrediction, prediction_name: str, torch_card=None) -> dict:
     """What the input-length sweep (§1.3.1) shows: ``lines`` to print, ``numbers`` for the report, and the
     values the notebook's checks need (``growth``, ``fit``, ``noise``: the flagged input lengths). Growth, fit and
     throughput claims use only the points not flagged as noise (:func:`ok_frame`)."""
@@ -297,7 +297,7 @@ def input_findings(rows: list[dict], batch_size: int, cap: float | None,
     cutoff_text, oom_text, oom_inputs = _cutoff_and_oom_texts(rows, ok.iloc[-1], cap)
     lines += ["Cutoff: " + cutoff_text, "OOM: " + oom_text]
     new_tokens = int(ok["new_tokens"].iloc[0])
-    predict_text = prediction_text(prediction, [r["input_len"] for r in rows], new_tokens)
+    predict_text = prediction_text(prediction, [r["input_len"] for r in rows], new_tokens, torch_card)
     lines.append(f"Prediction: {prediction_name} at batch {batch_size} exceeds the memory the card exposes "
                  f"{predict_text}.")
     numbers = dict(genInShortLen=int(short["input_len"]), genInLongLen=int(long["input_len"]), genInGrowth=growth,
@@ -359,28 +359,61 @@ def prediction_card_text(prediction: memory.GenerationPrediction) -> str:
 RESERVE_GB = 2.0  # §1.2.1's fixed reserve for the CUDA context, allocator slack and temporaries
 
 
-def prediction_text(prediction: memory.GenerationPrediction, input_lens: list[int], new_tokens: int) -> str:
+def card_torch_bytes(gpu_gb: float, rows: list[dict] | None = None, name: str = "02_generation_benchmarks"):
+    """The bytes torch reports as the total memory (``device_memory_bytes``) of a card sold as ``gpu_gb`` GB that a
+    row came from: ``rows`` (this profile's) where they were measured on such a card, else the GPU windows' rows of
+    ``name`` (:func:`helpers.results.gpu_result_folders`). ``(bytes, device name, where)``, or None where no row came
+    from such a card. torch's total is what an allocation can reach; nvidia-smi's MiB count a little more (the H100
+    80GB: 85,017,493,504 B against 81,559 MiB = 85,521,661,952 B)."""
+    from helpers.results import gpu_result_folders, latest_ok_rows
+
+    def match(found, where):
+        for row in found:
+            device = str(row.get("device_name", ""))
+            if (row.get("device") == "cuda" and row.get("device_memory_bytes")
+                    and any(c.card.split()[0] in device for c in memory.cards_sold_as(gpu_gb))):
+                return int(row["device_memory_bytes"]), device, where
+        return None
+
+    own = match(rows or [], "this profile's rows")
+    if own:
+        return own
+    for folder in gpu_result_folders(name):
+        found = match(latest_ok_rows(folder / f"{name}.jsonl"), f"results/{folder.name}")
+        if found:
+            return found
+    return None
+
+
+def prediction_text(prediction: memory.GenerationPrediction, input_lens: list[int], new_tokens: int,
+                    torch_card=None) -> str:
     """At which of ``input_lens`` the prediction exceeds what the card exposes, or, if none, how close the
     longest comes (against the datasheet figure too, to show what reading GB for GiB would have claimed) and
-    whether what is left covers §1.2.1's reserve (:data:`RESERVE_GB`): if not, the longest is borderline."""
+    whether what is left covers §1.2.1's reserve (:data:`RESERVE_GB`): if not, the longest is borderline.
+
+    ``torch_card`` (:func:`card_torch_bytes`): the total torch reported on a card of that size a row came from;
+    where given, the verdicts (over, headroom, reserve) are taken against those bytes, the ones an allocation can
+    reach, and nvidia-smi's figure is named beside them; else against nvidia-smi's total."""
     card = prediction.card
-    over = [n for n in input_lens if prediction.over(n, new_tokens)]
+    limit = torch_card[0] if torch_card else card.total_bytes
+    limit_text = (f"the {limit / memory.GB:.2f} GB ({limit:,} B) torch reports on the {torch_card[1]} the rows came "
+                  f"from ({torch_card[2]}; nvidia-smi: {card.total_mib:,} MiB)" if torch_card
+                  else f"the {limit / memory.GB:.1f} GB the card exposes ({card.label})")
+    over = [n for n in input_lens if prediction.bytes(n, new_tokens) > limit]
     if over:
         first = min(over)
-        return (f"from {first:,} input tokens on ({prediction.gb(first, new_tokens):.1f} GB predicted, over the "
-                f"{card.total_bytes / memory.GB:.1f} GB the card exposes, {card.label})")
+        return f"from {first:,} input tokens on ({prediction.gb(first, new_tokens):.1f} GB predicted, over {limit_text})"
     longest = max(input_lens)
-    headroom = prediction.headroom(longest, new_tokens)
+    headroom = limit - prediction.bytes(longest, new_tokens)
     datasheet = ("over the datasheet's" if prediction.over_datasheet(longest, new_tokens)
                  else "under both the datasheet's")
     return (f"at none of the swept input lengths: the longest, {longest:,} tokens, is predicted at "
             f"{prediction.gb(longest, new_tokens):.1f} GB, {datasheet} {prediction.gpu_gb:g} GB"
-            f"{' but under' if datasheet.startswith('over') else ' and'} the {card.total_bytes / memory.GB:.1f} GB the "
-            f"card exposes ({card.label}), leaving {headroom / memory.GB:.1f} GB ({headroom / card.total_bytes:.0%} of "
-            f"it) for what the prediction leaves out (CUDA context, allocator slack), "
+            f"{' but under' if datasheet.startswith('over') else ' and'} {limit_text}, leaving "
+            f"{headroom / memory.GB:.2f} GB ({headroom / limit:.1%} of it) for what the prediction leaves out (CUDA "
+            "context, allocator slack), "
             + (f"more than the {RESERVE_GB:g} GB §1.2.1 reserves for them" if headroom >= RESERVE_GB * memory.GB else
-               f"less than the {RESERVE_GB:g} GB §1.2.1 reserves for them: borderline, and PyTorch sees a little less "
-               "than nvidia-smi's total"))
+               f"less than the {RESERVE_GB:g} GB §1.2.1 reserves for them: borderline"))
 
 
 def output_findings(rows: list[dict], prediction: memory.GenerationPrediction | None = None) -> dict:
