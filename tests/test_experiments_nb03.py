@@ -119,3 +119,34 @@ def test_a_noisy_point_moves_the_threshold_only_next_to_it():
             flags.loc[("smaller model", n), "noisy"] = True
         numbers = nb03.smaller_against_baseline(explain, flags)
         assert numbers["kvbSmallNoisyNear"] == near and numbers["kvbSmallNoisyCount"] == len(noisy), noisy
+
+
+def test_long_prompt_path_reads_the_course_file_or_says_what_is_missing(params, tmp_path):
+    """kvb_long_prompt_path: empty keeps the stand-in (and the committed rows' configurations); a path is read and
+    tokenized whole, its rows keyed apart; a missing file is a clear error naming the parameter."""
+    assert nb03.long_prompt_text(params) is None
+    assert "prompt_source" not in nb03.sweep_config(params, "long prompt", 256)  # the CPU rows still match
+    prompt = tmp_path / "long_prompt.txt"
+    prompt.write_text("The quick brown fox jumps over the lazy dog. " * 50)
+    with_file = {**params, "kvb_long_prompt_path": str(prompt)}
+    assert nb03.long_prompt_text(with_file).startswith("The quick brown fox")
+    assert nb03.sweep_config(with_file, "long prompt", 500)["prompt_source"] == "long_prompt.txt"
+    assert "prompt_source" not in nb03.sweep_config(with_file, "baseline", 5)  # only the long prompt's setting
+    assert "long_prompt.txt" in nb03.long_prompt_source(with_file)
+    ids = nb03.SweepModels(with_file, torch_device()).prompts(params["kvb_baseline_model"])[0][True]
+    assert ids.shape[0] == 1 and ids.shape[1] > 100  # the whole file, tokenized
+    with pytest.raises(FileNotFoundError, match="kvb_long_prompt_path: no file"):
+        nb03.long_prompt_text({**params, "kvb_long_prompt_path": str(tmp_path / "absent.txt")})
+
+
+def test_handout_flags_say_what_was_measured_and_what_extrapolated(params):
+    flags = nb03.handout_numbers(params, 256, 64, 512, 32768)
+    assert flags["kvbHandoutMeasured"] == 0 and flags["kvbLongIsHandout"] == 0
+    assert "stand-in" in flags["kvbLongPromptSource"] and flags["kvbGpuMeasured"] == 0  # no GPU window ran §2.1
+    assert nb03.handout_numbers(params, 32768, 512, 512, 32768)["kvbHandoutMeasured"] == 1
+
+
+def torch_device():
+    import torch
+
+    return torch.device("cpu")

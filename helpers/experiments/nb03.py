@@ -4,6 +4,8 @@ configurations built from the notebook's ``kvb_*`` parameters, written once for 
 sweeps, the matrix-multiply share of a cached generation); and the summaries the notebook prints."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
@@ -50,10 +52,37 @@ def cold_config(params: dict) -> dict:
 
 def sweep_config(params: dict, setting: str, prompt_tokens: int) -> dict:
     p = params
-    model_id, _, cap = settings(p)[setting]
-    return {"experiment": "sweep", "setting": setting, "model": model_id, "prompt_tokens": prompt_tokens,
-            "max_new_tokens": p["kvb_max_new_tokens"], "no_cache_cap": cap, "repeats": p["kvb_repeats"],
-            "max_repeats": p["kvb_max_repeats"], "max_spread": p["kvb_max_spread"], "dtype": p["kvb_dtype"]}
+    model_id, long, cap = settings(p)[setting]
+    config = {"experiment": "sweep", "setting": setting, "model": model_id, "prompt_tokens": prompt_tokens,
+              "max_new_tokens": p["kvb_max_new_tokens"], "no_cache_cap": cap, "repeats": p["kvb_repeats"],
+              "max_repeats": p["kvb_max_repeats"], "max_spread": p["kvb_max_spread"], "dtype": p["kvb_dtype"]}
+    if long and p.get("kvb_long_prompt_path"):  # the course's prompt file: rows of another prompt than the stand-in's
+        config["prompt_source"] = Path(p["kvb_long_prompt_path"]).name
+    return config
+
+
+def long_prompt_text(params: dict) -> str | None:
+    """The text of ``kvb_long_prompt_path`` (the course's long_prompt.txt), or None for the workbook's stand-in (the
+    first ``kvb_long_prompt_tokens`` tokens of Python's help topics). A path that is not a readable file is an error
+    naming the parameter."""
+    path = params.get("kvb_long_prompt_path") or ""
+    if not path:
+        return None
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise FileNotFoundError(f"kvb_long_prompt_path: no file {str(file)!r} (give the course's long_prompt.txt, or "
+                                "leave the parameter empty for the workbook's stand-in long prompt)")
+    text = file.read_text(encoding="utf-8")
+    if not text.strip():
+        raise ValueError(f"kvb_long_prompt_path: {str(file)!r} is empty")
+    return text
+
+
+def long_prompt_source(params: dict) -> str:
+    """Where §2.1.2's long prompt comes from, in words for the report."""
+    path = params.get("kvb_long_prompt_path") or ""
+    return (f"the course's prompt file {Path(path).name}" if path
+            else "the workbook's stand-in, cut with the model's tokenizer from Python's own help topics")
 
 
 def matmul_config(params: dict, model_id: str) -> dict:
@@ -89,8 +118,10 @@ class SweepModels:
             own = (None if expected_weights_label(model_id, p["kvb_weights"]) == "random"
                    else self.loaded(model_id).tokenizer)
             tokenizer, fold, note = kv_sweep.sweep_tokenizer(own, models.model_config(model_id).vocab_size)
+            long_text = long_prompt_text(p)  # the course's file where the parameter names one, read and tokenized
             ids = {False: kv_sweep.prompt_ids(tokenizer, text=p["kvb_short_prompt"], vocab_size=fold),
-                   True: kv_sweep.prompt_ids(tokenizer, num_tokens=p["kvb_long_prompt_tokens"], vocab_size=fold)}
+                   True: (kv_sweep.prompt_ids(tokenizer, text=long_text, vocab_size=fold) if long_text is not None
+                          else kv_sweep.prompt_ids(tokenizer, num_tokens=p["kvb_long_prompt_tokens"], vocab_size=fold))}
             self._prompts[model_id] = ({k: v.to(self.device) for k, v in ids.items()}, note)
         return self._prompts[model_id]
 
@@ -180,6 +211,22 @@ def measure(params: dict, store, progress: bool = True, *, experiments=EXPERIMEN
 
 
 # ------------------------------------------------------------------------------------------ what the notebook prints
+
+
+def gpu_measured() -> int:
+    """1 where a GPU window has measured §2.1 (``results/gpu-*/03_kv_cache_benchmarks`` rows on a GPU), else 0."""
+    from helpers.results import gpu_result_folders
+
+    return int(bool(gpu_result_folders(RESULT)))
+
+
+def handout_numbers(params: dict, prompt_tokens: int, long_measured: int, handout_n: int, handout_prompt: int) -> dict:
+    """Flags that choose the words of §2.1.2's extrapolation: whether the no-cache run was measured at the handout's
+    ``handout_n`` (``kvbHandoutMeasured``), whether the long prompt had the handout's length (``kvbLongIsHandout``),
+    where it came from, and whether a GPU window has run §2.1 (``kvbGpuMeasured``)."""
+    return {"kvbHandoutMeasured": int(long_measured >= handout_n), "kvbLongIsHandout": int(prompt_tokens >= handout_prompt),
+            "kvbHandoutPrompt": handout_prompt, "kvbLongPromptSource": long_prompt_source(params),
+            "kvbGpuMeasured": gpu_measured()}
 
 
 def setting_numbers(explain, common, settings_: dict, n_max: int) -> dict:
