@@ -69,15 +69,15 @@ def test_gpu_forward_rows_set_the_roofline_beside_a_measurement(capsys):
     from helpers.memory import load_config
 
     found = nb06.gpu_forward_rows(load_config(nb06.ROOFLINE_MODEL), 256)
-    h100 = next(f for f in found if f["profile"] == "gpu-h100")
+    h100 = next(f for f in found if f["profile"] == "gpu-h200")  # the H100's rows are of an earlier protocol
     assert h100["first"] == 1 and h100["ratio"] == pytest.approx(h100["last_ms"] / h100["first_ms"])
     numbers = nb06.print_gpu_forward(found)
     assert numbers["fpGpuMeasured"] == 1 and numbers["fpGpuHostBound"] == int(numbers["fpGpuOverRoof"] > nb06.HOST_BOUND)
     assert nb06.print_gpu_forward([]) == {"fpGpuMeasured": 0} and "stays a model" in capsys.readouterr().out
     # a GPU profile's report quotes its own GPU (regression: the H200 report quoted the H100's forward)
-    other = {**h100, "profile": "gpu-h200", "gpu": "NVIDIA H200", "first_ms": 79.3}
-    both = nb06.print_gpu_forward([h100, other], "gpu-h200")
-    assert both["fpGpuName"] == "NVIDIA H200" and both["fpOtherGpuName"] == h100["gpu"]  # the other one beside it
+    other = {**h100, "profile": "gpu-h100", "gpu": "NVIDIA H100 80GB HBM3", "first_ms": 61.1}
+    both = nb06.print_gpu_forward([h100, other], "gpu-h100")
+    assert both["fpGpuName"] == other["gpu"] and both["fpOtherGpuName"] == h100["gpu"]  # the other one beside it
     assert nb06.print_gpu_forward([h100, other], "cpu")["fpGpuName"] == h100["gpu"]  # not a GPU profile: the first
 
 
@@ -102,3 +102,51 @@ def test_verify_order_tells_jitter_from_noise():
     noise = growing + [row(3, [1.0, 1.05, 1.1])]  # every sample faster than all of k = 2's
     assert nb06.verify_order(noise)["numbers"]["vfDipsNoisy"] == 1
     assert nb06.verify_order([row(1, [1.0])])["numbers"]["vfDipsChecked"] == 0
+
+
+def _samples_ms(values):
+    return [v / 1e3 for v in values]
+
+
+def test_bimodal_and_drifting_samples_are_flagged_to_re_measure():
+    """Regression: the H200's B = 2 row (59, 60 ms, then 18 samples near 102 ms) was read as a finding (B = 2 slower
+    than B = 16); its two levels flag it. One level with jitter is not flagged, nor a row of five."""
+    bimodal = nb06.sample_reliability(_samples_ms([60, 59] + [102, 104, 101, 103, 100, 102, 101, 103, 102, 101,
+                                                              100, 104, 102, 101, 103, 102, 101, 102]))
+    assert bimodal["bimodal"] and "two levels (2 samples near 60 ms, 18 near 102 ms)" == bimodal["reason"]
+    steady = nb06.sample_reliability(_samples_ms([79, 80, 78, 81, 79, 77, 80, 82, 79, 78, 80, 81, 79, 80, 78, 79, 81,
+                                                  80, 79, 78]))
+    assert steady["reason"] == ""
+    drifting = nb06.sample_reliability(_samples_ms([50 + i for i in range(20)]))  # a steady climb over the trials
+    assert drifting["drift"] and not drifting["bimodal"]
+    rows = [{"status": "ok", "batch_size": 2, "time_s_samples": _samples_ms([60, 59] + [102] * 18)},
+            {"status": "ok", "batch_size": 16, "time_s_samples": _samples_ms([87, 86, 88, 87, 86])}]
+    assert list(nb06.unreliable_rows(rows, "batch_size")) == [2]
+
+
+def test_a_sweep_that_falls_with_run_order_is_a_drift_not_a_dip():
+    """Regression: the H200's verify medians fell steadily 72.6 -> 52.0 ms as k grew (run in that order); the
+    prose called the dips jitter. The run-order check marks every row to re-measure instead."""
+    medians = [72.6, 74.5, 71.2, 68.5, 63.1, 61.8, 52.0]
+    rows = [{"status": "ok", "new_tokens": k, "time_s_median": m / 1e3, "timestamp": f"2026-11-27T05:5{i}:00",
+             "time_s_samples": _samples_ms([m - 1, m, m + 1, m, m - 1])}
+            for i, (k, m) in enumerate(zip([1, 2, 3, 4, 5, 6, 8], medians))]
+    drift = nb06.sweep_drift(rows, "new_tokens")
+    assert drift["drift"] and drift["rho"] < -0.9
+    order = nb06.verify_order(rows)
+    assert order["drift"] and order["numbers"]["vfDrift"] == 1 and order["text"].startswith("verify rows to re-measure")
+    rising = [dict(r, time_s_median=(40 + 2 * r["new_tokens"]) / 1e3) for r in rows]
+    assert not nb06.sweep_drift(rising, "new_tokens")["drift"]
+
+
+def test_rows_of_an_earlier_protocol_are_quoted_nowhere():
+    """Regression: the CPU and H200 reports quoted the H100's §4.2 medians, timed with 5 trials after 3 warm-ups
+    where its profile now asks 20 after 10 (its notebook 06 is pending on them)."""
+    old = [{"trials": 5, "warmup": 3, "batch_size": 1}]
+    assert nb06.current_rows("gpu-h100", old) == []
+    assert nb06.current_rows("gpu-h100", [{"trials": 20, "warmup": 10, "batch_size": 1}])
+    assert nb06.current_rows("no-such-profile", old) == old
+    from helpers.memory import load_config
+
+    found = nb06.gpu_forward_rows(load_config(nb06.ROOFLINE_MODEL), 256)
+    assert "gpu-h100" not in {f["profile"] for f in found}

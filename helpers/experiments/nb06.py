@@ -105,6 +105,84 @@ def measure(params: dict, store, progress: bool = True) -> dict:
             "verify": measure_verify(params, store, progress)}
 
 
+BIMODAL_GAP = 0.25  # a gap in a row's sorted samples this share of its median splits them into two levels
+BIMODAL_SIDE = 0.1  # ... when each level holds at least this share of the samples (and two of them)
+DRIFT_SHIFT = 0.15  # a row's second-half median this far from its first half's, with a rank trend (p < 0.01)
+SWEEP_DRIFT_RHO = -0.8  # a sweep's medians against run order: this Spearman correlation or lower is a drift
+
+
+def sample_reliability(samples) -> dict:
+    """Can a row's median stand for one forward? ``samples`` in run order. ``bimodal``: the largest gap between
+    neighbours in the sorted samples is at least :data:`BIMODAL_GAP` of the median, with at least two samples and
+    :data:`BIMODAL_SIDE` of them on each side (two levels: the row timed two states of the machine); ``drift``: the
+    samples trend with run order (Spearman p < 0.01) and the second half's median moves :data:`DRIFT_SHIFT` or more
+    from the first half's. ``reason`` names what was found (empty: reliable)."""
+    from scipy.stats import spearmanr
+
+    x = np.asarray(samples, dtype=float)
+    n, median = len(x), float(np.median(x)) if len(x) else float("nan")
+    out = {"bimodal": False, "drift": False, "reason": ""}
+    if n < 5:
+        return out
+    side = max(2, int(np.ceil(BIMODAL_SIDE * n)))
+    ordered = np.sort(x)
+    gaps = np.diff(ordered)[side - 1:n - side]
+    if len(gaps):
+        i = int(np.argmax(gaps)) + side - 1
+        if gaps.max() >= BIMODAL_GAP * median:
+            low, high = ordered[:i + 1], ordered[i + 1:]
+            out.update(bimodal=True, low_ms=1e3 * float(np.median(low)), high_ms=1e3 * float(np.median(high)),
+                       low_n=len(low), high_n=len(high))
+    rho, p_value = spearmanr(np.arange(n), x)
+    halves = float(np.median(x[n // 2:]) / np.median(x[:n // 2]))
+    out.update(rho=float(rho), halves=halves)
+    if p_value < 0.01 and abs(halves - 1) >= DRIFT_SHIFT:
+        out["drift"] = True
+    reasons = []
+    if out["bimodal"]:
+        reasons.append(f"two levels ({out['low_n']} samples near {out['low_ms']:.0f} ms, {out['high_n']} near "
+                       f"{out['high_ms']:.0f} ms)")
+    if out["drift"]:
+        reasons.append(f"a trend with run order (second half's median x{halves:.2f} the first's)")
+    out["reason"] = " and ".join(reasons)
+    return out
+
+
+def sweep_drift(rows: list[dict], key: str) -> dict:
+    """Does a sweep whose work grows with ``key`` fall with the order it was run in? Its rows' medians against their
+    run order (the order of their timestamps): a Spearman correlation of :data:`SWEEP_DRIFT_RHO` or lower over four
+    or more rows, where the rows were run in increasing ``key``, is a drift of the machine (more tokens or sequences
+    cannot cost steadily less), not a property of the forward."""
+    from scipy.stats import spearmanr
+
+    ok = sorted((r for r in rows if r.get("status") == "ok" and r.get("time_s_median") is not None),
+                key=lambda r: str(r.get("timestamp", "")))
+    if len(ok) < 4:
+        return {"drift": False, "rho": float("nan"), "text": "too few rows to check the run order"}
+    medians = [r["time_s_median"] for r in ok]
+    rho = float(spearmanr(np.arange(len(ok)), medians)[0])
+    in_key_order = [r[key] for r in ok] == sorted(r[key] for r in ok)
+    drift = bool(in_key_order and rho <= SWEEP_DRIFT_RHO)
+    first, last = ok[0], ok[-1]
+    text = (f"medians against run order: Spearman rho {rho:+.2f} over {len(ok)} rows run in increasing {key} "
+            f"({1e3 * first['time_s_median']:.1f} -> {1e3 * last['time_s_median']:.1f} ms): "
+            + ("a steady fall while the work grows, so a drift of the machine: every row to re-measure (interleaved)"
+               if drift else "no steady fall with run order"))
+    return {"drift": drift, "rho": rho, "text": text, "first_ms": 1e3 * first["time_s_median"],
+            "last_ms": 1e3 * last["time_s_median"], "rows": len(ok)}
+
+
+def unreliable_rows(rows: list[dict], key: str) -> dict:
+    """``{key value: reason}`` for the rows to re-measure (:func:`sample_reliability` of their samples)."""
+    found = {}
+    for r in rows:
+        if r.get("status") == "ok" and r.get("time_s_samples"):
+            check = sample_reliability(r["time_s_samples"])
+            if check["reason"]:
+                found[int(r[key])] = check["reason"]
+    return found
+
+
 def verify_order(rows: list[dict]) -> dict:
     """Does the verify forward's median time grow with every added token k? Each dip (a larger k timed faster than
     the k before it) is set against the two rows' min-max ranges over their samples: within them it is jitter, beyond
@@ -112,18 +190,25 @@ def verify_order(rows: list[dict]) -> dict:
     ok = sorted((dict(r, time_s_min=min(r["time_s_samples"]), time_s_max=max(r["time_s_samples"]))
                  for r in rows if r.get("status") == "ok" and r.get("time_s_samples")), key=lambda r: r["new_tokens"])
     if len(ok) < 2:  # rows without their samples (or a single k): nothing to set a dip against
-        return {"text": "verify order not checked: fewer than two rows with their samples",
-                "numbers": {"vfDipsChecked": 0, "vfDips": 0, "vfDipsNoisy": 0, "vfDipsText": "none"}}
+        return {"text": "verify order not checked: fewer than two rows with their samples", "drift": False,
+                "numbers": {"vfDipsChecked": 0, "vfDips": 0, "vfDipsNoisy": 0, "vfDipsText": "none", "vfDrift": 0,
+                            "vfDriftRho": 0.0, "vfDriftRows": 0, "vfDriftFirstMs": 0.0, "vfDriftLastMs": 0.0}}
     dips = [(a, b) for a, b in zip(ok, ok[1:]) if b["time_s_median"] < a["time_s_median"]]
     noisy = gb.non_monotone_noise(ok, "new_tokens")
     described = [f"k = {a['new_tokens']} -> {b['new_tokens']} ({1e3 * a['time_s_median']:.2f} -> "
                  f"{1e3 * b['time_s_median']:.2f} ms, {'beyond' if a['new_tokens'] in noisy else 'within'} both "
                  "rows' min-max ranges)" for a, b in dips]
+    drift = sweep_drift(rows, "new_tokens")
     text = ("verify time grows with every added token" if not dips
             else "verify time dips at " + "; ".join(described) + (": noise" if noisy else ": jitter, not noise"))
-    return {"text": text, "numbers": {"vfDipsChecked": 1, "vfDips": len(dips), "vfDipsNoisy": len(noisy),
-                                      "vfDipsText": ", ".join(f"{a['new_tokens']} to {b['new_tokens']}" for a, b in dips)
-                                      or "none"}}
+    if drift["drift"]:  # a steady fall with run order is no dip to explain: the rows are to re-measure
+        text = "verify rows to re-measure, " + drift["text"]
+    return {"text": text, "drift": drift["drift"],
+            "numbers": {"vfDipsChecked": 1, "vfDips": len(dips), "vfDipsNoisy": len(noisy),
+                        "vfDipsText": ", ".join(f"{a['new_tokens']} to {b['new_tokens']}" for a, b in dips) or "none",
+                        "vfDrift": int(drift["drift"]), "vfDriftRho": drift["rho"] if drift["drift"] else 0.0,
+                        "vfDriftRows": drift.get("rows", 0), "vfDriftFirstMs": drift.get("first_ms", 0.0),
+                        "vfDriftLastMs": drift.get("last_ms", 0.0)}}
 
 
 REFERENCE_GPU = "H100 SXM"  # the roofline a CPU profile's section states (notebook 08's first GPU)
@@ -166,12 +251,15 @@ def roofline_lines(config, gpu_name: str, batch_sizes: list[int], seq_len: int) 
     return lines, numbers
 
 
-def batch_one_dearest(ok) -> dict:
+def batch_one_dearest(ok, skip=()) -> dict:
     """Is the smallest batch the dearest per sequence beyond noise? ``ok``: the forward rows by batch size (with
-    ``ms_per_sequence``, ``time_ms_std``, ``trials``). Its excess over the dearest larger batch, and whether that exceeds
-    twice the standard error of the difference of the two per-sequence means (the report's numbers; printed)."""
+    ``ms_per_sequence``, ``time_ms_std``, ``trials``); ``skip``: batch sizes to re-measure, left out of the larger
+    batches. Its excess over the dearest larger batch, and whether that exceeds twice the standard error of the
+    difference of the two per-sequence means (the report's numbers; printed)."""
     first = ok.iloc[0]
-    dearest = ok.iloc[1:].loc[ok.iloc[1:]["ms_per_sequence"].idxmax()]
+    larger = ok.iloc[1:][~ok.iloc[1:]["batch_size"].isin(list(skip))]
+    larger = larger if len(larger) else ok.iloc[1:]
+    dearest = larger.loc[larger["ms_per_sequence"].idxmax()]
     excess = first["ms_per_sequence"] / dearest["ms_per_sequence"] - 1
     standard_error = lambda r: r["time_ms_std"] / r["batch_size"] / np.sqrt(r["trials"])  # noqa: E731
     margin = 2 * np.hypot(standard_error(first), standard_error(dearest))
@@ -183,7 +271,8 @@ def batch_one_dearest(ok) -> dict:
     return {"fpBOneDearest": int(beyond), "fpBOneExcessPct": 100 * excess, "fpBOneMarginPct": margin_pct}
 
 
-HOST_BOUND = 3  # a forward this many times its roofline time is bound by something else: the host's launches
+HOST_BOUND = 3  # a forward this many times its roofline time is bound by something other than the GPU's arithmetic
+# and bandwidth (which: not measured by these rows; eager kernel launches from the host are one candidate)
 
 
 def gpu_forward_rows(config, seq_len: int) -> list[dict]:
@@ -194,7 +283,9 @@ def gpu_forward_rows(config, seq_len: int) -> list[dict]:
     for folder in gpu_result_folders(RESULT):
         rows = [r for r in latest_ok_rows(folder / f"{RESULT}.jsonl") if r.get("device") == "cuda"
                 and r.get("measure") == "forward" and r.get("seq_len") == seq_len and r.get("model") == ROOFLINE_MODEL]
-        if not rows:
+        rows = current_rows(folder.name, rows)  # rows the profile marks for re-measuring are quoted nowhere
+        if not rows or not {min(r["batch_size"] for r in rows), max(r["batch_size"] for r in rows)}.isdisjoint(
+                unreliable_rows(rows, "batch_size")):
             continue
         device_name = rows[0]["device_name"]
         medians = {int(r["batch_size"]): r["time_s_median"] for r in rows}
@@ -207,18 +298,45 @@ def gpu_forward_rows(config, seq_len: int) -> list[dict]:
     return found
 
 
+def forward_reliability(rows: list[dict]) -> tuple[dict, dict]:
+    """The forward rows to re-measure (``{batch size: reason}``, :func:`unreliable_rows`), printed, and the report's
+    numbers (``fpUnreliable``: their count; ``fpUnreliableText``)."""
+    flagged = unreliable_rows(rows, "batch_size")
+    for b, reason in flagged.items():
+        print(f"B = {b}: to re-measure, its samples show {reason}")
+    if not flagged:
+        print("every forward row's samples form one level without a trend in run order")
+    text = "; ".join(f"B = {b}: {reason}" for b, reason in flagged.items())
+    return flagged, {"fpUnreliable": len(flagged), "fpUnreliableText": text or "none"}
+
+
+def current_rows(profile: str, rows: list[dict]) -> list[dict]:
+    """The rows of ``profile`` measured as its parameter file asks now (``fp_trials`` trials after ``fp_warmup``
+    warm-ups): rows of an earlier protocol are the ones the profile marks for re-measuring (its notebook 06 is pending
+    on them), so no report quotes them. All rows where the profile has no parameter file."""
+    from helpers import paths
+    from helpers.run_all import load_params
+
+    if not (paths.PARAMS_DIR / f"{profile}.yaml").exists():
+        return rows
+    p = load_params(profile)
+    return [r for r in rows if r.get("trials", p.get("fp_trials")) == p.get("fp_trials", r.get("trials"))
+            and r.get("warmup", p.get("fp_warmup")) == p.get("fp_warmup", r.get("warmup"))]
+
+
 def print_gpu_forward(found: list[dict], profile: str | None = None) -> dict:
     """:func:`gpu_forward_rows` against the roofline (printed); the report's numbers (``fpGpuMeasured`` 0 without),
     of ``profile``'s own GPU where it is one of them, else of the first."""
     if not found:
-        print("no GPU window has measured this forward yet: the roofline above stays a model")
+        print("no GPU window has measured this forward as its profile asks now (rows of an earlier protocol, or "
+              "with its first or last batch to re-measure, are left out): the roofline above stays a model")
         return {"fpGpuMeasured": 0}
     for f in found:
         print(f"{f['gpu']} ({f['profile']}), measured medians: B = {f['first']} {f['first_ms']:.1f} ms -> B = "
               f"{f['last']} {f['last_ms']:.1f} ms, x{f['ratio']:.2f} (roofline x{f['roof_ratio']:.1f}); B = "
               f"{f['first']} runs {f['over_roof']:.0f}x its roofline time: "
-              + ("host-bound, so the roofline's growth does not show" if f["over_roof"] > HOST_BOUND
-                 else "near the roofline"))
+              + ("far above it, so the roofline's growth does not show (what bounds it is not measured here)"
+                 if f["over_roof"] > HOST_BOUND else "near the roofline"))
     f = next((f for f in found if f["profile"] == profile), found[0])
     others = [o for o in found if o is not f]
     numbers = {}
