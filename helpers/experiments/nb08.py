@@ -55,18 +55,89 @@ def print_best_worst(own: pd.DataFrame, tolerance: float) -> pd.DataFrame:
     return chosen
 
 
+def gpu_e2e_rows(chosen: pd.DataFrame) -> pd.DataFrame:
+    """The same (target, draft, gamma) as ``chosen`` run end to end by a GPU window (``results/gpu-*/
+    09_compiled_decode``, kind e2e: the CPU pair's weights, real acceptance, speculative decoding over AR in the same
+    decode mode), one line per GPU and configuration. Empty without such rows."""
+    from helpers.experiments.gpu_costs import GRAPHS, read_rows
+    from helpers.results import gpu_result_folders
+
+    lines = []
+    for folder in gpu_result_folders(GRAPHS):
+        for row in read_rows(folder, GRAPHS):
+            if row.get("kind") != "e2e":
+                continue
+            for _, pick in chosen.iterrows():
+                if (row.get("target"), row.get("draft"), row.get("gamma")) == (pick["target"], pick["draft"],
+                                                                               int(pick["gamma"])):
+                    lines.append({"which": pick["which"], "device_name": row["device_name"], "target": row["target"],
+                                  "draft": row["draft"], "gamma": int(row["gamma"]), "alpha": row.get("alpha"),
+                                  "c": None, "speedup": row["speedup"],
+                                  "run": f"GPU window, decode {row.get('decode', 'eager')} ({folder.name})"})
+    return pd.DataFrame(lines)
+
+
 def measured_best_worst(chosen: pd.DataFrame, runs: pd.DataFrame, own: pd.DataFrame) -> tuple[pd.DataFrame, list]:
-    """The best and worst configurations on every device that ran them (printed), and those devices."""
+    """The best and worst configurations on every device that ran them (printed), and those devices: notebook 07's
+    rows of every profile, and the GPU windows' end-to-end rows of the same configurations (:func:`gpu_e2e_rows`):
+    the handout's Table 3."""
     measured = chosen[["which", "target", "draft", "gamma"]].merge(runs[runs["status"] == "ok"],
                                                                    on=["target", "draft", "gamma"])
-    measured = measured[["which", "device_name", "target", "draft", "gamma", "alpha", "c", "speedup"]]
-    devices = sorted(measured["device_name"].unique())
+    measured = measured[["which", "device_name", "target", "draft", "gamma", "alpha", "c", "speedup"]].assign(
+        run="notebook 07")
+    gpu = gpu_e2e_rows(chosen)
+    if len(gpu):
+        measured = pd.concat([measured, gpu], ignore_index=True)
+    devices = list(dict.fromkeys(measured["device_name"]))  # this profile's device first, then the GPUs
     measured = measured.rename(columns={"device_name": "device"})
     print(measured.round(3).to_string(index=False))
     print(f"\n§4.4 rows: {len(own)} configurations on {own['device_name'].iloc[0]}; devices with the best/worst rows: "
           f"{', '.join(devices)}" + ("" if len(devices) > 1 else
                                      " (no second device has run them: no measured GPU comparison yet)"))
     return measured, devices
+
+
+def second_device_numbers(measured: pd.DataFrame) -> dict:
+    """Table 3 in the report's words: the best's and worst's speedup on every device that ran them (``t3_text``),
+    whether the best stays ahead on each, and, for two GPUs, what tells them apart by the datasheet table
+    (:func:`helpers.gpu_specs.gpu_spec`): the same architecture, compute capability and tensor-core generation
+    (``t3_same_core``) with different bandwidth and memory make the pair a bandwidth experiment. Printed."""
+    from helpers.gpu_specs import gpu_spec
+
+    devices = list(dict.fromkeys(measured["device"]))
+    parts, ahead = [], {}
+    for device in devices:
+        mine = measured[measured["device"] == device].set_index("which")
+        if {"best", "worst"} <= set(mine.index):
+            best, worst = float(mine.loc["best", "speedup"]), float(mine.loc["worst", "speedup"])
+            ahead[device] = best > worst
+            parts.append(f"{device}: {best:.2f}x and {worst:.2f}x")
+    numbers = {"t3_devices": len(devices), "t3_text": "; ".join(parts) or "none",
+               "t3_best_ahead_all": int(bool(ahead) and all(ahead.values()))}
+    specs = []
+    for device in devices:
+        try:
+            specs.append(gpu_spec(str(device)))
+        except KeyError:
+            continue
+    if len(specs) >= 2:
+        a, b = sorted(specs[:2], key=lambda g: g["bandwidth_gbs"])
+        same = all(a[k] == b[k] for k in ("architecture", "compute_capability", "tensor_core_generation",
+                                           "tensor_cores", "bf16_tensor_tflops"))
+        numbers.update(t3_gpus=2, t3_slow=a["gpu"], t3_fast=b["gpu"], t3_arch=a["architecture"],
+                       t3_cc=str(a["compute_capability"]), t3_tc_gen=int(a["tensor_core_generation"]),
+                       t3_same_core=int(same), t3_bw_slow=int(a["bandwidth_gbs"]), t3_bw_fast=int(b["bandwidth_gbs"]),
+                       t3_bw_ratio=b["bandwidth_gbs"] / a["bandwidth_gbs"], t3_mem_slow=int(a["vram_gb"]),
+                       t3_mem_fast=int(b["vram_gb"]))
+        print(f"{a['gpu']} and {b['gpu']}: " + (f"both {a['architecture']} (compute capability "
+              f"{a['compute_capability']}, the same tensor cores and bf16 TFLOPS), so only bandwidth "
+              f"({a['bandwidth_gbs']} vs {b['bandwidth_gbs']} GB/s, x{b['bandwidth_gbs'] / a['bandwidth_gbs']:.2f}) and "
+              f"memory ({a['vram_gb']} vs {b['vram_gb']} GB) differ: a clean bandwidth experiment" if same
+              else "different cores: more than bandwidth differs between them"))
+    else:
+        numbers["t3_gpus"] = len(specs)
+    print("Table 3:", numbers["t3_text"], "| best ahead of worst on every device:", bool(numbers["t3_best_ahead_all"]))
+    return numbers
 
 
 def best_worst_numbers(own: pd.DataFrame, chosen: pd.DataFrame, devices: list, tolerance: float) -> dict:
@@ -384,3 +455,54 @@ def measured_terms_numbers(predicted: pd.DataFrame) -> dict:
     below = all(predicted.loc[i, c] < 1 for c in columns for i in (0, 1))
     return {"pred_measured": 1, "pred_measured_text": "; ".join(parts), "pred_measured_best_ahead": int(ahead),
             "pred_measured_all_below": int(below)}
+
+
+def measured_terms_optimum(target_id: str, draft_id: str, alpha: float) -> list[dict]:
+    """Each GPU profile's and decode mode's Eq. 5 optimum for one handout pair over its MEASURED terms (c and
+    T_V(gamma)/T_T, random weights, bf16, batch 1) at the borrowed ``alpha``: the gamma in 1..max measured that
+    maximises the predicted speedup (:func:`helpers.specdec.analysis.optimal_gamma`), with T_V/T_T of a gamma not
+    measured from the line through the measured ones (:func:`~helpers.specdec.analysis.linear_verify_cost`, said so in
+    ``extrapolated``), the speedup at the largest measured gamma beside it, and the break-even alpha
+    (:func:`~helpers.specdec.analysis.break_even_alpha`, over the measured gammas). Empty without such rows."""
+    from helpers.experiments.gpu_costs import COSTS, gpu_cost_folders, read_rows
+    from helpers.gpu_specs import gpu_spec
+    from helpers.specdec.analysis import break_even_alpha, linear_verify_cost, optimal_gamma, predicted_speedup
+
+    found = []
+    for folder in gpu_cost_folders():
+        for row in read_rows(folder, COSTS):
+            ratios = {int(g): float(v) for g, v in row.get("verify_ratio", {}).items()}
+            if row.get("target") != target_id or row.get("draft") != draft_id or not ratios:
+                continue
+            line = linear_verify_cost(list(ratios), list(ratios.values()))
+            verify = lambda g, ratios=ratios, line=line: ratios[g] if g in ratios else line(g)  # noqa: E731
+            gamma, speedup = optimal_gamma(alpha, row["c"], verify, range(1, max(ratios) + 1))
+            try:
+                gpu = gpu_spec(str(row.get("device_name")))["gpu"]
+            except KeyError:
+                gpu = str(row.get("device_name"))
+            top = max(ratios)
+            found.append({"gpu": gpu, "decode": row.get("decode", "eager"), "gamma": int(gamma),
+                          "speedup": float(speedup), "extrapolated": gamma not in ratios,
+                          "largest_gamma": top, "at_largest": float(predicted_speedup(top, alpha, row["c"], ratios[top])),
+                          "break_even_alpha": break_even_alpha(row["c"], ratios)[0]})
+    return found
+
+
+def optimum_numbers(pairs: dict) -> dict:
+    """The report's sentence on each handout pair's optimal gamma by Eq. 5 over the measured terms (``pred_opt``
+    0 without them); ``pairs``: ``{label: measured_terms_optimum(...)}``. Printed."""
+    parts = []
+    for label, found in pairs.items():
+        for f in found:
+            text = (f"{label} on the {f['gpu']} {'with CUDA graphs' if f['decode'] == 'graphs' else f['decode']}: "
+                    f"gamma = {f['gamma']}, {f['speedup']:.2f}x" + (" (T_V/T_T there from the line through the measured "
+                    "gammas)" if f["extrapolated"] else "") + f", against {f['at_largest']:.2f}x at gamma = "
+                    f"{f['largest_gamma']}")
+            print(text)
+            parts.append(text)
+    if not parts:
+        return {"pred_opt": 0}
+    best = max((f for found in pairs.values() for f in found), key=lambda f: f["speedup"])
+    return {"pred_opt": 1, "pred_opt_text": "; ".join(parts), "pred_opt_max": best["speedup"],
+            "pred_opt_any_above_one": int(best["speedup"] > 1)}
