@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -159,9 +160,43 @@ def texlive_install_command() -> str:
     return "sudo apt-get install --no-install-recommends " + " ".join(packages)
 
 
+STUDENT_HEADER = re.compile(r"# Name / Andrew ID: (?P<name>[^<>/]*?) / (?P<andrew_id>[^<>/]*?)\s*")
+STUDENT_FILE = paths.REPO_ROOT / "submission" / "specdec.py"  # its first line names the student
+_TEX_SPECIALS = {c: "\\" + c for c in "&%$#_{}"} | {"~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                                                    "\\": r"\textbackslash{}"}
+
+
+def student_header(path: Path = STUDENT_FILE) -> tuple[str, str] | None:
+    """(name, Andrew ID) from a hand-in file's first line ``# Name / Andrew ID: <name> / <andrew id>``; None when
+    the line is missing, still holds a ``<...>`` placeholder, or leaves the name or the ID empty."""
+    try:
+        first = Path(path).read_text(encoding="utf-8").splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    match = STUDENT_HEADER.fullmatch(first)
+    if not match or not match["name"].strip() or not match["andrew_id"].strip():
+        return None
+    return match["name"].strip(), match["andrew_id"].strip()
+
+
+def write_student_macro(report_dir: Path, source: Path = STUDENT_FILE) -> Path:
+    """Write ``report_dir/build/student.tex``, the name and Andrew ID the report's \\author line inputs (LaTeX
+    specials escaped), read from ``source``'s header; "name not filled in" when it has none. The report builds
+    without the file too (it then says so)."""
+    header = student_header(source)
+    escape = lambda text: "".join(_TEX_SPECIALS.get(c, c) for c in text)  # noqa: E731
+    text = (f"{escape(header[0])} ({escape(header[1])})" if header
+            else f"name not filled in (the first line of {escape(Path(source).name)})")
+    target = report_dir / "build" / "student.tex"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text + "%\n", encoding="utf-8")
+    return target
+
+
 def build_report(profile: str, report_dir: Path | None = None) -> Path | None:
     """latexmk the report for ``profile``; returns the PDF, or None (with advice) when TeX is missing."""
     report_dir = report_dir or paths.output_root() / "report"
+    write_student_macro(report_dir)  # the title block's name: submission/specdec.py's header
     if shutil.which("latexmk") is None or shutil.which("pdflatex") is None:
         print(
             "latexmk/pdflatex not found, so the PDF was not built (tables and figures are ready in "

@@ -1,17 +1,22 @@
 # Name / Andrew ID: Test Student / tests
 # (the name and Andrew ID the handout is issued to; a student handing these files in puts their own here)
-"""Build the handout's two data files from text every Python installation carries.
+"""Build the workbook's stand-ins for the handout's two data files from text every Python installation carries.
+
+The course hands out its own ``prompts.jsonl`` (§4.3) and ``long_prompt.txt`` (§2.1); the files this script
+writes next to it are *stand-ins* with the same names and format, so that everything here runs offline before the
+course's files are at hand. They are not the course's files: results for the handout are measured on the course's
+(``benchmark.py --prompts PATH``; see the README's hand-in checklist).
 
     python submission/make_prompts.py            # (re)write prompts.jsonl, long_prompt.txt and manifest.json
     python submission/make_prompts.py --check    # exit 1 if the committed files differ from a fresh build
 
-``prompts.jsonl`` (handout §4.3): the 20 prompts of notebook 07's main §4.4 table, one JSON object per line with
+Stand-in ``prompts.jsonl`` (handout §4.3): the 20 prompts of notebook 07's main §4.4 table, one JSON object per line with
 ``id``, ``source``, ``prompt`` and ``origin`` (the held-out document it was cut from): 5 from each of the workbook's
 four kinds of text (``helpers.prompts``: code, docstrings, prose documentation, generated tables and logs). The code,
 docstring and prose prompts come from the CPU pair's held-out documents, so the acceptance rates measured on them
 are not inflated by memorised training text.
 
-``long_prompt.txt`` (handout §2.1): the ``pydoc_data.topics`` entries in sorted order (notebook 03's prompt
+Stand-in ``long_prompt.txt`` (handout §2.1): the ``pydoc_data.topics`` entries in sorted order (notebook 03's prompt
 text, ``helpers.prompts.help_topics_text``) up to the last paragraph end within ``LONG_PROMPT_CHARS`` characters,
 about 32k tokens of the CPU pair's tokenizer (the script prints the count;
 other tokenizers split the same text into a different number of tokens).
@@ -84,16 +89,58 @@ def render_prompts(rows: list[dict]) -> str:
     return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
 
 
+TEXT_FIELDS = ("prompt", "text", "input")  # the prompt's text: the first of these a row has
+SOURCE_FIELDS = ("source", "data_source", "dataset", "category", "task")  # its data source, if the row names one
+EXAMPLE_ROW = '{"id": "p1", "source": "code", "prompt": "def add(a, b):"}'
+
+
+class PromptsFileError(ValueError):
+    """A prompts.jsonl that cannot be read: the message names the file, the line, the problem and the fix."""
+
+
 def read_prompts(path: Path = PROMPTS_PATH) -> list[dict]:
-    """The rows of a prompts.jsonl file, checking each has id, source and prompt."""
+    """The rows of a prompts.jsonl file (one JSON object per line; blank lines skipped), each with ``id``,
+    ``source`` and ``prompt``.
+
+    The handout gives the course's file without describing its fields, so this reads it leniently: the text is
+    the row's ``prompt`` (or ``text`` / ``input``), the data source its ``source`` (or ``data_source``,
+    ``dataset``, ``category``, ``task``; "unknown" when none), the id its ``id`` (else ``prompt-<line>``); every
+    other field is kept. A missing, empty or malformed file raises :class:`PromptsFileError` saying what is wrong
+    and what to do."""
+    path = Path(path)
+    if not path.is_file():
+        raise PromptsFileError(
+            f"{path}: no such file. Give the path of a prompts.jsonl, e.g. --prompts course/prompts.jsonl for the "
+            f"course's file (put it there first), or leave --prompts out for the workbook's stand-in {PROMPTS_PATH}")
     rows = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
+        if not line.strip():
+            continue
+        try:
             row = json.loads(line)
-            missing = [f for f in ("id", "source", "prompt") if f not in row]
-            if missing:
-                raise ValueError(f"{path}:{number}: prompt is missing field(s) {missing}")
-            rows.append(row)
+        except json.JSONDecodeError as error:
+            raise PromptsFileError(
+                f"{path}:{number}: not valid JSON ({error.msg}): a .jsonl file holds one JSON object per line, "
+                f"such as {EXAMPLE_ROW}; fix that line (a JSON array or a pretty-printed file is not JSON Lines)"
+            ) from None
+        if not isinstance(row, dict):
+            raise PromptsFileError(f"{path}:{number}: a JSON {type(row).__name__}, not an object; each line must "
+                                   f"be one object such as {EXAMPLE_ROW}")
+        text = next((row[f] for f in TEXT_FIELDS if f in row), None)
+        if not isinstance(text, str) or not text:
+            raise PromptsFileError(
+                f"{path}:{number}: no prompt text: the row has fields {sorted(row)}, but needs a non-empty string "
+                f"in one of {list(TEXT_FIELDS)}, as in {EXAMPLE_ROW}")
+        source = next((row[f] for f in SOURCE_FIELDS if f in row), "unknown")
+        rows.append({**row, "id": str(row.get("id", f"prompt-{number}")), "source": str(source), "prompt": text})
+    if not rows:
+        raise PromptsFileError(f"{path}: no prompts (the file is empty); it needs one JSON object per line, "
+                               f"such as {EXAMPLE_ROW}")
+    ids = [row["id"] for row in rows]
+    if len(set(ids)) != len(ids):
+        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        raise PromptsFileError(f"{path}: the ids {repeated} occur more than once; the benchmark reports per id, "
+                               "so give every row its own id")
     return rows
 
 

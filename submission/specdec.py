@@ -1,16 +1,24 @@
 # Name / Andrew ID: Test Student / tests
 # (the name and Andrew ID the handout is issued to; a student handing these files in puts their own here)
-"""Speculative decoding behind the handout's scaffold interface (§4.3): implement ``decode()``.
+"""Speculative decoding behind the handout's scaffold interface (§4.3): ``decode()`` implemented.
 
-    python submission/specdec.py                                     # CPU pair, offline, first prompt of prompts.jsonl
+    python submission/specdec.py                                     # CPU pair, offline, a default prompt
     python submission/specdec.py --prompt "def fibonacci(n):" --gamma 5 --temperature 0.8
     python submission/specdec.py --target Qwen/Qwen3-8B --draft Qwen/Qwen3-0.6B --device cuda   # handout pair
 
 As in the scaffold, model loading and tokenization are done for you (``load_models``, ``encode``, ``main``);
-``decode()`` is the part to write. Here its body is the workbook's implementation,
-:func:`helpers.specdec.speculative_generate` (Chen et al. 2023, Algorithm 2, with KV caches rolled back after
-each round and ONE target forward per round). The scaffold's TODO lines are kept in ``decode()``, each next to
-a note saying which part of that function answers it.
+``decode()`` is the part to write, and the whole algorithm is written out in it (Chen et al. 2023, Algorithm 2):
+prefill both models with a transformers ``DynamicCache`` each, gamma draft forwards per round keeping each draft
+distribution p, ONE target forward over the pending token and the gamma drafts, the acceptance rule, and both
+caches cropped back to the accepted prefix. The scaffold's TODO lines are kept, each directly above the code that
+answers it. Only the input checks and the result type come from the workbook (``helpers.specdec.core``);
+``tests/test_submission.py`` checks ``decode()`` against the workbook's own implementation,
+:func:`helpers.specdec.speculative_generate`, and plain greedy decoding token for token, and its samples against
+the target's distribution (chi-square).
+
+Run as a script it decodes one prompt (by default row ``cpu-docstring-3`` of the workbook's *stand-in*
+prompts.jsonl, not the course's file), times plain decoding of it on the same transformers forward, and prints
+the speedup, with a warning when the output repeats itself (a loop makes drafts easy to guess).
 
 Models are named as in :mod:`helpers.models`: ``cpu-pair/target`` with ``cpu-pair/draft`` or
 ``cpu-pair/draft-2l`` (trained, shipped in ``data/cpu_pair``, offline; the defaults), or the handout's Hugging
@@ -21,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a file (python submission/specdec.py): make the repository importable
@@ -28,17 +37,59 @@ if __package__ in (None, ""):  # run as a file (python submission/specdec.py): m
 
 import torch
 
+from transformers import DynamicCache
+
 from helpers.models import load_model
-from helpers.specdec import GenerationResult, speculative_generate
+from helpers.stats import REPETITIVE_SHARE, repeated_ngram_share
+from helpers.specdec.core import GenerationResult, GenerationStats, check_draft, check_generation
 
 SEED = 42  # the handout: torch.manual_seed(42)
 DEFAULT_TARGET = "cpu-pair/target"
 DEFAULT_DRAFT = "cpu-pair/draft"
+DEFAULT_PROMPT_ID = "cpu-docstring-3"  # the stand-in prompts.jsonl row decoded when no --prompt is given
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 # ============================================================================ the part to implement
 
+def _eos_set(model, eos_token_id) -> set[int]:
+    """EOS ids to stop at: the argument, else the model's generation config (an int or a list), else none."""
+    if eos_token_id is None:
+        eos_token_id = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos_token_id is None:
+        return set()
+    return {int(eos_token_id)} if isinstance(eos_token_id, int) else {int(i) for i in eos_token_id}
+
+
+def _logits(model, tokens: torch.Tensor, cache, last_only: bool) -> torch.Tensor:
+    """One forward of ``tokens`` (1, n) after what ``cache`` holds (the cache grows by n): float32 logits of the
+    last position (1, V) when ``last_only``, else of every fed position (n, V)."""
+    out = model(input_ids=tokens, past_key_values=cache, use_cache=True, logits_to_keep=1 if last_only else 0)
+    return out.logits[:, -1].float() if last_only else out.logits[0].float()
+
+
+def _rollback(cache, length: int) -> None:
+    """Keep the first ``length`` tokens of a transformers cache (``crop`` with a negative count removes that many)."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)
+
+
+def _draw(logits: torch.Tensor, temperature: float, generator) -> tuple[int, torch.Tensor | None]:
+    """A token from (1, V) logits: the argmax at temperature 0, else a draw from softmax(logits / temperature);
+    and the distribution drawn from (None when greedy)."""
+    if temperature == 0:
+        return int(logits[0].argmax()), None
+    distribution = torch.softmax(logits[0] / temperature, dim=-1)
+    return int(torch.multinomial(distribution, 1, generator=generator)), distribution
+
+
+def _sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
 def decode(
     target,
     draft,
@@ -57,35 +108,108 @@ def decode(
     ``rejections``, ``time_total_s``, ...). Lossless: at ``temperature`` 0 the tokens are the target's greedy
     decoding token for token; above 0 they are samples of the target's distribution at that temperature.
     ``seed`` None draws from the global generator (seeded by ``torch.manual_seed(42)`` in ``main``).
+
+    Chen et al. (2023), Algorithm 2, with q the target's distribution and p the draft's. The sequence is
+    ``seq`` (prompt + every token produced so far); each model keeps a transformers ``DynamicCache`` of a prefix
+    of it. Invariant at the start of a round: the target's cache holds all of ``seq`` but its last token (the
+    "pending" one, whose next-token distribution nobody has computed yet); the draft's cache holds the same, or
+    one token less after a round whose drafts were all accepted (the draft never saw the last draft). Every
+    forward feeds a model exactly the tokens of ``seq`` its cache lacks, so no position is computed twice.
     """
-    # The scaffold's TODO lines, each followed by where the workbook's implementation does it (all inside
-    # helpers.specdec.speculative_generate, called below: the draft model as a drafter of the one chain verifier,
-    # helpers/specdec/chain.py generate_chain, whose round loop notebook 07 prints beside Algorithm 2):
-    #
+    check_draft(target, draft)  # same vocabulary, same device
+    check_generation(target, input_ids, max_new_tokens, temperature)  # shape (1, n), ids, budget, context
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+        raise ValueError(f"gamma (draft tokens per round) must be an int >= 1, got {gamma!r}")
+    device = input_ids.device
+    eos = _eos_set(target, eos_token_id)
+    generator = None if seed is None else torch.Generator(device=device).manual_seed(seed)
+    stats = GenerationStats(runtime="transformers")
+    timed_phases = device.type == "cpu"  # on CUDA a phase boundary would need a synchronize: total time only
+    start = time.perf_counter()
+
     # TODO: prefill the prompt through the target and the draft, keeping a KV cache for each
-    #   -> both caches come from helpers.models.runtime.cached_decoder; all but the last prompt token are
-    #      prefilled (chain.prefill_target, linear.ModelDrafter.start), the last one is the "pending" token that
-    #      round 1 verifies together with the drafts
-    # TODO: draft gamma tokens with the draft model, one draft forward each (sampled at `temperature`)
-    #   -> linear.draft_chain, `for step in range(gamma)`, which keeps each draft's distribution p for the test
-    # TODO: verify all gamma drafts with ONE target forward over gamma + 1 positions
-    #   -> chain.verify_chain: target_cache.extend(pending + drafts, last_only=False): the target's distribution q
-    #      at every draft and one bonus position
-    # TODO: accept/reject: keep draft i while r_i < q(d_i) / p(d_i); at the first rejection sample the next
-    #       token from norm(max(0, q - p)); when all gamma are accepted, sample a bonus token from q
-    #   -> helpers.specdec.accept (one rule for every method, batched); helpers.specdec.accept_sampling
-    #      (temperature > 0) and helpers.specdec.accept_greedy (temperature 0: the longest prefix equal to the
-    #      target's argmax) are its one-prompt views
-    # TODO: roll both KV caches back to the accepted prefix; repeat until max_new_tokens or EOS
-    #   -> target_cache.rollback in chain.generate_chain, self.cache.rollback in linear.ModelDrafter.commit (a
-    #      length pointer moves; nothing is recomputed); core.finish_row stops at max_new_tokens or EOS
-    # TODO: count accepted and proposed drafts (for the acceptance rate alpha)
-    #   -> GenerationStats: accepted_per_round, rejections; alpha = accepted / (accepted + rejections)
-    return speculative_generate(
-        target, draft, input_ids, max_new_tokens, gamma, temperature, seed,
-        eos_token_id=eos_token_id,
-        time_phases=False,  # no per-phase synchronisation: the caller times the whole call
-    )
+    seq = input_ids[0].tolist()
+    target_cache, draft_cache = DynamicCache(config=target.config), DynamicCache(config=draft.config)
+    if len(seq) > 1:  # all but the last prompt token: that one is round 1's pending token
+        _logits(target, input_ids[:, :-1], target_cache, last_only=True)
+        _logits(draft, input_ids[:, :-1], draft_cache, last_only=True)
+        stats.target_forwards += 1
+        stats.draft_forwards += 1
+    _sync(device)
+    stats.time_prefill_s = time.perf_counter() - start
+    new_tokens: list[int] = []
+
+    while True:
+        round_start = time.perf_counter()
+        # TODO: draft gamma tokens with the draft model, one draft forward each (sampled at `temperature`)
+        gamma_r = min(gamma, max_new_tokens - len(new_tokens) - 1)  # never draft past the tokens still due
+        drafts: list[int] = []
+        draft_probs: list[torch.Tensor | None] = []  # p for every draft (sampling), for the acceptance test
+        for _ in range(gamma_r):
+            feed = torch.tensor([seq[draft_cache.get_seq_length():] + drafts[-1:]], device=device)
+            token, p = _draw(_logits(draft, feed, draft_cache, last_only=True), temperature, generator)
+            drafts.append(token)
+            draft_probs.append(p)
+            stats.draft_forwards += 1
+        draft_done = time.perf_counter()
+
+        # TODO: verify all gamma drafts with ONE target forward over gamma + 1 positions
+        verify = torch.tensor([seq[target_cache.get_seq_length():] + drafts], device=device)  # pending + drafts
+        q_logits = _logits(target, verify, target_cache, last_only=False)  # (gamma_r + 1, V): q after each prefix
+        stats.target_forwards += 1
+        verify_done = time.perf_counter()
+
+        # TODO: accept/reject: keep draft i while r_i < q(d_i) / p(d_i); at the first rejection sample the next
+        #       token from norm(max(0, q - p)); when all gamma are accepted, sample a bonus token from q
+        accepted = 0
+        if temperature == 0:  # the greedy limit: the longest prefix equal to the target's argmax, then its argmax
+            choice = q_logits.argmax(dim=-1).tolist()
+            while accepted < gamma_r and drafts[accepted] == choice[accepted]:
+                accepted += 1
+            next_token = choice[accepted]  # the target's correction, or its bonus token after gamma_r acceptances
+        else:
+            q = torch.softmax(q_logits / temperature, dim=-1)
+            next_token = None
+            for i, (d, p) in enumerate(zip(drafts, draft_probs)):
+                r = float(torch.rand((), device=device, generator=generator))
+                if r * p[d] < q[i, d]:  # r < q(d)/p(d), written without the division (p(d) > 0: d was drawn from p)
+                    accepted += 1
+                    continue
+                residual = (q[i] - p).clamp_min(0)
+                if residual.sum() <= 0:  # q == p up to rounding leaves no residual mass: q itself is the law
+                    residual = q[i]
+                next_token = int(torch.multinomial(residual, 1, generator=generator))
+                break
+            if next_token is None:  # every draft accepted: the bonus token from q after the last draft
+                next_token = int(torch.multinomial(q[gamma_r], 1, generator=generator))
+        emitted = drafts[:accepted] + [next_token]
+
+        # TODO: roll both KV caches back to the accepted prefix; repeat until max_new_tokens or EOS
+        committed = len(seq) + accepted  # pending + accepted drafts; next_token becomes the new pending token
+        _rollback(target_cache, committed)  # it saw pending + all gamma_r drafts
+        _rollback(draft_cache, committed)  # it saw pending + drafts[:-1]: after all accepted it lacks the last one
+        # TODO: count accepted and proposed drafts (for the acceptance rate alpha)
+        stats.record_round(accepted, gamma_r)  # proposed += gamma_r, accepted += k, rejections += (k < gamma_r)
+        done = False  # (the rollback TODO's "repeat until max_new_tokens or EOS": cut after EOS or at the budget)
+        for token in emitted:
+            seq.append(token)
+            new_tokens.append(token)
+            if token in eos or len(new_tokens) == max_new_tokens:
+                done = True
+                break
+        if timed_phases:
+            stats.time_draft_s += draft_done - round_start
+            stats.time_verify_s += verify_done - draft_done
+        if done:
+            break
+
+    _sync(device)
+    stats.time_total_s = time.perf_counter() - start
+    if not timed_phases:
+        stats.time_draft_s = stats.time_verify_s = float("nan")
+    stats.new_tokens = len(new_tokens)
+    # finish(): acceptance_rate = accepted / proposed, alpha = accepted / (accepted + rejections)
+    return GenerationResult(torch.tensor(new_tokens, dtype=torch.long), stats.finish())
 
 
 # ============================================================================ provided: loading, tokenization
@@ -114,11 +238,28 @@ def encode(tokenizer, prompt: str, device) -> torch.Tensor:
     return ids.to(device)
 
 
-def first_prompt() -> str:
-    """The first prompt of submission/prompts.jsonl."""
+def default_prompt() -> str:
+    """The prompt ``python submission/specdec.py`` decodes when given none: row ``DEFAULT_PROMPT_ID`` of the
+    workbook's stand-in prompts.jsonl (next to this file). Chosen because the small CPU target continues it with
+    code rather than a loop (most 64-token greedy continuations of this 25M-parameter model end up repeating
+    themselves); it exists in the stand-in file only, so with the course's prompts.jsonl pass ``--prompt``."""
     from submission.make_prompts import read_prompts
 
-    return read_prompts()[0]["prompt"]
+    rows = {row["id"]: row["prompt"] for row in read_prompts()}
+    if DEFAULT_PROMPT_ID not in rows:
+        raise ValueError(f"submission/prompts.jsonl has no prompt {DEFAULT_PROMPT_ID!r} (is it the course's file? "
+                         "then give the prompt with --prompt)")
+    return rows[DEFAULT_PROMPT_ID]
+
+
+def repetition_note(tokens) -> str | None:
+    """A warning to print beside a speedup measured on ``tokens`` when the output mostly repeats itself (a share
+    of repeated 4-grams above :data:`helpers.stats.REPETITIVE_SHARE`), else None: drafts are easy to guess in a
+    loop, so such a speedup overstates what speculation gives on real text."""
+    share = repeated_ngram_share([int(t) for t in tokens], n=4)
+    if share <= REPETITIVE_SHARE:
+        return None
+    return f"output repeats itself ({share:.0%} repeated 4-grams): speculation is easy on loops"
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -136,21 +277,33 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description="Speculative decoding of one prompt (handout §4.3 scaffold).")
     add_model_arguments(parser)
     parser.add_argument("--gamma", type=int, default=3, help="draft tokens per round (the lookahead)")
-    parser.add_argument("--prompt", default=None, help="prompt text (default: the first of prompts.jsonl)")
+    parser.add_argument("--prompt", default=None,
+                        help=f"prompt text (default: {DEFAULT_PROMPT_ID} of the workbook's stand-in prompts.jsonl)")
     args = parser.parse_args(argv)
+
+    from helpers.specdec import autoregressive_generate  # the baseline the speedup is measured against
 
     torch.manual_seed(SEED)
     target, draft, tokenizer = load_models(args.target, args.draft, device=args.device,
                                            dtype=DTYPES.get(args.dtype))
-    prompt = args.prompt if args.prompt is not None else first_prompt()
+    prompt = args.prompt if args.prompt is not None else default_prompt()
     input_ids = encode(tokenizer, prompt, next(target.parameters()).device)
     result = decode(target, draft, input_ids, args.max_new_tokens, args.gamma, args.temperature)
+    # plain decoding on the same transformers forward and cache (one target forward per token), timed the same way
+    baseline = autoregressive_generate(target, input_ids, args.max_new_tokens, args.temperature,
+                                       runtime="transformers")
     stats = result.stats
+    speedup = baseline.stats.time_total_s / stats.time_total_s
+    note = repetition_note(result.tokens)
     print(prompt + tokenizer.decode(result.tokens), flush=True)
     print(f"\n[{args.target} / {args.draft}, gamma={args.gamma}, temperature={args.temperature}] "
           f"{stats.new_tokens} new tokens in {stats.rounds} rounds, alpha={stats.alpha:.3f}, "
-          f"{stats.tokens_per_second:.1f} tokens/s")
-    return {"tokens": result.tokens.tolist(), **stats.as_dict()}
+          f"{stats.tokens_per_second:.1f} tokens/s, speedup {speedup:.2f}x over plain decoding"
+          + (f" -- {note}" if note else ""))
+    if args.temperature == 0 and not torch.equal(result.tokens, baseline.tokens):
+        print("WARNING: decode() differs from greedy autoregressive decoding: it is not lossless")
+    return {"tokens": result.tokens.tolist(), **stats.as_dict(), "speedup": speedup,
+            "repeated_4gram_share": repeated_ngram_share(result.tokens.tolist()), "repetitive": note is not None}
 
 
 if __name__ == "__main__":
