@@ -149,18 +149,22 @@ NOT_APPLICABLE = "–"  # a cell with no value (a gamma a drafter does not reach
 class Shown:
     """A table as a notebook shows it (:func:`show`): HTML in JupyterLab, aligned text under papermill and nbval."""
 
-    def __init__(self, df, digits: int):
+    def __init__(self, df, digits: int, index: bool = True):
         df = df.round(digits)
+        if not index and df.index.name is not None:  # a named index (a pivot's rows) is data: keep it as a column
+            df = df.reset_index()
         self.df = df.rename(columns=lambda c: c.replace("_", " ") if isinstance(c, str) and _SNAKE.fullmatch(c) else c)
+        self.index = index
 
     def __repr__(self) -> str:
-        return self.df.to_string(na_rep=NOT_APPLICABLE)
+        return self.df.to_string(na_rep=NOT_APPLICABLE, index=self.index)
 
     def _repr_html_(self) -> str:
-        return self.df.to_html(na_rep=NOT_APPLICABLE)
+        return self.df.to_html(na_rep=NOT_APPLICABLE, index=self.index)
 
 
-def show(df, digits: int = 3) -> Shown:
+def show(df, digits: int = 3, index: bool = True) -> Shown:
     """``df`` for a notebook cell to display: rounded to ``digits`` decimals, a missing value as a dash rather than
-    NaN, and code names in the header as words ("acceptance_rate" -> "acceptance rate")."""
-    return Shown(df, digits)
+    NaN, and code names in the header as words ("acceptance_rate" -> "acceptance rate"). ``index=False`` leaves out
+    pandas' row numbers (a named index, such as a pivot's, stays, as the first column)."""
+    return Shown(df, digits, index)

@@ -140,3 +140,25 @@ def test_latency_by_length_splits_at_the_median_output():
     assert out["ttft_p50_over_min"] == pytest.approx(0.25 / 0.1)
     with pytest.raises(ValueError, match="non-empty"):
         latency_by_length([])
+
+
+def test_occupancy_timeline_keeps_both_policies_visible_and_counts_rows_in_integers():
+    """Regression: in the uniform panel static batching's line hid under continuous batching's (both at the full
+    batch), and the axis counting rows had ticks at 2.5 and 7.5."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from helpers.batching import plots
+
+    full = [[0.1 * i, 8, 8] for i in range(10)]
+    fig = plots.occupancy_timeline({"uniform": {"continuous": full, "static": full}}, 8)
+    ax = fig.axes[0]
+    lines = {line.get_label().split(":")[0]: line for line in ax.get_lines() if ":" in line.get_label()}
+    assert set(lines) == {"continuous", "static"}
+    assert lines["continuous"].get_linestyle() != lines["static"].get_linestyle()
+    assert lines["static"].get_zorder() > lines["continuous"].get_zorder()  # the thinner dashed one on top
+    assert lines["static"].get_linewidth() < lines["continuous"].get_linewidth()
+    ticks = [t for t in ax.get_yticks() if 0 <= t <= 8.5]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+    plt.close(fig)

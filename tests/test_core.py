@@ -123,6 +123,13 @@ def test_show_dashes_missing_cells_and_words_code_headers():
     assert list(shown.df.columns) == ["acceptance rate", "T_V", "draft"] and list(df.columns)[0] == "acceptance_rate"
     pivot = pd.DataFrame({"s": ["x", "y"], "b": [1, 2], "v": [0.5, 1.25]}).pivot(index="s", columns="b", values="v")
     assert "1.2" in repr(tables.show(pivot, 1)) and tables.NOT_APPLICABLE in repr(tables.show(pivot, 1))
+    # regression: notebooks showed pandas' row numbers beside every table; index=False drops them, not a pivot's rows
+    numbered = pd.DataFrame({"draft": ["a", "b"], "tau": [1.0, 2.0]}, index=[7, 8])
+    for shown in (repr(tables.show(numbered, index=False)), tables.show(numbered, index=False)._repr_html_()):
+        assert "7" not in shown and "8" not in shown and "draft" in shown
+    assert "7" in repr(tables.show(numbered))  # the default keeps them (notebooks 09 and 11 check their output)
+    kept = repr(tables.show(pivot, 1, index=False))
+    assert kept.split()[0] == "s" and "x" in kept and "y" in kept
 
 
 def test_relative_spread_is_robust_to_one_outlier():
