@@ -193,3 +193,48 @@ def test_the_far_table_counts_each_sources_prompts(study):
     table = nb13.with_prompt_counts(nb13.by_source(study["rows"]["far"], labels), study["rows"]["far"])
     rows = pd.DataFrame(study["rows"]["far"])
     assert table.prompts.to_dict() == rows.groupby("source")["id"].nunique().to_dict()
+
+
+def test_methods_table_orders_gamma_numerically_with_one_precision_per_column(params, study):
+    """Regression: the report's table of every method listed eagle g5, g6, g3, g4 (by speedup) and printed 1.2 beside
+    1.234 in one column."""
+    import re
+
+    from helpers import tables
+
+    specs = nb13.specs(params)
+    table = nb13.methods_table(study["summaries"]["held-out"], specs)
+    assert list(table.columns) == list(nb13.METHOD_COLUMNS.values()) and len(table) == len(specs)
+    assert list(table.method) == [nb13.method_label(spec) for spec in specs]
+    for family in ("linear", "eagle"):
+        gammas = [int(m[len(family) + 2:]) for m in table.method if re.fullmatch(rf"{family} g\d+", m)]
+        assert gammas == sorted(gammas) and len(gammas) == len(params["fd_gammas"])
+    body = tables.table_tex(table, formats=nb13.METHOD_FORMATS).split(r"\midrule")[1].split(r"\bottomrule")[0]
+    cells = [line.rstrip(" \\").split(" & ") for line in body.strip().splitlines()]
+    for index, column in enumerate(table.columns):
+        if column in nb13.METHOD_FORMATS:
+            decimals = {len(cell.split(".")[1]) if "." in cell else 0 for cell in (row[index] for row in cells)}
+            assert len(decimals) == 1, (column, decimals)
+
+
+def test_conclusions_are_markdown_prose(params, study):
+    """Regression: section 7's verdict was a 12-line monospace printout; the notebook renders it as Markdown, labels
+    as code and symbols as symbols, in paragraphs and bullets rather than one wrapped line."""
+    held = study["held"]
+    alpha = nb13.alpha_by_position(study["rows"]["held-out"], [held["linear"]["label"], held["eagle"]["label"]])
+    verdict = nb13.who_wins(held, alpha, study["costs"], study["summaries"]["held-out"], study["rows"]["held-out"])
+    medusa = nb13.medusa_against_linear(study["summaries"]["held-out"], study["rows"]["held-out"], 4)
+    for text in (verdict["text"], medusa["text"]):
+        assert text.startswith("**") and " tau " not in text and "τ" in text
+    assert "\n- " in verdict["text"] and "\n\n" in verdict["text"] and f"`{held['linear']['label']}`" in verdict["text"]
+
+
+def test_the_workbooks_prompts_are_not_called_the_handouts():
+    """Regression: notebook 13 called the workbook's own 22 GPU prompts "the handout's GPU prompts"."""
+    from helpers import paths
+
+    root = paths.REPO_ROOT
+    files = [*(root / "notebooks").glob("1[03]_*.ipynb"), *(root / "notebooks").glob("0[57]_*.ipynb"),
+             *(root / "notebooks").glob("12_*.ipynb"), *(root / "report" / "sections").glob("1[0-3]_*.tex"),
+             root / "helpers" / "experiments" / "nb13.py"]
+    assert not [f.name for f in files if "handout's GPU prompts" in f.read_text()]

@@ -5,7 +5,8 @@ Every method runs on the same prompts in one interleaved comparison (:func:`help
 compare_methods`): AR, the distilled draft's linear speculation and its best dynamic tree (notebook 10's), prompt
 lookup, Medusa heads as a chain and as static trees, and the feature draft as a chain, with and without its
 confidence stop. Two workloads: held-out text like the training corpus (the CPU prompts, every source), and text far
-from it (the handout's GPU prompts: English summarisation, QA, translation, chat, read by a Python-trained pair).
+from it (the workbook's own GPU prompts of data/prompts.jsonl: English summarisation, QA, translation, chat, read
+by a Python-trained pair).
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ __all__ = ["RESULTS", "PARAMETERS", "specs", "workloads", "configs", "load_model
            "eq5_table", "by_source", "headline", "training_costs", "round_accounting", "separating_terms", "who_wins",
            "tau_interval", "paired_side", "far_prompt_counts", "with_prompt_counts",
            "linear_at_depth",
-           "medusa_against_linear", "far_from_corpus", "stop_against_plain", "uniform_tau", "what_it_takes"]
+           "medusa_against_linear", "far_from_corpus", "stop_against_plain", "uniform_tau", "what_it_takes",
+           "methods_table", "METHOD_COLUMNS", "METHOD_FORMATS", "EQ5_FORMATS"]
 PARAMETERS = ("device", "fd_target", "fd_draft", "fd_dtype", "fd_threads", "fd_prompt_count", "fd_far_count",
               "fd_new_tokens", "fd_repeats", "fd_gammas", "fd_dynamic", "fd_medusa_trees", "fd_stop_below",
               "fd_backoff", "fd_cost_repeats")
@@ -182,6 +184,24 @@ def comparison(rows: list[dict]) -> pd.DataFrame:
     return summary
 
 
+# the report's and the notebook's table of every method: columns, and one precision per column
+METHOD_COLUMNS = {"label": "method", "drafter": "drafter", "speedup": "speedup", "tau": "tau", "draft_share": "draft",
+                  "verify_share": "verify"}
+METHOD_FORMATS = {"speedup": "{:.2f}", "tau": "{:.2f}", "draft": "{:.3f}", "verify": "{:.3f}"}
+EQ5_FORMATS = {"c": "{:.3f}", "T_V/T_T": "{:.2f}", "tau from a_d": "{:.2f}", "tau": "{:.2f}", "Eq. 5": "{:.2f}",
+               "measured (decode)": "{:.2f}"}
+
+
+def methods_table(summary: pd.DataFrame, method_specs: list[dict]) -> pd.DataFrame:
+    """The comparison's methods in the order of :func:`specs` (AR, the draft model's chains by γ, its tree, lookup,
+    Medusa, the feature draft's chains by γ, ...), not by speedup, with :data:`METHOD_COLUMNS`' names; a label no
+    spec names goes last."""
+    order = {method_label(spec): i for i, spec in enumerate(method_specs)}
+    ranked = summary.assign(_order=summary.label.map(order)).sort_values("_order", kind="stable",
+                                                                           na_position="last")
+    return ranked[list(METHOD_COLUMNS)].rename(columns=METHOD_COLUMNS).reset_index(drop=True)
+
+
 def alpha_by_position(rows: list[dict], labels) -> pd.DataFrame:
     """a_d (the chance a round's accepted chain reaches draft position d, given d - 1) per method, by source and
     pooled over every round (source ``"all"``), for the positions the method drafts."""
@@ -216,8 +236,8 @@ def alpha_by_workload(rows: dict, labels) -> pd.DataFrame:
 def accepted_less_far(alphas: pd.DataFrame, labels) -> str:
     """Whether each method in ``labels`` is accepted less often on the far workload than on the held-out one
     (:func:`alpha_by_workload`'s table), as one printable line."""
-    return "accepted less often far from the corpus: " + ", ".join(
-        f"{label} {alphas.loc[label, 'held-out']:.3f} -> {alphas.loc[label, 'far']:.3f} "
+    return "**Accepted less often far from the corpus** (α̂ held-out → far): " + ", ".join(
+        f"`{label}` {alphas.loc[label, 'held-out']:.3f} → {alphas.loc[label, 'far']:.3f} "
         f"({'yes' if alphas.loc[label, 'far'] < alphas.loc[label, 'held-out'] else 'NO'})" for label in labels)
 
 
@@ -294,8 +314,8 @@ def what_it_takes(eq5: pd.DataFrame, label: str, goal: float) -> dict:
         numbers[f"goal_alpha_reachable_{name}"] = int(reachable)
         if reachable:
             numbers[f"goal_alpha_needed_{name}"] = _uniform_alpha(goal * cost, gamma)
-        needs[name] = (f"tau {goal * cost:.2f} (a per-token acceptance of {numbers[f'goal_alpha_needed_{name}']:.3f})"
-                       if reachable else f"tau {goal * cost:.2f}, more than {gamma} drafts can give")
+        needs[name] = (f"τ {goal * cost:.2f} (a per-token acceptance of {numbers[f'goal_alpha_needed_{name}']:.3f})"
+                       if reachable else f"τ {goal * cost:.2f}, more than {gamma} drafts can give")
     # the larger cost of a round: verification where a (gamma + 1)-token forward costs more than a decode step and
     # than all the round's draft steps together
     numbers["goal_verify_larger"] = int(verify > max(1.0, gamma * c))
@@ -303,15 +323,17 @@ def what_it_takes(eq5: pd.DataFrame, label: str, goal: float) -> dict:
     numbers["goal_c_reachable"] = int(c_needed > 0)
     if c_needed > 0:
         numbers["goal_c_needed"] = c_needed
-    text = (f"{label} measured {measured:.2f}x in decoding (prefill left out) at tau {tau:.2f}: a round costs "
-            f"{rounds['measured']:.2f} target steps. "
-            f"Eq. 5's terms timed alone give {rounds['eq5']:.2f} (verifying its {gamma + 1} tokens {verify:.2f}, "
-            f"{gamma} draft steps at c = {c:.3f}), hence its {row.speedup_eq5:.2f}x; even a free draft (c = 0) would "
-            f"give {tau / verify:.2f}x by Eq. 5. For {goal}x: by Eq. 5, {needs['eq5']}"
-            + (f" or draft steps of c <= {c_needed:.3f}" if c_needed > 0 else "")
-            + f"; at the measured round cost, {needs['measured']}. Its measured tau corresponds to a per-token "
-              f"acceptance of {numbers['goal_alpha_equivalent']:.3f}. The larger cost of a round: "
-            + (f"verification ({verify:.2f} target steps, against {gamma} draft steps at {gamma * c:.2f})"
+    text = (f"**What {goal}x would take for `{label}`.** It measured {measured:.2f}x in decoding (prefill left out) "
+            f"at τ {tau:.2f}: a round costs {rounds['measured']:.2f} target steps.\n\n"
+            f"- Eq. 5's terms timed alone give {rounds['eq5']:.2f} (verifying its {gamma + 1} tokens {verify:.2f}, "
+            f"{gamma} draft steps at $c$ = {c:.3f}), hence its {row.speedup_eq5:.2f}x; even a free draft ($c$ = 0) "
+            f"would give {tau / verify:.2f}x by Eq. 5.\n"
+            f"- For {goal}x: by Eq. 5, {needs['eq5']}"
+            + (f" or draft steps of $c$ ≤ {c_needed:.3f}" if c_needed > 0 else "")
+            + f"; at the measured round cost, {needs['measured']}.\n"
+              f"- Its measured τ corresponds to a per-token acceptance of {numbers['goal_alpha_equivalent']:.3f}.\n"
+              "- The larger cost of a round: "
+            + (f"**verification** ({verify:.2f} target steps, against {gamma} draft steps at {gamma * c:.2f})"
                if numbers["goal_verify_larger"] else
                f"not verification alone ({verify:.2f} target steps, against {gamma} draft steps at {gamma * c:.2f})"))
     return {"text": text, "numbers": numbers}
@@ -471,18 +493,18 @@ def who_wins(held: dict, alpha: pd.DataFrame, costs: dict, summary: pd.DataFrame
     rounds = {name: round_accounting(summary, held[name]["label"]) for name in ("eagle", "linear")}
     reason = separating_terms(rounds["eagle"], rounds["linear"], (tau_low, tau_high))
     e, l = rounds["eagle"], rounds["linear"]
-    text = (f"feature draft {eagle['label']}: {eagle['speedup']:.2f}x (tau {eagle['tau']:.2f}); distilled draft "
-            f"{linear['label']}: {linear['speedup']:.2f}x (tau {linear['tau']:.2f}): the feature draft is {side} it "
-            f"(its time ratio's 95% bootstrap interval over prompts: {low:.2f}-{high:.2f}). A round costs "
-            f"{e['round']:.2f} against {l['round']:.2f} AR token times (end to end, prefill included): drafting "
-            f"{e['drafting']:.2f} against {l['drafting']:.2f}, verifying {e['verifying']:.2f} against "
-            f"{l['verifying']:.2f}, the rest {e['rest']:.2f} against {l['rest']:.2f}: {reason}. First-position "
-            f"acceptance a_1 {a1.get(eagle['label'], float('nan')):.3f} vs {a1.get(linear['label'], float('nan')):.3f}; "
-            f"a draft step timed alone costs c = {costs['c']['eagle']:.3f} vs {costs['c']['draft']:.3f} of a target "
-            f"step.\n"
-            f"Trees: the feature draft's {held['eagle_tree']['label']} {held['eagle_tree']['speedup']:.2f}x (tau "
-            f"{held['eagle_tree']['tau']:.2f}) against the distilled draft's {held['tree']['label']} "
-            f"{held['tree']['speedup']:.2f}x (tau {held['tree']['tau']:.2f}).")
+    text = (f"**The feature draft `{eagle['label']}` ({eagle['speedup']:.2f}x, τ {eagle['tau']:.2f}) is {side} the "
+            f"distilled draft `{linear['label']}` ({linear['speedup']:.2f}x, τ {linear['tau']:.2f})**: the 95% "
+            f"bootstrap interval over prompts of its time ratio is {low:.2f}-{high:.2f}.\n\n"
+            f"- **Why**: {reason.replace(' tau', ' τ')}. A round costs {e['round']:.2f} against {l['round']:.2f} AR token times (end to "
+            f"end, prefill included): drafting {e['drafting']:.2f} against {l['drafting']:.2f}, verifying "
+            f"{e['verifying']:.2f} against {l['verifying']:.2f}, the rest {e['rest']:.2f} against {l['rest']:.2f}.\n"
+            f"- First-position acceptance $a_1$: {a1.get(eagle['label'], float('nan')):.3f} against "
+            f"{a1.get(linear['label'], float('nan')):.3f}; a draft step timed alone costs $c$ = "
+            f"{costs['c']['eagle']:.3f} against {costs['c']['draft']:.3f} of a target step.\n"
+            f"- Trees: the feature draft's `{held['eagle_tree']['label']}` {held['eagle_tree']['speedup']:.2f}x (τ "
+            f"{held['eagle_tree']['tau']:.2f}) against the distilled draft's `{held['tree']['label']}` "
+            f"{held['tree']['speedup']:.2f}x (τ {held['tree']['tau']:.2f}).")
     return {"text": text, "numbers": {
         "eagle_tree_label": held["eagle_tree"]["label"], "eagle_tree_speedup": held["eagle_tree"]["speedup"],
         "eagle_tree_tau": held["eagle_tree"]["tau"], "tree_label": held["tree"]["label"],
@@ -516,9 +538,10 @@ def medusa_against_linear(summary: pd.DataFrame, rows: list[dict], num_heads: in
     rates = pooled[pooled.source == "all"].set_index(["label", "position"]).alpha
     pairs = [(d, rates.get(("medusa chain", d), float("nan")), rates.get((linear.label, d), float("nan")))
              for d in range(1, num_heads + 1)]
-    text = (f"Medusa chain ({num_heads} heads): {medusa.speedup:.2f}x, tau {medusa.tau:.2f}; {linear.label}: "
-            f"{linear.speedup:.2f}x, tau {linear.tau:.2f}. a_d by position (Medusa vs linear): "
-            + ", ".join(f"d={d}: {m:.2f} vs {lin:.2f}" for d, m, lin in pairs))
+    text = (f"**Medusa's chain** ({num_heads} heads): {medusa.speedup:.2f}x, τ {medusa.tau:.2f}, against "
+            f"`{linear.label}` at the same depth: {linear.speedup:.2f}x, τ {linear.tau:.2f}. Acceptance by position "
+            "$a_d$, Medusa against linear: "
+            + ", ".join(f"$d$={d}: {m:.2f} against {lin:.2f}" for d, m, lin in pairs) + ".")
     return {"text": text, "numbers": {"medusa_speedup": float(medusa.speedup), "medusa_tau": float(medusa.tau),
                                       "medusa_linear_label": linear.label, "medusa_linear_speedup": float(linear.speedup),
                                       "medusa_linear_tau": float(linear.tau), "medusa_a1": pairs[0][1],
@@ -533,11 +556,11 @@ def far_from_corpus(table: pd.DataFrame, stop_label: str, floor: float = 0.95) -
     lowest = table.min()
     below = table.index[table[stop_label] < floor].tolist()
     holds = not below
-    text = ("lowest speedup over the far sources: " + ", ".join(f"{label} {value:.2f}x" for label, value in
-                                                                lowest.items())
-            + f"; the feature draft with its confidence stop stays at or above {floor}x AR on "
-            + (f"every source" if holds else f"{len(table) - len(below)} of {len(table)} sources (below on "
-               f"{', '.join(below)}; lowest {lowest[stop_label]:.2f}x, {table[stop_label].idxmin()})"))
+    text = ("**Far from the corpus**, the lowest speedup over the sources: " + ", ".join(
+                f"`{label}` {value:.2f}x" for label, value in lowest.items())
+            + f". The feature draft with its confidence stop stays at or above {floor}x AR on "
+            + ("**every source**." if holds else f"**{len(table) - len(below)} of {len(table)} sources** (below on "
+               f"{', '.join(below)}; lowest {lowest[stop_label]:.2f}x, {table[stop_label].idxmin()})."))
     return {"text": text, "numbers": {"far_stop_lowest": float(lowest[stop_label]), "far_stop_holds": int(holds),
                                       "far_stop_all_faster": int(lowest[stop_label] > 1),
                                       "far_floor": floor, "far_sources": len(table), "far_stop_below": len(below),
@@ -550,9 +573,10 @@ def stop_against_plain(held_summary: pd.DataFrame, far: pd.DataFrame, stop_label
     ``far`` holds the plain chain's column when it is among the labels :func:`by_source` was given."""
     speed = held_summary.set_index("label").speedup
     ahead = int((far[stop_label] > far[plain_label]).sum())
-    text = (f"the confidence stop ({stop_label}) against the plain chain ({plain_label}): held-out "
-            f"{speed[stop_label]:.2f}x vs {speed[plain_label]:.2f}x; far sources, lowest {far[stop_label].min():.2f}x vs "
-            f"{far[plain_label].min():.2f}x, the stop ahead on {ahead} of {len(far)} sources")
+    text = (f"**The confidence stop** (`{stop_label}`) against the plain chain (`{plain_label}`): held-out "
+            f"{speed[stop_label]:.2f}x against {speed[plain_label]:.2f}x; far sources, lowest "
+            f"{far[stop_label].min():.2f}x against {far[plain_label].min():.2f}x, the stop ahead on {ahead} of "
+            f"{len(far)} sources.")
     return {"text": text, "numbers": {"stop_held_speedup": float(speed[stop_label]),
                                       "plain_held_speedup": float(speed[plain_label]),
                                       "plain_far_lowest": float(far[plain_label].min()), "stop_far_ahead": ahead}}
