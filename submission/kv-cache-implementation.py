@@ -316,7 +316,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description="Greedy generation with and without a KV cache (handout section 2.2).")
     parser.add_argument("--model", default=DEFAULT_MODEL, help="a Qwen3 model (helpers.models name)")
     parser.add_argument("--device", default="auto", help="'cpu', 'cuda' or 'auto'")
-    parser.add_argument("--prompt", default=None, help="prompt text (default: the first of prompts.jsonl)")
+    parser.add_argument("--prompt", default=None,
+                        help="prompt text (default: the first of the workbook's stand-in prompts.jsonl)")
     parser.add_argument("--max-new-tokens", type=int, default=32, help="new tokens")
     args = parser.parse_args(argv)
 
