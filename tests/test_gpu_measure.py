@@ -432,3 +432,32 @@ def test_decode_goal_lines_judge_the_8b_steps_the_peer_and_the_pairs():
     assert "(goal <= 90 s: met)" in qwen and "(goal <= 90 s: missed)" in llama and "goal >= 70%: missed" in llama
     assert "1.31x (goal >= 1.2x: met)" in peer
     assert "c = 0.150 (goal <= 0.2: met)" in pair and "(goal <= 0.35: met)" in pair
+
+
+def _e2e_row(draft, gamma, **extra):
+    return {"status": "ok", "kind": "e2e", "target": "cpu-pair/target", "draft": draft, "gamma": gamma,
+            "decode": "graphs", "speedup": 1.3, "alpha": 0.7, "identical_to_ar": True, **extra}
+
+
+def test_e2e_table_prints_no_pair_totals_or_zero_phases_as_row_measurements():
+    """Regression: 00_gpu_e2e printed the pair's replay total on every gamma row, and the H200's rows record draft,
+    verify and prefill as 0.0 s (a CUDA run timed whole): neither is a per-row measurement."""
+    old = [_e2e_row(d, g, graph_replays=total, time_draft_s=0.0, time_verify_s=0.0, time_prefill_s=0.0)
+           for d, total in (("cpu-pair/draft", 23318), ("cpu-pair/draft-2l", 15444)) for g in (2, 7)]
+    table, note = gpu_costs.e2e_report_table(gpu_costs.e2e_table(old))
+    assert "replays" not in table and not {"draft s", "verify s", "prefill s"} & set(table.columns)
+    assert "draft 23,318 over its whole run" in note and "draft-2l 15,444" in note and "0.0 s is no measurement" in note
+    new = [_e2e_row("cpu-pair/draft", g, graph_replays=100 * g, graph_replays_scope="row", pair_graph_replays=999,
+                    time_draft_s=0.1 * g, time_verify_s=0.05, time_prefill_s=0.4) for g in (2, 7)]
+    table, note = gpu_costs.e2e_report_table(gpu_costs.e2e_table(new))
+    assert table["replays"].tolist() == [200, 700] and table["draft s"].tolist() == [0.2, pytest.approx(0.7)]
+    assert note == ""
+
+
+def test_floor_captions_name_the_decode_bytes(tmp_path, monkeypatch):
+    """The roofline's numerator is the decode bytes (untied input embedding excluded), and the captions say so."""
+    assert "untied input embedding" in gpu_costs.DECODE_BYTES_TEXT
+    row = {"device_name": "NVIDIA H200", "target_weight_bytes": 16.4e9, "target_decode_bytes": 15.2e9, "T_T": 0.007,
+           "T_D": 0.003, "c": 0.43, "target": "t", "draft": "d", "verify_ratio": {"2": 1.1}}
+    share = gpu_costs.cost_table([row])["roofline share"].iloc[0]
+    assert share == pytest.approx(15.2e9 / gpu_costs.memory_bandwidth("NVIDIA H200") / 0.007)

@@ -313,3 +313,28 @@ def test_alpha_speed_inversions_name_the_pairs_and_their_prompt_lengths():
     assert found["inversions"] == 1 and found["inversions_longer"] == 1  # the overall row does not count
     assert found["inversions_text"].startswith("data (alpha 0.800, 90-token prompts) slower than code")
     assert alpha_speed_inversions(by_source.drop(index="data"))["inversions_text"] == "none"
+
+
+def test_phase_totals_of_runs_timed_whole_are_unknown_not_zero():
+    """Regression: a CUDA run timed whole has nan laps, and pandas' sum over prompts made them 0.0 s in the rows."""
+    import pandas as pd
+
+    from helpers.experiments.specdec_sweeps import _phase_total
+
+    assert _phase_total(pd.Series([float("nan"), float("nan")])) is None
+    assert _phase_total(pd.Series([0.5, float("nan")])) is None  # a partial sum would understate the phase
+    assert _phase_total(pd.Series([0.5, 0.25])) == 0.75
+
+
+def test_graph_rows_count_their_own_replays(peaked_pair, cases):
+    """With graphs every row records the replays of its own timed runs (0 on a CPU), and the per-gamma rows say
+    so (``graph_replays_scope``), instead of one total for the whole pair on every row."""
+    from helpers.models.runtime import minimal_supported
+
+    if not all(minimal_supported(m) for m in peaked_pair):
+        pytest.skip("the model file does not run this tiny pair")
+    found = measure_pair(*peaked_pair, cases[:1], [2], 6, repeats=1, peer=False, compile="graphs", phase_run=True)
+    assert all(row["graph_replays"] == 0 for row in found)  # a CPU captures nothing
+    (row,) = gamma_rows(found)
+    assert row["graph_replays"] == 0 and row["graph_replays_scope"] == "row"
+    assert row["time_draft_s"] is not None and row["time_draft_s"] > 0  # a CPU times its phases in the timed runs

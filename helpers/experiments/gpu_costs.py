@@ -13,6 +13,7 @@ from helpers.experiments.common import HANDOUT_PAIRS, tolerate_graph_failure
 from helpers.gpu_specs import memory_bandwidth
 from helpers.results import gpu_result_folders, latest_ok_rows, run_metadata
 
+DECODE_BYTES_TEXT = ("decode bytes (the weights a decode step reads: every weight but an untied input embedding, of which a step reads one row per token)")
 COSTS = "09_handout_costs"  # eq5 part: the handout pairs, random weights, bf16
 GRAPHS = "09_compiled_decode"  # graphs part: the CPU pair's terms and end-to-end runs
 
@@ -147,12 +148,49 @@ def repeat_spread(rows: list[dict]) -> dict:
             "gpu_repeat_graphs_pct": 100 * float(both.loc[target, "graphs"] - 1)}
 
 
+E2E_PHASES = {"time_draft_s": "draft s", "time_verify_s": "verify s", "time_prefill_s": "prefill s"}
+
+
 def e2e_table(rows: list[dict]) -> pd.DataFrame:
     """The CPU pair's end-to-end rows: per draft and gamma, speedup over AR (both in the same decode mode), alpha,
-    whether every greedy output equals AR's, graph replays."""
-    keep = ["draft", "gamma", "decode", "speedup", "alpha", "identical_to_ar", "graph_replays"]
-    frame = pd.DataFrame([{k: row.get(k) for k in keep} for row in rows if row.get("kind") == "e2e"])
+    whether every greedy output equals AR's, graph replays (the pair's total in rows from before they counted per row:
+    see :func:`e2e_report_table`) and the phase seconds (None where the row did not time them)."""
+    keep = ["draft", "gamma", "decode", "speedup", "alpha", "identical_to_ar", "graph_replays", *E2E_PHASES]
+    frame = pd.DataFrame([{**{k: row.get(k) for k in keep},
+                           "replays_per_row": row.get("graph_replays_scope") == "row",
+                           "pair_replays": row.get("pair_graph_replays", None if row.get("graph_replays_scope") == "row"
+                                                   else row.get("graph_replays"))}
+                          for row in rows if row.get("kind") == "e2e"])
     return frame.sort_values(["draft", "gamma"]).reset_index(drop=True) if len(frame) else frame
+
+
+def real_phases(e2e: pd.DataFrame) -> list[str]:
+    """The phase columns every row really timed: a phase that ran cannot take 0.0 s (a CUDA run timed whole recorded
+    0.0 for each, from a sum over prompts of unknown laps), nor be missing."""
+    return [c for c in E2E_PHASES if c in e2e and e2e[c].notna().all() and (e2e[c].astype(float) > 0).all()]
+
+
+def e2e_report_table(e2e: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """``(table, caption note)`` for the report: only the columns the rows really carry. Graph replays per row where
+    every row counted its own; else none in the table and the pairs' totals (one count per pair, over AR and every
+    gamma) in the note. Phase seconds where every row timed them (:func:`real_phases`), else left out, said so."""
+    phases = real_phases(e2e)
+    table = e2e[["draft", "gamma", "decode", "speedup", "alpha", "identical_to_ar"]].copy()
+    notes = []
+    if e2e["replays_per_row"].all():
+        table["replays"] = e2e["graph_replays"]
+    else:
+        totals = e2e.dropna(subset=["pair_replays"]).groupby("draft")["pair_replays"].first()
+        notes.append("CUDA-graph replays counted per pair, not per row: " + "; ".join(
+            f"{short_name(d)} {int(n):,} over its whole run (AR and every gamma)" for d, n in totals.items())
+                     if len(totals) else "no CUDA-graph replays recorded")
+    for column in phases:
+        table[E2E_PHASES[column]] = e2e[column]
+    if len(phases) < len(E2E_PHASES):
+        notes.append("phase seconds (draft, verify, prefill) " + ("only for " + ", ".join(E2E_PHASES[c] for c in phases)
+                                                                   if phases else "not timed")
+                     + ": these rows' runs were timed whole, and a split recorded as 0.0 s is no measurement")
+    return table.assign(draft=table["draft"].map(short_name)), "; ".join(notes)
 
 
 def jump_drops_all(e2e: pd.DataFrame, from_width: int | None, to_width: int | None) -> bool | None:
@@ -193,7 +231,7 @@ def goal_lines(folder: Path) -> list[str]:
     if len(e2e):
         best = e2e.loc[e2e["speedup"].idxmax()]
         identical = bool(e2e["identical_to_ar"].all())
-        ran = bool((e2e["graph_replays"].fillna(0) > 0).all())
+        ran = bool((e2e["graph_replays"].fillna(0) > 0).all() or (e2e["pair_replays"].fillna(0) > 0).all())
         lines.append(f"CPU pair end to end ({best['decode']}): every greedy output identical to AR: {identical}; "
                      f"best {best['speedup']:.2f}x at gamma {best['gamma']} ({best['draft']}); median over rows "
                      f"{e2e['speedup'].median():.2f}x (goal >= 1.5x with graphs: "
@@ -236,13 +274,15 @@ def write_report_tables(profile: str) -> list[str]:
         tables.write_table(short, "00_gpu_graphs", profile, float_format="{:.3g}",
                            caption="Eq. 5 terms of the handout pairs (random weights, bf16, batch 1, context 256) and "
                                    "of the CPU pair (its weights, fp32), eager and replayed as CUDA graphs; T_V/T_T at "
-                                   "the smallest and largest gamma measured; roofline: the target's weight bytes over "
-                                   "bandwidth, divided by its measured decode step; kernels/layer: the model file's, "
-                                   "where the row recorded it")
+                                   "the smallest and largest gamma measured; roofline: the target's " + DECODE_BYTES_TEXT
+                                   + " over the datasheet bandwidth, divided by its measured decode step; "
+                                   "kernels/layer: the model file's, where the row recorded it")
     if len(e2e):
-        tables.write_table(e2e, "00_gpu_e2e", profile, float_format="{:.3g}",
+        table, note = e2e_report_table(e2e)
+        tables.write_table(table, "00_gpu_e2e", profile, float_format="{:.3g}",
                            caption="The CPU pair on the GPU end to end: speculative decoding over AR, both in the same "
-                                   "decode mode (real acceptance; every greedy output compared with AR's)")
+                                   "decode mode (real acceptance; every greedy output compared with AR's)"
+                                   + (f"; {note}" if note else ""))
     steps = step_profile.step_table(step_rows)
     if len(steps):
         tables.write_table(steps.drop(columns="matmul kernels").assign(model=steps["model"].map(short_name)),
@@ -251,7 +291,8 @@ def write_report_tables(profile: str) -> list[str]:
                            caption="Where a decode step's time goes: one step of width tokens replayed as a CUDA graph "
                                    "(random weights in bf16; the CPU pair's target in fp32), its kernels and their "
                                    "summed time (busy), the idle share between the first kernel's start and the last "
-                                   "one's end, the matrix products' time and the HBM floor (weight bytes over bandwidth)"
+                                   "one's end, the matrix products' time and the HBM floor (" + DECODE_BYTES_TEXT
+                                   + " over the datasheet bandwidth)"
                                    + ("; rows measured before Hopper's nvjet kernels were classed as matrix products have "
                                       "their eight largest kernels reclassified, so their matrix products' time is a "
                                       "lower bound" if numbers.get("gpu_step_corrected") else ""))
@@ -275,7 +316,7 @@ def _write_decode_table(folder: Path, profile: str) -> bool:
                        caption="One decode step of each handout model (random weights, bf16, batch 1, context 256) in "
                                "the model file's modes (eager; CUDA graphs; the layer compiled by inductor inside the "
                                "graphs) and transformers' generate (hf-eager; hf-static-compiled: its static cache under "
-                               "torch.compile), timed in one run; roofline: the weights a step reads over bandwidth, "
+                               "torch.compile), timed in one run; roofline: the " + DECODE_BYTES_TEXT + " over bandwidth, "
                                "divided by the step; compile s: the first call (compile, warm-up, capture)")
     return True
 
@@ -426,8 +467,12 @@ def _measure_e2e(p: dict, graphs, eq5: dict, configs: list[dict], mode: str, pro
     def e2e():
         proof = graph_proof(mode, (target, draft), lambda: {"rows": measure_pair(
             target, draft, cases, eq5["gammas"], p["sd_max_new_tokens"], repeats=p["sd_repeats"],
-            temperature=p["sd_temperature"], seed=p["sd_seed"], peer=False, compile=DECODE_MODES[mode])})
-        for config, row in zip(configs, gamma_rows(proof.pop("rows"))):
+            temperature=p["sd_temperature"], seed=p["sd_seed"], peer=False, compile=DECODE_MODES[mode],
+            phase_run=True)})
+        rows = gamma_rows(proof.pop("rows"))
+        if "graph_replays" in proof:  # the whole pair's run (AR, every gamma, the phase runs): not a row's own count
+            proof["pair_graph_replays"] = proof.pop("graph_replays")
+        for config, row in zip(configs, rows):
             graphs.append(config, {**{k: v for k, v in row.items() if k not in config}, **proof}, meta)
 
     tolerate_graph_failure(mode, configs[0], e2e, fatal)

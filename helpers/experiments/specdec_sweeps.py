@@ -114,7 +114,8 @@ def _row(case: dict, method: str, gamma, times: list[float], tokens: torch.Tenso
 
 def measure_pair(target, draft, cases: list[dict], gammas, max_new_tokens: int, *, repeats: int = 1,
                  temperature: float = 0.0, seed: int = 42, peer: bool = True, peer_default: bool = True,
-                 peer_gammas=None, eos_token_id=None, progress: bool = False, compile: bool = False) -> list[dict]:
+                 peer_gammas=None, eos_token_id=None, progress: bool = False, compile: bool = False,
+                 phase_run: bool = False) -> list[dict]:
     """AR, speculative decoding per gamma and (``peer``) assisted generation, prompt by prompt.
 
     For each prompt the methods run in interleaved rounds, ``repeats`` of them
@@ -123,7 +124,12 @@ def measure_pair(target, draft, cases: list[dict], gammas, max_new_tokens: int, 
     seed as the AR run (``seed``: private generators for ours, ``torch.manual_seed`` for transformers').
     One untimed warm-up of every method precedes the first prompt. ``peer_gammas``: the gammas of the peer
     (default: ``gammas``). ``compile``: ours and AR with ``"graphs"``, explicitly captured CUDA graphs
-    (captured before the first timed run), or ``"compiled"``, the same over the inductor-compiled layer.
+    (captured before the first timed run), or ``"compiled"``, the same over the inductor-compiled layer; each row
+    then records ``graph_replays``, the CUDA-graph replays of its own timed runs (that method and gamma on that
+    prompt: a count per row, not the pair's total). On CUDA the timed runs leave the phase split unknown (a split
+    needs a synchronize at every phase boundary); ``phase_run`` adds, after a prompt's timed runs, one synchronized
+    run of each gamma whose draft / verify / prefill seconds the row records (``phases_from``), its total time not
+    counted in ``time_s``.
     """
     device = next(target.parameters()).device
     gammas = [int(g) for g in gammas]
@@ -151,19 +157,56 @@ def measure_pair(target, draft, cases: list[dict], gammas, max_new_tokens: int, 
     for method, gamma in methods:  # warm-up: allocator, kernels, lazy imports of generate()
         call(method, gamma, cases[0]["input_ids"], min(8, max_new_tokens))
 
+    replays = _replay_counter(target, draft) if compile else None
     rows = []
     for case in tqdm(cases, desc="prompts", disable=not progress):
-        runs = interleaved_runs({m: (lambda m=m: call(*m, case["input_ids"])) for m in methods}, repeats, device=device)
+        counted = dict.fromkeys(methods, 0)
+
+        def timed(m, ids=case["input_ids"]):
+            before = replays() if replays else 0
+            out = call(*m, ids)
+            if replays:
+                counted[m] += replays() - before
+            return out
+
+        runs = interleaved_runs({m: (lambda m=m: timed(m)) for m in methods}, repeats, device=device)
         times = {m: seconds for m, (seconds, _) in runs.items()}
         outputs = {m: results[int(np.argmin(seconds))] for m, (seconds, results) in runs.items()}  # the fastest run's
         reference = outputs[("ar", None)][0]
         for method, gamma in methods:
             tokens, stats = outputs[(method, gamma)]
-            rows.append(_row(case, method, gamma, times[(method, gamma)], tokens,
-                             None if method == "ar" else reference, stats))
+            row = _row(case, method, gamma, times[(method, gamma)], tokens, None if method == "ar" else reference,
+                       stats)
+            if replays:
+                row["graph_replays"] = counted[(method, gamma)]
+            if phase_run and device.type == "cuda" and method == "sd":
+                phased = speculative_generate(target, draft, case["input_ids"], max_new_tokens, gamma, temperature,
+                                              seed, eos_token_id=eos_token_id, time_phases=True, compile=compile)
+                row.update({k: phased.stats.as_dict().get(k) for k in PHASE_COLUMNS},
+                           phases_from="one synchronized run after the timed ones")
+            rows.append(row)
     for row in rows:
         row.update(temperature=temperature, max_new_tokens=max_new_tokens)
     return rows
+
+
+PHASE_COLUMNS = ("time_prefill_s", "time_draft_s", "time_verify_s", "time_other_s")
+
+
+def _replay_counter(target, draft):
+    """CUDA-graph replays so far of both models' explicit steps (0 on a CPU, where nothing is captured)."""
+    from helpers.models.graphs import graph_replays
+    from helpers.models.runtime import minimal_view
+
+    views = [minimal_view(target), minimal_view(draft)]
+    return lambda: sum(graph_replays(v) for v in views)
+
+
+def _phase_total(column) -> float | None:
+    """The phase's seconds summed over prompts; None where no prompt's run timed it (a CUDA run timed whole leaves
+    its split unknown, nan: a sum of nothing must not read 0.0 s)."""
+    known = column.dropna()
+    return float(known.sum()) if len(known) == len(column) and len(column) else None
 
 
 def summarise(rows, by=("pair", "method", "gamma")):
@@ -227,12 +270,15 @@ def gamma_rows(rows: list[dict], costs: dict | None = None) -> list[dict]:
             "tokens_per_round": new_tokens / int(sd["rounds"].sum()),
             "rounds": int(sd["rounds"].sum()), "proposed": int(sd["proposed"].sum()), "accepted": accepted,
             "rejections": rejections, "new_tokens": new_tokens, "time_s": time_s, "tokens_per_s": new_tokens / time_s,
-            **{column: float(sd[column].sum()) for column in ("time_prefill_s", "time_draft_s", "time_verify_s",
-                                                               "time_other_s")},
+            **{column: _phase_total(sd[column]) for column in PHASE_COLUMNS},
             "identical_to_ar": identical, "ar_time_s": ar_time_s, "ar_tokens_per_s": ar_tokens / ar_time_s,
             "speedup": pooled_speedup(ar_time_s, time_s, new_tokens=new_tokens, ar_tokens=ar_tokens,
                                       identical=identical),
         }
+        if "graph_replays" in sd:  # counted per row (decode with graphs): this gamma's own timed runs
+            row["graph_replays"], row["graph_replays_scope"] = int(sd["graph_replays"].sum()), "row"
+        if "phases_from" in sd:
+            row["phases_from"] = str(sd["phases_from"].iloc[0])
         same_gamma = peer[peer["gamma"] == gamma].set_index("prompt_id")
         if len(same_gamma):
             row.update(
