@@ -75,13 +75,13 @@ def _rollback(cache, length: int) -> None:
         cache.crop(-extra)
 
 
-def _draw(logits: torch.Tensor, temperature: float, generator) -> tuple[int, torch.Tensor | None]:
-    """A token from (1, V) logits: the argmax at temperature 0, else a draw from softmax(logits / temperature);
-    and the distribution drawn from (None when greedy)."""
+def _draw(logits: torch.Tensor, temperature: float, generator) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A (1, 1) token from (1, V) logits, left on the device (no host sync): the argmax at temperature 0, else a
+    draw from softmax(logits / temperature); and the (V,) distribution drawn from (None when greedy)."""
     if temperature == 0:
-        return int(logits[0].argmax()), None
-    distribution = torch.softmax(logits[0] / temperature, dim=-1)
-    return int(torch.multinomial(distribution, 1, generator=generator)), distribution
+        return logits.argmax(dim=-1, keepdim=True), None
+    distribution = torch.softmax(logits / temperature, dim=-1)
+    return torch.multinomial(distribution, 1, generator=generator), distribution[0]
 
 
 def _sync(device) -> None:
@@ -115,6 +115,8 @@ def decode(
     "pending" one, whose next-token distribution nobody has computed yet); the draft's cache holds the same, or
     one token less after a round whose drafts were all accepted (the draft never saw the last draft). Every
     forward feeds a model exactly the tokens of ``seq`` its cache lacks, so no position is computed twice.
+    Drafts, distributions and the acceptance test stay on the device; a round ends with ONE host sync (the number
+    accepted, the next token and the drafts, read together), which matters on a GPU.
     """
     check_draft(target, draft)  # same vocabulary, same device
     check_generation(target, input_ids, max_new_tokens, temperature)  # shape (1, n), ids, budget, context
@@ -143,45 +145,44 @@ def decode(
         round_start = time.perf_counter()
         # TODO: draft gamma tokens with the draft model, one draft forward each (sampled at `temperature`)
         gamma_r = min(gamma, max_new_tokens - len(new_tokens) - 1)  # never draft past the tokens still due
-        drafts: list[int] = []
-        draft_probs: list[torch.Tensor | None] = []  # p for every draft (sampling), for the acceptance test
+        token = torch.tensor([seq[draft_cache.get_seq_length():]], device=device)  # what the draft lacks: 1-2 tokens
+        drafts, draft_probs = [], []  # (1, 1) tokens on the device; p of each (sampling), for the acceptance test
         for _ in range(gamma_r):
-            feed = torch.tensor([seq[draft_cache.get_seq_length():] + drafts[-1:]], device=device)
-            token, p = _draw(_logits(draft, feed, draft_cache, last_only=True), temperature, generator)
+            token, p = _draw(_logits(draft, token, draft_cache, last_only=True), temperature, generator)
             drafts.append(token)
             draft_probs.append(p)
             stats.draft_forwards += 1
+        drafts = torch.cat(drafts, dim=1)[0] if drafts else torch.zeros(0, dtype=torch.long, device=device)
         draft_done = time.perf_counter()
 
         # TODO: verify all gamma drafts with ONE target forward over gamma + 1 positions
-        verify = torch.tensor([seq[target_cache.get_seq_length():] + drafts], device=device)  # pending + drafts
+        pending = torch.tensor(seq[target_cache.get_seq_length():], device=device)  # the one token it lacks
+        verify = torch.cat([pending, drafts])[None]  # (1, gamma_r + 1): pending + drafts
         q_logits = _logits(target, verify, target_cache, last_only=False)  # (gamma_r + 1, V): q after each prefix
         stats.target_forwards += 1
         verify_done = time.perf_counter()
 
         # TODO: accept/reject: keep draft i while r_i < q(d_i) / p(d_i); at the first rejection sample the next
         #       token from norm(max(0, q - p)); when all gamma are accepted, sample a bonus token from q
-        accepted = 0
         if temperature == 0:  # the greedy limit: the longest prefix equal to the target's argmax, then its argmax
-            choice = q_logits.argmax(dim=-1).tolist()
-            while accepted < gamma_r and drafts[accepted] == choice[accepted]:
-                accepted += 1
-            next_token = choice[accepted]  # the target's correction, or its bonus token after gamma_r acceptances
+            choice = q_logits.argmax(dim=-1)  # (gamma_r + 1,)
+            k = (choice[:-1] == drafts).long().cumprod(dim=0).sum()  # drafts accepted before the first mismatch
+            next_token = choice[k]  # the target's correction, or its bonus token after gamma_r acceptances
         else:
-            q = torch.softmax(q_logits / temperature, dim=-1)
-            next_token = None
-            for i, (d, p) in enumerate(zip(drafts, draft_probs)):
-                r = float(torch.rand((), device=device, generator=generator))
-                if r * p[d] < q[i, d]:  # r < q(d)/p(d), written without the division (p(d) > 0: d was drawn from p)
-                    accepted += 1
-                    continue
-                residual = (q[i] - p).clamp_min(0)
-                if residual.sum() <= 0:  # q == p up to rounding leaves no residual mass: q itself is the law
-                    residual = q[i]
-                next_token = int(torch.multinomial(residual, 1, generator=generator))
-                break
-            if next_token is None:  # every draft accepted: the bonus token from q after the last draft
-                next_token = int(torch.multinomial(q[gamma_r], 1, generator=generator))
+            q = torch.softmax(q_logits / temperature, dim=-1)  # (gamma_r + 1, V)
+            p = torch.stack(draft_probs) if draft_probs else q.new_zeros(0, q.shape[-1])  # (gamma_r, V)
+            rows = torch.arange(gamma_r, device=device)
+            r = torch.rand(gamma_r, device=device, generator=generator)
+            # r_i < q(d_i) / p(d_i), written r_i p(d_i) < q(d_i) (no division); k = the prefix before the first "no"
+            k = (r * p[rows, drafts] < q[rows, drafts]).long().cumprod(dim=0).sum()
+            # at a rejection (k < gamma_r) norm(max(0, q - p)) at draft k; after gamma_r acceptances p is a zero row
+            # there, so the same formula gives q at the bonus position
+            p_k = torch.cat([p, p.new_zeros(1, p.shape[-1])])[k]
+            residual = (q[k] - p_k).clamp_min(0)
+            residual = torch.where(residual.sum() > 0, residual, q[k])  # q == p up to rounding: no residual mass
+            next_token = torch.multinomial(residual, 1, generator=generator)[0]
+        # the round's ONE host sync: how many drafts were accepted, the next token and the drafts themselves
+        accepted, next_token, *drafts = torch.cat([k.view(1), next_token.view(1), drafts]).tolist()
         emitted = drafts[:accepted] + [next_token]
 
         # TODO: roll both KV caches back to the accepted prefix; repeat until max_new_tokens or EOS

@@ -242,7 +242,8 @@ def test_decode_holds_the_algorithm_with_its_todo_lines():
         after = next(line for line in lines[i + 1:] if not line.strip().startswith("#"))
         assert after.strip() and lines.index(after) - i <= 2, lines[i]  # code at once (a wrapped TODO: one more)
     for fragment in ("DynamicCache(", "_rollback(target_cache", "_rollback(draft_cache", "for _ in range(gamma_r)",
-                     "r * p[d] < q[i, d]", "(q[i] - p).clamp_min(0)", "q[gamma_r]", "record_round"):
+                     "r * p[rows, drafts] < q[rows, drafts]", "(q[k] - p_k).clamp_min(0)", ".cumprod(dim=0).sum()",
+                     "record_round", "ONE host sync"):
         assert fragment in source, fragment
     assert "cache.crop(" in _function_source(source, "_rollback")
     assert "speculative_generate" not in body and "helpers.specdec.linear" not in source
