@@ -64,10 +64,9 @@ def gpu_e2e_rows(chosen: pd.DataFrame) -> pd.DataFrame:
 
     lines = []
     for folder in gpu_result_folders(GRAPHS):
-        for row in read_rows(folder, GRAPHS):
-            if row.get("kind") != "e2e":
-                continue
-            for _, pick in chosen.iterrows():
+        rows = [row for row in read_rows(folder, GRAPHS) if row.get("kind") == "e2e"]
+        for _, pick in chosen.iterrows():  # in chosen's order: best, then worst
+            for row in rows:
                 if (row.get("target"), row.get("draft"), row.get("gamma")) == (pick["target"], pick["draft"],
                                                                                int(pick["gamma"])):
                     lines.append({"which": pick["which"], "device_name": row["device_name"], "target": row["target"],
@@ -497,7 +496,7 @@ def optimum_numbers(pairs: dict) -> dict:
         for f in found:
             text = (f"{label} on the {f['gpu']} {'with CUDA graphs' if f['decode'] == 'graphs' else f['decode']}: "
                     f"gamma = {f['gamma']}, {f['speedup']:.2f}x" + (" (T_V/T_T there from the line through the measured "
-                    "gammas)" if f["extrapolated"] else "") + f", against {f['at_largest']:.2f}x at gamma = "
+                    "ones)" if f["extrapolated"] else "") + f", against {f['at_largest']:.2f}x at gamma = "
                     f"{f['largest_gamma']}")
             print(text)
             parts.append(text)
