@@ -98,3 +98,19 @@ def test_eq5_summary_keeps_the_report_keys_in_order(study):
     assert keys[:2] == ["eq5_tree_error_pct", "eq5_rank_corr"] and keys[-1] == "tree_measured_wins"
     assert keys.index("eq5_bias_tree") < keys.index("eq5_family_spread") < keys.index("trees_overpredicted")
     assert found["text"].count("\n") == 4
+
+
+def test_showcase_prompt_is_continued_as_code_not_a_loop(params, study):
+    """Regression: section 1 drew a round of `self.assertEqual(self.(self.(...`, the first open-ended prompt's loop,
+    beside its tau; the showcase is a prompt the small target continues sensibly, and a loop is flagged."""
+    from helpers.specdec import autoregressive_generate
+
+    case = nb10.showcase_case(params, study["tokenizer"], "cpu")
+    assert case["id"] == nb10.SHOWCASE_PROMPTS["cpu"] and case["source"] == "code"
+    tokens = autoregressive_generate(study["target"], case["input_ids"], params["tree_new_tokens"],
+                                     eos_token_id=-1).tokens.tolist()
+    assert not nb10.repetition(tokens)["repetitive"]
+    assert nb10.repetition([1, 2, 3] * 16)["repetitive"] and "REPETITIVE" in nb10.repetition([1, 2, 3] * 16)["flag"]
+    first = study["cases"]["open-ended"][0]  # the old showcase: flagged
+    looped = autoregressive_generate(study["target"], first["input_ids"], params["tree_new_tokens"], eos_token_id=-1)
+    assert nb10.repetition(looped.tokens.tolist())["share"] > nb10.repetition(tokens)["share"]

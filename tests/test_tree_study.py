@@ -290,3 +290,48 @@ def test_point_labels_keep_clear_of_the_legend_and_fall_back_to_the_least_crowde
         box = Text.get_window_extent(label, renderer)
         assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1
     plt.close(fig)
+
+
+# notebook 10's open-ended summary of the CPU run (method, label, nodes, tau, speedup): a cluster of chains at 3-7 nodes
+NB10_SWEEP = [("ar", "AR", 0.0, 1.0, 1.0), ("linear", "g5", 4.77, 3.52, 1.576), ("linear", "g3", 2.89, 2.91, 1.562),
+              ("linear", "g6", 5.7, 3.69, 1.547), ("linear", "g4", 3.78, 3.15, 1.497),
+              ("adaptive", "g8 p<0.05", 3.92, 3.28, 1.589), ("adaptive", "g8 p<0.1", 2.93, 3.02, 1.585),
+              ("adaptive", "g8 p<0.02", 7.16, 3.92, 1.542), ("static", "2-1-1-1-1", 9.58, 4.0, 1.459),
+              ("static", "2-2-1-1-1", 16.88, 4.13, 1.333), ("static", "3-2-1-1", 19.9, 3.92, 1.267),
+              ("static", "4-2-2-1", 41.36, 3.96, 0.952), ("dynamic", "d4 k2 n6", 5.86, 3.43, 1.41),
+              ("dynamic", "d5 k2 n8", 7.73, 3.73, 1.405), ("dynamic", "d6 k2 n10", 9.45, 3.88, 1.373),
+              ("dynamic", "d6 k3 n12", 11.72, 4.04, 1.319), ("dynamic", "d8 k3 n16", 15.55, 4.47, 1.257),
+              ("lookup", "n3 fixed 8", 4.43, 2.59, 1.847), ("lookup", "n3 adaptive 8", 2.03, 2.18, 1.644)]
+
+
+def test_sweep_figure_labels_stay_clear_of_each_other_in_notebook_10s_cluster():
+    """Regression: on a linear nodes axis the chains' labels (3-7 nodes, speedups 1.50-1.59) crowded the right panel,
+    their leader lines running through other labels and markers."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    from matplotlib.text import Text
+    from matplotlib.transforms import Bbox
+
+    summary = pd.DataFrame(NB10_SWEEP, columns=["method", "label", "nodes", "tau", "speedup"])
+    summary["label"] = summary.method + " " + summary.label
+    fig = sweep_figure(summary, "t")
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        labels = [child for child in ax.texts if child.get_text()]
+        assert len(labels) == len(summary) - 1
+        for label in labels:
+            label.update_positions(renderer)
+        boxes = [Text.get_window_extent(label, renderer) for label in labels]
+        markers = ax.transData.transform([label.xy for label in labels])
+        crossings = []
+        for i, label in enumerate(labels):
+            if label.arrow_patch is None:
+                continue
+            line = label.arrow_patch.get_path().transformed(label.arrow_patch.get_transform())
+            crossings += [(label.get_text(), labels[j].get_text()) for j, box in enumerate(boxes)
+                          if j != i and line.intersects_bbox(box, filled=False)]
+            crossings += [(label.get_text(), labels[j].get_text() + " marker") for j, (px, py) in enumerate(markers)
+                          if j != i and line.intersects_bbox(Bbox.from_extents(px - 3, py - 3, px + 3, py + 3),
+                                                             filled=False)]
+        assert not crossings, f"leader lines through other labels or markers in {ax.get_ylabel()!r}: {crossings}"
+    plt.close(fig)

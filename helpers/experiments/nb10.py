@@ -52,6 +52,44 @@ def workloads(params: dict, target, tokenizer) -> tuple[list[dict], dict]:
                        "in-context": encode_prompts(tokenizer, in_context_rows, device)}
 
 
+# the prompt of section 1's drawn round, per prompt profile: one where the small target writes sensible code (its
+# greedy continuation, a short function with a docstring, repeats 4 % of its 4-grams); the first open-ended prompt
+# wrote `self.assertEqual(self.(self.(...`, a loop that makes any draft look good. Elsewhere: the first code prompt.
+SHOWCASE_PROMPTS = {"cpu": "cpu-code-6"}
+
+
+def showcase_case(params: dict, tokenizer, device) -> dict:
+    """The encoded prompt of section 1's demonstration (:data:`SHOWCASE_PROMPTS`, else the profile's first code
+    prompt, else its first prompt)."""
+    from helpers.prompts import encode_prompts, load_prompts
+
+    rows = load_prompts(params["tree_prompt_profile"])
+    wanted = SHOWCASE_PROMPTS.get(params["tree_prompt_profile"])
+    row = next((r for r in rows if r["id"] == wanted), next((r for r in rows if r["source"] == "code"), rows[0]))
+    return encode_prompts(tokenizer, [row], device)[0]
+
+
+def repetition(tokens) -> dict:
+    """How much of an output repeats itself (:func:`helpers.stats.repeated_ngram_share`) and whether that passes
+    :data:`helpers.stats.REPETITIVE_SHARE`: printed beside a speedup measured on the output."""
+    from helpers.stats import REPETITIVE_SHARE, repeated_ngram_share
+
+    share = repeated_ngram_share(tokens)
+    return {"share": share, "repetitive": share > REPETITIVE_SHARE,
+            "flag": (f"REPETITIVE output ({share:.0%} of its 4-grams repeat, above {REPETITIVE_SHARE:.0%}): a loop "
+                     "is easy to draft, so its speedup flatters the method") if share > REPETITIVE_SHARE else
+                    f"not repetitive ({share:.0%} of its 4-grams repeat)"}
+
+
+def round_to_draw(rounds) -> int:
+    """The index of the round section 1 draws: the first whose accepted path leaves the draft's first choice
+    somewhere (the tree's point), else the deepest."""
+    def first_choice_path(tree):
+        return all(tree.parents.index(parent) == node for parent, node in zip(tree.path, tree.path[1:]))
+    return next((i for i, r in enumerate(rounds) if len(r.path) > 2 and not first_choice_path(r)),
+                max(range(len(rounds)), key=lambda i: len(rounds[i].path)))
+
+
 def cpu_writer(target, params: dict):
     """The target in float32 on the CPU (itself when it already is): what writes the texts the notebook builds from
     the target's greedy output, the same on every machine (a GPU run, a renderer whose models sit on meta)."""
@@ -401,3 +439,43 @@ def _tree_against_linear(model_table: pd.DataFrame, best: dict, bias: dict) -> t
                   "tree_verify_cost": tree_row.verify_cost, "linear_verify_cost": linear_row.verify_cost,
                   "tree_model_ratio": model_ratio, "tree_model_wins": int(model_ratio > 1),
                   "tree_measured_ratio": measured_ratio, "tree_measured_wins": int(measured_ratio > 1)}
+
+
+def gpu_width_costs(folders=None) -> pd.DataFrame:
+    """What a wider verify forward costs on a GPU, as measured: for each (GPU, model) profiled by the window's
+    ``09_step_profile`` part (single steps replayed as CUDA graphs), the wall time at width 1 and at the widest
+    profiled width, and their ratio. ``folders``: the ``results/<profile>/`` folders to read (default: every one with
+    GPU rows, :func:`helpers.results.gpu_result_folders`). Empty where no GPU profiled a step."""
+    from helpers.results import gpu_result_folders, latest_ok_rows
+
+    found = []
+    for folder in gpu_result_folders("09_step_profile") if folders is None else folders:
+        rows = [r for r in latest_ok_rows(folder / "09_step_profile.jsonl") if r.get("device") == "cuda"]
+        for (device, model), group in pd.DataFrame(rows).groupby(["device_name", "model_id"], sort=False):
+            by_width = group.set_index(group.width.astype(int)).wall_ms.sort_index()
+            if 1 in by_width.index and by_width.index.max() > 1:
+                wide = int(by_width.index.max())
+                found.append({"device": device, "model": model, "dtype": group.dtype.iloc[0], "wide": wide,
+                              "ms_1": float(by_width[1]), "ms_wide": float(by_width[wide]),
+                              "ratio": float(by_width[wide] / by_width[1])})
+    return pd.DataFrame(found, columns=["device", "model", "dtype", "wide", "ms_1", "ms_wide", "ratio"])
+
+
+def gpu_width_numbers(table: pd.DataFrame, model: str, handout_target: str = "Qwen/Qwen3-8B") -> dict:
+    """The report's numbers from :func:`gpu_width_costs`: the notebook's own target (``model``, ``gpuwide_own_*``)
+    and, where it is another model, the handout's target (``gpuwide_handout_*``), each on the first GPU that profiled
+    it; ``{}`` where no GPU profiled ``model``. ``gpuwide_flat`` is 1 where the widest profiled forward cost the
+    handout's target (else the own one) under 1.25x its one-position step, the words "little more than" in prose."""
+    numbers = {}
+    for key, name in (("own", model), ("handout", handout_target)):
+        rows = table[table.model == name]
+        if rows.empty or (key == "handout" and name == model):
+            continue
+        row = rows.iloc[0]
+        numbers.update({f"gpuwide_{key}_device": row.device, f"gpuwide_{key}_model": row.model,
+                        f"gpuwide_{key}_wide": int(row.wide), f"gpuwide_{key}_ms_1": float(row.ms_1),
+                        f"gpuwide_{key}_ms_wide": float(row.ms_wide), f"gpuwide_{key}_ratio": float(row.ratio)})
+    if "gpuwide_own_ratio" not in numbers:
+        return {}
+    numbers["gpuwide_flat"] = int(numbers.get("gpuwide_handout_ratio", numbers["gpuwide_own_ratio"]) < 1.25)
+    return numbers
