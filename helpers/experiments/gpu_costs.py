@@ -291,8 +291,8 @@ def write_report_tables(profile: str) -> list[str]:
                            caption="Where a decode step's time goes: one step of width tokens replayed as a CUDA graph "
                                    "(random weights in bf16; the CPU pair's target in fp32), its kernels and their "
                                    "summed time (busy), the idle share between the first kernel's start and the last "
-                                   "one's end, the matrix products' time and the HBM floor (" + DECODE_BYTES_TEXT
-                                   + " over the datasheet bandwidth)"
+                                   "one's end, the matrix products' time and the HBM floor, the " + DECODE_BYTES_TEXT
+                                   + " over the datasheet bandwidth"
                                    + ("; rows measured before Hopper's nvjet kernels were classed as matrix products have "
                                       "their eight largest kernels reclassified, so their matrix products' time is a "
                                       "lower bound" if numbers.get("gpu_step_corrected") else ""))
