@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PROFILE ?= cpu
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run report test lab clean-build compat
+.PHONY: setup run report test rehearse lab clean-build compat
 
 setup: $(STAMP)
 
@@ -27,6 +27,12 @@ report: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests notebooks --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
+
+# The GPU student's run (every notebook under params/gpu.yaml, the GPU report) rehearsed on this CPU in a few minutes:
+# each Hub id resolves to a small random checkpoint of its architecture, sizes shrink (params/rehearse.yaml), all
+# into build/rehearse/. CI runs it as a test (tests/test_rehearse.py).
+rehearse: $(STAMP)
+	$(BIN)/python -m helpers.rehearse
 
 # The GPU machine's Python 3.12 / torch 2.11 / transformers 5.17 on this CPU: a second venv (../compat-venv, made
 # once, a few GB) and the unit tests of what helpers.gpu_measure uses. Not part of `make test` or CI. See tools/compat.sh.

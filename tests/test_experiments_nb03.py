@@ -150,3 +150,16 @@ def torch_device():
     import torch
 
     return torch.device("cpu")
+
+
+def test_a_threshold_never_reached_cannot_move():
+    """Regression (the GPU student's rehearsal): explain_table writes "not reached" where no measured length reaches
+    a 1.5x speedup, and the noisy-neighbour check did int("not reached")."""
+    explain = _explain()
+    column = "first measured n with speedup >= 1.5"
+    explain[column] = explain[column].astype(object)  # as explain_table builds it: lengths as text, or the words
+    explain.loc["smaller model", column] = "not reached"
+    index = pd.MultiIndex.from_tuples([(s, n) for s in nb03.NUMBER_KEYS for n in (1, 2, 4)],
+                                      names=["setting", "new_tokens"])
+    flags = pd.DataFrame({"noisy": True}, index=index)
+    assert nb03.smaller_against_baseline(explain, flags)["kvbSmallNoisyNear"] == 0

@@ -309,7 +309,7 @@ def _threshold_neighbours(table, setting: str, row) -> set[int]:
     """The first measured length with a speedup of at least 1.5 and the measured length before it."""
     first = row["first measured n with speedup >= 1.5"]
     lengths = sorted(int(n) for (s, n) in table.index if s == setting)
-    if first != first or int(first) not in lengths:  # never reached: nothing to move
+    if not str(first).isdigit() or int(first) not in lengths:  # "not reached" (explain_table's word): nothing to move
         return set()
     i = lengths.index(int(first))
     return {lengths[i]} | ({lengths[i - 1]} if i else set())

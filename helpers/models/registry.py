@@ -20,6 +20,7 @@ random weights "random weights" wherever they appear.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 
 import json
 from pathlib import Path
@@ -233,7 +234,9 @@ def cpu_pair_info() -> dict:
 def _pretrained(model_id: str, device: torch.device, dtype):
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_id)
-        model = AutoModelForCausalLM.from_pretrained(model_id, dtype=dtype, device_map=str(device))
+        # device_map loads straight onto the GPU but needs accelerate, which the workbook does not require
+        placed = {"device_map": str(device)} if device.type != "cpu" and importlib.util.find_spec("accelerate") else {}
+        model = AutoModelForCausalLM.from_pretrained(model_id, dtype=dtype, **placed).to(device)
     except OSError as error:
         raise RuntimeError(
             f"could not load pretrained {model_id!r} from the Hugging Face Hub or its local cache ({error}). "
