@@ -87,6 +87,17 @@ def test_default_prompt_is_a_heldout_code_prompt():
     assert default_prompt() == next(row["prompt"] for row in load_prompts("cpu") if row["id"] == DEFAULT_PROMPT_ID)
 
 
+def test_default_prompt_is_continued_without_a_loop_and_a_loop_is_flagged():
+    """Regression: the explorer's showcase emitted a column of "#" lines and reported it as a 2.36x speedup."""
+    from helpers.stats import REPETITIVE_SHARE, repeated_ngram_share
+
+    run = run_speculative(default_prompt(), "draft", 4, 0.0, 48)
+    assert repeated_ngram_share(run["tokens"]) <= REPETITIVE_SHARE
+    assert "repetitive output" not in result_html(run)
+    looped = {**run, "tokens": [7, 8, 9] * 16}  # the same run, as if the output had been a loop
+    assert "repetitive output" in result_html(looped).split('class="legend"')[0]  # in the summary, by the speedup
+
+
 def test_speculative_explorer_builds_without_running():
     explorer = speculative_explorer("x = 1\n", run=False)
     assert isinstance(explorer, widgets.VBox)
