@@ -112,6 +112,9 @@ def accuracy_or_latency(table: pd.DataFrame, rows: list[dict]) -> dict:
             f"{max(loo['latency'].values()):.2f} (most changed without {short(carrier)}: {loo['latency'][carrier]:.2f}), "
             f"the accuracy line's {min(loo['accuracy'].values()):.2f} .. {max(loo['accuracy'].values()):.2f}; the "
             f"verdict holds with every draft left out: {stable}",
+            "which property separates the drafts: " + (("latency" if latency_wins else "accuracy") + " (settled: "
+            "the verdict holds with every draft left out)" if stable else "not settled by these drafts (the verdict "
+            "turns with one left out)"),
             f"directions: {accuracy.property} {accuracy.direction}, {latency.property} {latency.direction} (the signs "
             f"Eq. 5 gives: {expected}; kept with every draft left out: {kept}"
             + (f"; sloping the other way: {flipped})" if flipped else ")")]
