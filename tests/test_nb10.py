@@ -114,3 +114,19 @@ def test_showcase_prompt_is_continued_as_code_not_a_loop(params, study):
     first = study["cases"]["open-ended"][0]  # the old showcase: flagged
     looped = autoregressive_generate(study["target"], first["input_ids"], params["tree_new_tokens"], eos_token_id=-1)
     assert nb10.repetition(looped.tokens.tolist())["share"] > nb10.repetition(tokens)["share"]
+
+
+def test_gpu_width_costs_read_the_windows_step_profile():
+    """Regression: the report said a GPU forward over tens of positions costs about what one does; the H200's step
+    profile timed the CPU pair's target at width 8 2.66x its width-1 step (Qwen3-8B 1.12x), and nothing wider."""
+    from helpers import paths
+
+    table = nb10.gpu_width_costs([paths.REPO_ROOT / "results" / "gpu-h200"])
+    ratio = table.set_index("model").ratio
+    assert ratio["cpu-pair/target"] == pytest.approx(5.7677 / 2.16699, rel=1e-3) and ratio["Qwen/Qwen3-8B"] < 1.25
+    numbers = nb10.gpu_width_numbers(table, "cpu-pair/target")
+    assert numbers["gpuwide_own_wide"] == 8 and numbers["gpuwide_flat"] == 1 and "gpuwide_handout_ratio" in numbers
+    assert "gpuwide_handout_ratio" not in nb10.gpu_width_numbers(table, "Qwen/Qwen3-8B")  # its own target: once
+    assert nb10.gpu_width_numbers(table.iloc[:0], "cpu-pair/target") == {}
+    tex = (paths.REPORT_DIR / "sections" / "10_tree_and_lookup_decoding.tex").read_text()
+    assert "costs about what one does" not in tex and "gpuwide_own_ratio" in tex
