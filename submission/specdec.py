@@ -1,6 +1,7 @@
 # Name / Andrew ID: Test Student / tests
 # (the name and Andrew ID the handout is issued to; a student handing these files in puts their own here)
-"""Speculative decoding behind the handout's scaffold interface (§4.3): ``decode()`` implemented.
+"""Speculative decoding (§4.3): ``decode()`` holds the whole algorithm. The handout's starter file was not among the
+materials, so this interface (and the TODO line above each step) is the workbook's own rendering of §4.3.
 
     python submission/specdec.py                                     # CPU pair, offline, a default prompt
     python submission/specdec.py --prompt "def fibonacci(n):" --gamma 5 --temperature 0.8
