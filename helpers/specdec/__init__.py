@@ -15,12 +15,15 @@
   space (EAGLE-style), decoded by the target's own LM head;
 - ``selfspec``: :func:`self_speculative_generate`, the model drafting for itself over a StreamingLLM view of its
   own cache (long-context self-speculation, MagicDec);
+- ``divergence``: :func:`greedy_divergence`, whether a greedy output that parts from AR's does so at a near-tie
+  (bf16 rounding) or is a lost token;
 - ``analysis``: the Eq. 4/5 model (expected tokens per round, speedup, optimal gamma, alpha estimates,
   batch accounting, MagicDec roofline grid).
 """
 from helpers.specdec.batched import batched_autoregressive_generate, batched_speculative_generate
 from helpers.specdec.core import GenerationResult, GenerationStats, accept
 from helpers.specdec.linear import accept_greedy, accept_sampling, autoregressive_generate, speculative_generate
+from helpers.specdec.divergence import greedy_divergence
 from helpers.specdec.drafter_files import load_feature_draft, load_medusa_heads
 from helpers.specdec.feature_draft import FeatureDraft, eagle_generate
 from helpers.specdec.lookup import prompt_lookup_generate
@@ -30,4 +33,4 @@ from helpers.specdec.tree import tree_generate
 
 __all__ = ["FeatureDraft", "GenerationResult", "GenerationStats", "MedusaHeads", "accept", "accept_greedy", "accept_sampling",
            "autoregressive_generate", "batched_autoregressive_generate", "batched_speculative_generate",
-           "eagle_generate", "load_feature_draft", "load_medusa_heads", "medusa_generate", "prompt_lookup_generate", "self_speculative_generate", "speculative_generate", "tree_generate"]
+           "eagle_generate", "greedy_divergence", "load_feature_draft", "load_medusa_heads", "medusa_generate", "prompt_lookup_generate", "self_speculative_generate", "speculative_generate", "tree_generate"]
