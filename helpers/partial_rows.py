@@ -49,10 +49,11 @@ def notebook_rows(notebook: str, folder: Path) -> dict[str, list[dict]]:
 
 
 def derived_fields(row: dict, config: dict) -> dict:
-    """``row`` with the per-step time of its MEDIAN batch (``ms_per_step_median`` = 1000 x ``time_s_median`` / new
-    tokens) where it has both; the stored ``ms_per_step`` (the mean's) is left out of the table then."""
+    """A generation row (one that stores ``ms_per_step``, the MEAN time over its new tokens) with the per-step time of
+    its MEDIAN batch (``ms_per_step_median`` = 1000 x ``time_s_median`` / new tokens), which the table shows instead;
+    other rows (a verify forward's ``new_tokens`` are one step's width) unchanged."""
     new_tokens = row.get("new_tokens", config.get("new_tokens"))
-    if isinstance(row.get("time_s_median"), (int, float)) and new_tokens:
+    if "ms_per_step" in row and isinstance(row.get("time_s_median"), (int, float)) and new_tokens:  # a generation row
         return {**row, "ms_per_step_median": 1000 * row["time_s_median"] / new_tokens}
     return row
 
@@ -63,7 +64,7 @@ def check_consistent(table: pd.DataFrame, rows: list[dict], configs: list[dict],
     statistics)."""
     for i, (row, config) in enumerate(zip(rows, configs)):
         t, new = row.get("time_s_median"), row.get("new_tokens", config.get("new_tokens"))
-        if not isinstance(t, (int, float)) or not new or t <= 0:
+        if "ms_per_step" not in row or not isinstance(t, (int, float)) or not new or t <= 0:
             continue
         line = table.iloc[i]
         checks = {"ms_per_step_median": 1000 * t / new}

@@ -70,3 +70,6 @@ def test_generation_rows_show_one_statistic_and_the_columns_recompute_from_each_
     bad = dict(row, throughput_tok_s_median=8 * 64 / 5.11)  # throughput from the mean beside the median time
     with pytest.raises(ValueError, match="throughput_tok_s_median"):
         partial_rows.partial_table([bad])
+    verify = {"config_key": '{"measure": "verify", "new_tokens": 4}', "status": "ok", "new_tokens": 4,
+              "time_s_median": 0.07}  # one forward over 4 tokens: no per-step time to derive
+    assert "ms_per_step_median" not in partial_rows.partial_table([verify])[0]
