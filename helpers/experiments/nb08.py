@@ -72,7 +72,7 @@ def gpu_e2e_rows(chosen: pd.DataFrame) -> pd.DataFrame:
                     lines.append({"which": pick["which"], "device_name": row["device_name"], "target": row["target"],
                                   "draft": row["draft"], "gamma": int(row["gamma"]), "alpha": row.get("alpha"),
                                   "c": None, "speedup": row["speedup"],
-                                  "run": f"GPU window, decode {row.get('decode', 'eager')} ({folder.name})"})
+                                  "run": f"window {folder.name}, {row.get('decode', 'eager')}"})
     return pd.DataFrame(lines)
 
 
