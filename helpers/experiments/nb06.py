@@ -314,12 +314,14 @@ def current_rows(profile: str, rows: list[dict]) -> list[dict]:
     """The rows of ``profile`` measured as its parameter file asks now (``fp_trials`` trials after ``fp_warmup``
     warm-ups): rows of an earlier protocol are the ones the profile marks for re-measuring (its notebook 06 is pending
     on them), so no report quotes them. All rows where the profile has no parameter file."""
-    from helpers import paths
-    from helpers.run_all import load_params
+    import yaml
 
-    if not (paths.PARAMS_DIR / f"{profile}.yaml").exists():
+    from helpers import paths
+
+    path = paths.PARAMS_DIR / f"{profile}.yaml"  # read here: importing helpers.run_all would import upwards
+    if not path.exists():
         return rows
-    p = load_params(profile)
+    p = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     return [r for r in rows if r.get("trials", p.get("fp_trials")) == p.get("fp_trials", r.get("trials"))
             and r.get("warmup", p.get("fp_warmup")) == p.get("fp_warmup", r.get("warmup"))]
 
