@@ -164,3 +164,19 @@ def prefill_check(input_rows: list[dict], output_rows: list[dict]) -> dict:
             "genPrefillOverstated": int(overstated), "genPrefillPerStepMs": per_step_ms,
             "genPrefillMedianAbove": int(split > direct)}
 
+
+
+def checked_crossover(found_in: dict) -> dict:
+    """The measured crossover of :func:`helpers.generation.report.input_findings`, checked to be what it says: the
+    bracketing lengths are neighbours among the clean lengths, the prefill (time minus the time at the shortest
+    input) is below the decode time at the lower one and at least it at the upper one. (The fitted line's crossover
+    only describes.)"""
+    cross = found_in["crossover"]
+    if cross["found"]:
+        lengths = found_in["clean_lengths"]
+        if lengths.index(cross["high"]) != lengths.index(cross["low"]) + 1:
+            raise ValueError(f"the crossover's brackets {cross['low']}, {cross['high']} are not neighbours")
+        if not (cross["prefill_low"] < cross["decode_s"] <= cross["prefill_high"]
+                and cross["low"] <= cross["crossover"] <= cross["high"]):
+            raise ValueError(f"the bracket {cross['low']}-{cross['high']} does not hold the crossover: {cross}")
+    return cross

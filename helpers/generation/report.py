@@ -24,7 +24,7 @@ from helpers.generation.sweeps import (STATUS_NOT_RUN, linear_fit, non_monotone_
                                        separated, status_table)
 
 SWEEP_COLUMNS = {"time_s_mean": "Time, mean (s)", "time_s_median": "Time, median (s)", "time_range": "Time, min-max (s)",
-                 "throughput_tok_s_median": "Throughput (tokens/s)"}
+                 "throughput_tok_s": "Throughput, mean (tokens/s)"}  # the handout's: tokens over the mean batch time
 
 
 def sweep_table(rows: list[dict], key: str, header: str, prediction: memory.GenerationPrediction,
@@ -281,7 +281,7 @@ def input_findings(rows: list[dict], batch_size: int, cap: float | None,
     noise = noise_text(ok, "input_len", "input")
     lines = [f"Noise: {noise}.",
              f"From {short['input_len']} to {long['input_len']} input tokens (the shortest and longest points not "
-             f"flagged) the median time grows {growth:.1f}x and generated-token throughput "
+             f"flagged) the median time grows {growth:.1f}x and generated-token throughput at that median "
              f"{'falls' if growth > 1 else 'rises'} from {short['throughput_tok_s_median']:.0f} to "
              f"{long['throughput_tok_s_median']:.0f} tokens/s."]
     c = _crossover_findings(clean)
@@ -470,7 +470,7 @@ def output_findings(rows: list[dict], prediction: memory.GenerationPrediction | 
         tput_text = (f"rises from {tput[0]:.0f} to a peak of {tput[top]:.0f} tokens/s at {n[top]} new tokens, then "
                      f"falls to {tput[-1]:.0f} tokens/s at {n[-1]} ("
                      + ("beyond" if falls else "within") + " the two rows' min-max ranges)")
-    lines.append(f"Throughput {tput_text}.")
+    lines.append(f"Throughput at the median batch time {tput_text}.")
     tput_why = ("the fixed prefill is spread over more generated tokens" if top > 0 else
                 "the fixed prefill does not dominate even the shortest output")
     if falls and dearer:
@@ -503,7 +503,7 @@ def compare_row(name: str, note: str, model, row: dict, kv_bytes: int) -> dict:
             "Time, mean (s)": row["time_s_mean"] if ok else "OOM",  # the handout's average over the batches
             "Time, median (s)": row["time_s_median"] if ok else "OOM",
             "Time, min-max (s)": f"{row['time_s_min']:.3g}-{row['time_s_max']:.3g}" if ok else "OOM",
-            "Throughput (tokens/s)": row["throughput_tok_s_median"] if ok else "OOM",
+            "Throughput, mean (tokens/s)": row["throughput_tok_s"] if ok else "OOM",
             "t_min": row.get("time_s_min"), "t_max": row.get("time_s_max")}
 
 
