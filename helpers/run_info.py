@@ -32,7 +32,7 @@ BYTES_ONLY = {"01_gpu_memory_math"}  # result files that measure bytes, not time
 
 def machine_summary(rows: dict[str, list[dict]]) -> dict:
     """Devices, thread counts (of the files that time something), runs and dates over every row: what the report's
-    first page states."""
+    Appendix A states."""
     flat = [r for file_rows in rows.values() for r in file_rows]
     timed = [r for name, file_rows in rows.items() if name not in BYTES_ONLY for r in file_rows]
     stamps = sorted(r["timestamp"][:10] for r in flat if r.get("timestamp"))
