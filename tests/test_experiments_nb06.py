@@ -66,19 +66,41 @@ def test_batch_one_is_the_dearest_only_beyond_noise(capsys):
 def test_gpu_forward_rows_set_the_roofline_beside_a_measurement(capsys):
     """Regression: the report said small batches save little on the H100 by the roofline, while the committed H100
     rows showed B = 16 at 1.5x B = 1 (a host-bound eager forward at 25x its roofline time)."""
-    from helpers.memory import load_config
-
-    found = nb06.gpu_forward_rows(load_config(nb06.ROOFLINE_MODEL), 256)
-    h100 = next(f for f in found if f["profile"] == "gpu-h200")  # the H100's rows are of an earlier protocol
-    assert h100["first"] == 1 and h100["ratio"] == pytest.approx(h100["last_ms"] / h100["first_ms"])
-    numbers = nb06.print_gpu_forward(found)
+    h100 = {"profile": "gpu-h200", "gpu": "NVIDIA H200", "first": 1, "last": 16, "first_ms": 60.0, "last_ms": 90.0,
+            "ratio": 1.5, "roof_ratio": 16.0, "over_roof": 25.0, "remeasure": ""}
+    numbers = nb06.print_gpu_forward([h100])
     assert numbers["fpGpuMeasured"] == 1 and numbers["fpGpuHostBound"] == int(numbers["fpGpuOverRoof"] > nb06.HOST_BOUND)
+    assert numbers["fpGpuRemeasure"] == 0 and "measured means" in capsys.readouterr().out  # one statistic, named
     assert nb06.print_gpu_forward([]) == {"fpGpuMeasured": 0} and "stays a model" in capsys.readouterr().out
     # a GPU profile's report quotes its own GPU (regression: the H200 report quoted the H100's forward)
     other = {**h100, "profile": "gpu-h100", "gpu": "NVIDIA H100 80GB HBM3", "first_ms": 61.1}
     both = nb06.print_gpu_forward([h100, other], "gpu-h100")
     assert both["fpGpuName"] == other["gpu"] and both["fpOtherGpuName"] == h100["gpu"]  # the other one beside it
     assert nb06.print_gpu_forward([h100, other], "cpu")["fpGpuName"] == h100["gpu"]  # not a GPU profile: the first
+    # a sweep to re-measure is quoted as no ratio, beside a good one or alone
+    bad = {**other, "remeasure": "B = 8 measured faster than B = 1 beyond the spread"}
+    mixed = nb06.print_gpu_forward([h100, bad], "gpu-h100")
+    assert mixed["fpGpuName"] == h100["gpu"] and "fpOtherGpuName" not in mixed and mixed["fpGpuRemeasure"] == 1
+    assert nb06.print_gpu_forward([bad]) == {"fpGpuRemeasure": 1, "fpGpuRemeasureName": bad["gpu"],
+                                             "fpGpuRemeasureText": f"{bad['gpu']}: {bad['remeasure']}",
+                                             "fpGpuMeasured": 0}
+
+
+def test_a_gpu_sweep_with_rows_to_remeasure_or_a_larger_batch_faster_is_quoted_as_no_ratio():
+    """Regression: the CPU report quoted the H200's B = 1 (79.3 ms) and B = 16 (86.8 ms, 1.09x, medians) while its
+    B = 8 measured 65.2 ms (mean), faster than B = 1 beyond the spread, and B = 2, 4 were flagged to re-measure."""
+    from helpers.memory import load_config
+
+    found = nb06.gpu_forward_rows(load_config(nb06.ROOFLINE_MODEL), 256)
+    h200 = next(f for f in found if f["profile"] == "gpu-h200")
+    assert "B = 2, 4 to re-measure" in h200["remeasure"] and "B = 8 measured faster than B = 1" in h200["remeasure"]
+    quoted = nb06.print_gpu_forward(found, "cpu")
+    assert quoted["fpGpuRemeasure"] == 1 and quoted.get("fpGpuName") != h200["gpu"]  # the H200's sweep: no ratio
+    rows = [{"batch_size": 1, "time_ms_mean": 79.3, "time_ms_std": 2.0, "trials": 20},
+            {"batch_size": 8, "time_ms_mean": 65.2, "time_ms_std": 10.7, "trials": 20},
+            {"batch_size": 4, "time_ms_mean": 74.0, "time_ms_std": 14.7, "trials": 20}]  # within its spread
+    assert nb06.sweep_not_monotone(rows) == [8]
+    assert nb06.sweep_not_monotone([{**r, "time_ms_mean": 80.0 + r["batch_size"]} for r in rows]) == []
 
 
 def test_the_roofline_is_the_rows_own_gpu_where_the_datasheet_table_has_it(capsys):
@@ -150,3 +172,16 @@ def test_rows_of_an_earlier_protocol_are_quoted_nowhere():
 
     found = nb06.gpu_forward_rows(load_config(nb06.ROOFLINE_MODEL), 256)
     assert "gpu-h100" not in {f["profile"] for f in found}
+
+
+def test_a_sweep_to_remeasure_shows_no_ratio_in_its_table():
+    import pandas as pd
+
+    rows = [{"batch_size": b, "status": "ok"} for b in (1, 2, 8)]
+    table = pd.DataFrame({"B": [1, 2, 8], "mean (ms)": [79.3, 97.4, 65.2], "time / time(B=1)": [1, 1.23, 0.82],
+                          "status": ["ok", "to re-measure", "ok"]})
+    marked = nb06.mark_remeasure(table, rows, [8])
+    assert "time / time(B=1)" not in marked and list(marked["status"]) == [
+        "ok", "to re-measure", "faster than the first B: to re-measure"]
+    clean = table.drop(columns="status")
+    assert nb06.mark_remeasure(clean, rows, []) is clean

@@ -47,6 +47,28 @@ def hbm_floor_s(row: dict) -> float | None:
     return read_bytes(row) / bandwidth if bandwidth else None
 
 
+VERIFY_FLOOR = 1.0  # T_V(gamma)/T_T below this for gamma >= 1 verifies gamma + 1 positions cheaper than one decode
+# step (the same forward over fewer positions): a timing artefact, excluded from every Eq. 5 prediction
+
+
+def verify_artefacts(row: dict) -> list[int]:
+    """The gammas >= 1 of a cost row whose measured T_V(gamma)/T_T is below :data:`VERIFY_FLOOR`: timing artefacts."""
+    return sorted(int(g) for g, v in (row.get("verify_ratio") or {}).items() if int(g) >= 1 and float(v) < VERIFY_FLOOR)
+
+
+def trusted_verify_ratios(row: dict) -> dict[int, float]:
+    """A cost row's T_V(gamma)/T_T ``{gamma: ratio}`` without its artefacts (:func:`verify_artefacts`): the only
+    verify ratios an Eq. 5 prediction may use."""
+    bad = set(verify_artefacts(row))
+    return {int(g): float(v) for g, v in (row.get("verify_ratio") or {}).items() if int(g) not in bad}
+
+
+def without_artefacts(row: dict) -> dict:
+    """A cost row whose ``verify_ratio`` holds only its trusted ratios (:func:`trusted_verify_ratios`), for code that
+    turns a row's verify ratios into Eq. 5 numbers (e.g. :func:`helpers.experiments.decode_modes.pair_terms`)."""
+    return {**row, "verify_ratio": {str(g): v for g, v in trusted_verify_ratios(row).items()}}
+
+
 def cost_table(rows: list[dict]) -> pd.DataFrame:
     """One line per (pair, decode mode): T_T, T_D in ms, c, T_V(gamma)/T_T at the smallest and largest gamma, the
     graph replays that prove graphs ran, and the target's weight-read floor (the weight bytes a decode step reads,
@@ -62,6 +84,7 @@ def cost_table(rows: list[dict]) -> pd.DataFrame:
             "T_T ms": row["T_T"] * 1e3, "T_D ms": row["T_D"] * 1e3, "c": row["c"],
             "T_V/T_T (lowest gamma)": row["verify_ratio"][gammas[0]] if gammas else None,
             "T_V/T_T (highest gamma)": row["verify_ratio"][gammas[-1]] if gammas else None,
+            "T_V<T_T at gamma": ", ".join(map(str, verify_artefacts(row))) or "none",  # artefacts: no Eq. 5 from them
             "graph replays": row.get("graph_replays"),
             "kernels per layer": row.get("layer_kernels"),  # rows measured before the model file recorded it: None
             "HBM floor ms": floor * 1e3 if floor else None,
@@ -209,7 +232,8 @@ def goal_lines(folder: Path) -> list[str]:
     file's decode goals first (:func:`helpers.experiments.decode_modes.goal_lines`)."""
     from helpers.experiments import decode_modes
 
-    lines = decode_modes.goal_lines(read_rows(folder, decode_modes.DECODE_STEPS), read_rows(folder, COSTS))
+    lines = decode_modes.goal_lines(read_rows(folder, decode_modes.DECODE_STEPS),
+                                    [without_artefacts(row) for row in read_rows(folder, COSTS)])  # no Eq. 5 from one
     costs = cost_table(read_rows(folder, COSTS))
     for _, row in costs[costs["decode"] == "graphs"].iterrows() if len(costs) else []:
         if "Qwen3-8B" not in row["target"]:
@@ -269,12 +293,16 @@ def write_report_tables(profile: str) -> list[str]:
         short = costs.drop(columns=["HBM floor ms", "device_name", "target_layers"]).assign(
             target=costs["target"].map(short_name), draft=costs["draft"].map(short_name))
         short = short.rename(columns={"T_V/T_T (lowest gamma)": "T_V/T_T min g", "T_V/T_T (highest gamma)":
-                                      "T_V/T_T max g", "graph replays": "replays", "kernels per layer": "kernels/layer",
+                                      "T_V/T_T max g", "T_V<T_T at gamma": "artefact g",
+                                      "graph replays": "replays", "kernels per layer": "kernels/layer",
                                       "roofline share": "roofline"})
         tables.write_table(short, "00_gpu_graphs", profile, float_format="{:.3g}",
                            caption="Eq. 5 terms of the handout pairs (random weights, bf16, batch 1, context 256) and "
                                    "of the CPU pair (its weights, fp32), eager and replayed as CUDA graphs; T_V/T_T at "
-                                   "the smallest and largest gamma measured; roofline: the target's " + DECODE_BYTES_TEXT
+                                   "the smallest and largest gamma measured; artefact g: the gammas whose T_V/T_T "
+                                   "is below 1 (gamma + 1 positions verified cheaper than one decode step: a timing "
+                                   "artefact, excluded from every Eq. 5 prediction); roofline: the target's "
+                                   + DECODE_BYTES_TEXT
                                    + " over the datasheet bandwidth, divided by its measured decode step; "
                                    "kernels/layer: the model file's, where the row recorded it")
     if len(e2e):
@@ -382,7 +410,8 @@ def eq5_row(costs: dict, target, draft, eq5: dict) -> dict:
     return {**{k: v for k, v in costs.items() if k != "compiled"}, "c": c,
             "verify_ratio": {g: t / costs["T_T"] for g, t in costs["T_V"].items()},
             "eq5_prediction": {f"{a:g}": {g: float(predicted_speedup(int(g), a, c, costs["T_V"][g] / costs["T_T"]))
-                                          for g in costs["T_V"]} for a in eq5["alphas"]},
+                                          if costs["T_V"][g] / costs["T_T"] >= VERIFY_FLOOR or int(g) < 1 else None
+                                          for g in costs["T_V"]} for a in eq5["alphas"]},  # none from an artefact
             "eq5_note": "prediction from the measured terms at an assumed alpha (random weights: no real alpha)",
             "target_weight_bytes": sum(t.numel() * t.element_size() for t in target.parameters()),
             "draft_weight_bytes": sum(t.numel() * t.element_size() for t in draft.parameters()),

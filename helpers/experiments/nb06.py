@@ -275,26 +275,49 @@ HOST_BOUND = 3  # a forward this many times its roofline time is bound by someth
 # and bandwidth (which: not measured by these rows; eager kernel launches from the host are one candidate)
 
 
+def sweep_not_monotone(rows: list[dict]) -> list[int]:
+    """The batch sizes of a forward sweep measured faster than its smallest batch beyond their spread: the mean
+    (``time_ms_mean``) below the first's by more than twice the standard error of the difference of the two means
+    (``time_ms_std``, ``trials``). A forward over more sequences does no less work, so such a row timed the machine,
+    not the forward, and the sweep is quoted by no report as a ratio."""
+    ok = sorted((r for r in rows if r.get("time_ms_mean") is not None), key=lambda r: r["batch_size"])
+    if len(ok) < 2:
+        return []
+    standard_error = lambda r: (r.get("time_ms_std") or 0.0) / np.sqrt(r.get("trials") or 1)  # noqa: E731
+    first = ok[0]
+    return [int(r["batch_size"]) for r in ok[1:] if first["time_ms_mean"] - r["time_ms_mean"]
+            > 2 * np.hypot(standard_error(first), standard_error(r))]
+
+
 def gpu_forward_rows(config, seq_len: int) -> list[dict]:
     """What the GPU windows measured of the roofline's model (``results/gpu-*/06_forward_pass_scaling``, forward
-    rows at ``seq_len``; this run's output root, else the committed rows): per GPU, the median forward time per
-    batch size against the roofline of that GPU (:func:`helpers.gpu_specs.roofline_seconds`). Empty without rows."""
+    rows at ``seq_len``; this run's output root, else the committed rows): per GPU, the MEAN forward time per batch
+    size (the statistic of the forward table) against the roofline of that GPU
+    (:func:`helpers.gpu_specs.roofline_seconds`). A sweep with any row to re-measure (:func:`unreliable_rows`) or a
+    larger batch measured faster than the first beyond the spread (:func:`sweep_not_monotone`) carries
+    ``remeasure``: the reason, and no ratio is quoted from it. Empty without rows."""
     found = []
     for folder in gpu_result_folders(RESULT):
         rows = [r for r in latest_ok_rows(folder / f"{RESULT}.jsonl") if r.get("device") == "cuda"
                 and r.get("measure") == "forward" and r.get("seq_len") == seq_len and r.get("model") == ROOFLINE_MODEL]
         rows = current_rows(folder.name, rows)  # rows the profile marks for re-measuring are quoted nowhere
-        if not rows or not {min(r["batch_size"] for r in rows), max(r["batch_size"] for r in rows)}.isdisjoint(
-                unreliable_rows(rows, "batch_size")):
+        if not rows:
             continue
         device_name = rows[0]["device_name"]
-        medians = {int(r["batch_size"]): r["time_s_median"] for r in rows}
-        first, last = min(medians), max(medians)
+        means = {int(r["batch_size"]): r["time_ms_mean"] / 1e3 for r in rows}
+        first, last = min(means), max(means)
+        flagged, faster = unreliable_rows(rows, "batch_size"), sweep_not_monotone(rows)
+        reasons = [f"B = {', '.join(map(str, flagged))} to re-measure (samples in two levels or trending)"] \
+            if flagged else []
+        if faster:
+            reasons.append(f"B = {', '.join(map(str, faster))} measured faster than B = {first} beyond the spread "
+                           f"(mean {1e3 * means[faster[0]]:.1f} against {1e3 * means[first]:.1f} ms), which a forward "
+                           "over more sequences cannot be")
         roof = {b: roofline_seconds(config, gpu_spec(device_name), b, seq_len, 0) for b in (first, last)}
         found.append({"profile": folder.name, "gpu": device_name, "first": first, "last": last,
-                      "first_ms": 1e3 * medians[first], "last_ms": 1e3 * medians[last],
-                      "ratio": medians[last] / medians[first], "roof_ratio": roof[last] / roof[first],
-                      "over_roof": medians[first] / roof[first]})
+                      "first_ms": 1e3 * means[first], "last_ms": 1e3 * means[last],
+                      "ratio": means[last] / means[first], "roof_ratio": roof[last] / roof[first],
+                      "over_roof": means[first] / roof[first], "remeasure": "; ".join(reasons)})
     return found
 
 
@@ -328,25 +351,51 @@ def current_rows(profile: str, rows: list[dict]) -> list[dict]:
 
 def print_gpu_forward(found: list[dict], profile: str | None = None) -> dict:
     """:func:`gpu_forward_rows` against the roofline (printed); the report's numbers (``fpGpuMeasured`` 0 without),
-    of ``profile``'s own GPU where it is one of them, else of the first."""
+    of ``profile``'s own GPU where it is one of them, else of the first. A sweep to re-measure is quoted as no
+    ratio: ``fpGpuRemeasure`` 1 with its GPU and reasons (``fpGpuRemeasureName``, ``fpGpuRemeasureText``)."""
     if not found:
-        print("no GPU window has measured this forward as its profile asks now (rows of an earlier protocol, or "
-              "with its first or last batch to re-measure, are left out): the roofline above stays a model")
+        print("no GPU window has measured this forward as its profile asks now (rows of an earlier protocol are left "
+              "out): the roofline above stays a model")
         return {"fpGpuMeasured": 0}
     for f in found:
-        print(f"{f['gpu']} ({f['profile']}), measured medians: B = {f['first']} {f['first_ms']:.1f} ms -> B = "
+        if f["remeasure"]:
+            print(f"{f['gpu']} ({f['profile']}): the sweep must be re-measured, no ratio is quoted from it: "
+                  f"{f['remeasure']}")
+            continue
+        print(f"{f['gpu']} ({f['profile']}), measured means: B = {f['first']} {f['first_ms']:.1f} ms -> B = "
               f"{f['last']} {f['last_ms']:.1f} ms, x{f['ratio']:.2f} (roofline x{f['roof_ratio']:.1f}); B = "
               f"{f['first']} runs {f['over_roof']:.0f}x its roofline time: "
               + ("far above it, so the roofline's growth does not show (what bounds it is not measured here)"
                  if f["over_roof"] > HOST_BOUND else "near the roofline"))
     f = next((f for f in found if f["profile"] == profile), found[0])
-    others = [o for o in found if o is not f]
+    bad = [o for o in found if o["remeasure"]]
+    remeasure = {"fpGpuRemeasure": int(bool(bad))}
+    if bad:
+        remeasure.update(fpGpuRemeasureName=", ".join(o["gpu"] for o in bad),
+                         fpGpuRemeasureText="; ".join(f"{o['gpu']}: {o['remeasure']}" for o in bad))
+    good = [o for o in found if not o["remeasure"]]
+    if f["remeasure"]:
+        f = good[0] if good else None
+    if f is None:
+        return {**remeasure, "fpGpuMeasured": 0}
+    others = [o for o in good if o is not f]
     numbers = {}
     if others:  # a second GPU: one sentence beside the first's
         o = others[0]
         numbers = {"fpOtherGpuName": o["gpu"], "fpOtherFirstMs": o["first_ms"], "fpOtherLastMs": o["last_ms"],
                    "fpOtherRatio": o["ratio"], "fpOtherOverRoof": o["over_roof"],
                    "fpOtherHostBound": int(o["over_roof"] > HOST_BOUND)}
-    return {**numbers, "fpGpuMeasured": 1, "fpGpuName": f["gpu"], "fpGpuFirstMs": f["first_ms"], "fpGpuLastMs": f["last_ms"],
-            "fpGpuRatio": f["ratio"], "fpGpuRoofRatio": f["roof_ratio"], "fpGpuOverRoof": f["over_roof"],
-            "fpGpuHostBound": int(f["over_roof"] > HOST_BOUND)}
+    return {**remeasure, **numbers, "fpGpuMeasured": 1, "fpGpuName": f["gpu"], "fpGpuFirstMs": f["first_ms"],
+            "fpGpuLastMs": f["last_ms"], "fpGpuRatio": f["ratio"], "fpGpuRoofRatio": f["roof_ratio"],
+            "fpGpuOverRoof": f["over_roof"], "fpGpuHostBound": int(f["over_roof"] > HOST_BOUND)}
+
+
+def mark_remeasure(table, rows: list[dict], faster: list[int]):
+    """The forward table of a sweep to re-measure: the rows measured faster than the first batch beyond the spread
+    (:func:`sweep_not_monotone`) marked so in ``status``, and no ratio column (a sweep to re-measure is quoted as no
+    ratio, in its table either). ``table`` unchanged where nothing is to re-measure."""
+    if not faster and "status" not in table:
+        return table
+    status = list(table["status"]) if "status" in table else [r["status"] for r in rows]
+    status = ["faster than the first B: to re-measure" if r["batch_size"] in faster else s for r, s in zip(rows, status)]
+    return table.drop(columns=[c for c in table if c.startswith("time / time(")]).assign(status=status)

@@ -55,35 +55,48 @@ def print_best_worst(own: pd.DataFrame, tolerance: float) -> pd.DataFrame:
     return chosen
 
 
-def gpu_e2e_rows(chosen: pd.DataFrame) -> pd.DataFrame:
-    """The same (target, draft, gamma) as ``chosen`` run end to end by a GPU window (``results/gpu-*/
-    09_compiled_decode``, kind e2e: the CPU pair's weights, real acceptance, speculative decoding over AR in the same
-    decode mode), one line per GPU and configuration. Empty without such rows."""
+HANDOUT_GAMMAS = (2, 3, 5, 7)  # the lookaheads of the handout's Table 1: best and worst are picked among them
+NO_SPREAD_TOLERANCE = 0.05  # the stated tie tolerance of a device whose rows time no quantity twice
+
+
+def _e2e_rows() -> list[tuple[str, dict]]:
+    """Every GPU window's end-to-end rows (``results/gpu-*/09_compiled_decode``, kind e2e) with its folder name."""
     from helpers.experiments.gpu_costs import GRAPHS, read_rows
     from helpers.results import gpu_result_folders
 
+    return [(folder.name, row) for folder in gpu_result_folders(GRAPHS) for row in read_rows(folder, GRAPHS)
+            if row.get("kind") == "e2e" and row.get("status", "ok") == "ok"]
+
+
+def gpu_e2e_rows(chosen: pd.DataFrame) -> pd.DataFrame:
+    """The same (target, draft, gamma) as ``chosen`` run end to end by a GPU window (``results/gpu-*/
+    09_compiled_decode``, kind e2e: the CPU pair's weights, real acceptance, speculative decoding over AR in the same
+    decode mode), one line per GPU and configuration, with its prompts and new tokens per prompt (a window's run
+    length need not be the CPU's). Empty without such rows."""
     lines = []
-    for folder in gpu_result_folders(GRAPHS):
-        rows = [row for row in read_rows(folder, GRAPHS) if row.get("kind") == "e2e"]
-        for _, pick in chosen.iterrows():  # in chosen's order: best, then worst
-            for row in rows:
-                if (row.get("target"), row.get("draft"), row.get("gamma")) == (pick["target"], pick["draft"],
-                                                                               int(pick["gamma"])):
-                    lines.append({"which": pick["which"], "device_name": row["device_name"], "target": row["target"],
-                                  "draft": row["draft"], "gamma": int(row["gamma"]), "alpha": row.get("alpha"),
-                                  "c": None, "speedup": row["speedup"],
-                                  "run": f"window {folder.name}, {row.get('decode', 'eager')}"})
+    rows = _e2e_rows()
+    for window in dict.fromkeys(folder for folder, _ in rows):  # per window, in chosen's order: best, then worst
+        for _, pick in chosen.iterrows():
+            for folder, row in rows:
+                if folder == window and (row.get("target"), row.get("draft"), row.get("gamma")) == (
+                        pick["target"], pick["draft"], int(pick["gamma"])):
+                    lines.append({"which": pick["which"], "device_name": row["device_name"],
+                                  "target": row["target"], "draft": row["draft"], "gamma": int(row["gamma"]),
+                                  "alpha": row.get("alpha"), "c": None, "speedup": row["speedup"],
+                                  "prompts": len(row.get("prompt_ids") or []), "new tokens": row.get("max_new_tokens"),
+                                  "run": f"window {folder}, {row.get('decode', 'eager')}"})
     return pd.DataFrame(lines)
 
 
 def measured_best_worst(chosen: pd.DataFrame, runs: pd.DataFrame, own: pd.DataFrame) -> tuple[pd.DataFrame, list]:
     """The best and worst configurations on every device that ran them (printed), and those devices: notebook 07's
     rows of every profile, and the GPU windows' end-to-end rows of the same configurations (:func:`gpu_e2e_rows`):
-    the handout's Table 3."""
+    the handout's Table 3, with each run's prompts and new tokens per prompt (``max_new_tokens``)."""
     measured = chosen[["which", "target", "draft", "gamma"]].merge(runs[runs["status"] == "ok"],
                                                                    on=["target", "draft", "gamma"])
-    measured = measured[["which", "device_name", "target", "draft", "gamma", "alpha", "c", "speedup"]].assign(
-        run="notebook 07")
+    measured = measured.assign(prompts=measured["prompt_ids"].map(len), **{"new tokens": measured["max_new_tokens"]})
+    measured = measured[["which", "device_name", "target", "draft", "gamma", "alpha", "c", "speedup", "prompts",
+                         "new tokens"]].assign(run="notebook 07")
     gpu = gpu_e2e_rows(chosen)
     if len(gpu):
         measured = pd.concat([measured, gpu], ignore_index=True)
@@ -94,6 +107,85 @@ def measured_best_worst(chosen: pd.DataFrame, runs: pd.DataFrame, own: pd.DataFr
           f"{', '.join(devices)}" + ("" if len(devices) > 1 else
                                      " (no second device has run them: no measured GPU comparison yet)"))
     return measured, devices
+
+
+def run_lengths(measured: pd.DataFrame) -> dict:
+    """Table 3's run length per device (prompts x new tokens per prompt), and whether the devices' runs differ in
+    length (``t3_len_differs``): a greedy run's alpha depends on the tokens it generates, so runs of different
+    length are the same (target, draft, gamma), not the same workload. Printed."""
+    lengths = measured.groupby("device", sort=False)[["prompts", "new tokens"]].first()
+    text = "; ".join(f"{d}: {int(r['prompts'])} prompts x {int(r['new tokens'])} new tokens"
+                     for d, r in lengths.iterrows())
+    differs = int(len(lengths.drop_duplicates()) > 1)
+    print("run lengths:", text, "->", "the runs DIFFER in length" if differs else "the same length on every device")
+    return {"t3_len_text": text, "t3_len_differs": differs}
+
+
+def gpu_own_best(chosen: pd.DataFrame) -> dict:
+    """Each GPU window's own best among its end-to-end rows with a handout gamma, in CUDA graphs where it ran them
+    (Table 3's mode), against §4.4's best carried over: tied within the window's run-to-run spread (its AR baseline,
+    timed once per draft; :data:`NO_SPREAD_TOLERANCE` where it has none) or not; ``t3_own_best_differs``: on some GPU
+    the best is another configuration beyond that spread. Printed; ``t3_own_best`` 0 without rows."""
+    best = chosen.iloc[0]
+    frame = pd.DataFrame([{**row, "window": folder} for folder, row in _e2e_rows()])
+    if frame.empty:
+        return {"t3_own_best": 0}
+    if (frame["decode"] == "graphs").any():
+        frame = frame[frame["decode"] == "graphs"]
+    parts, differs = [], []
+    for window, rows in frame.groupby("window", sort=False):
+        mine = rows[(rows["target"] == best["target"]) & (rows["draft"] == best["draft"])
+                    & (rows["gamma"] == int(best["gamma"]))]
+        if mine.empty:
+            continue
+        spread = run_to_run_spread(rows, "ar_tokens_per_s")
+        tolerance = spread if spread == spread else NO_SPREAD_TOLERANCE
+        top = best_and_worst(rows.assign(handout_gamma=rows["gamma"].isin(HANDOUT_GAMMAS)),
+                             tolerance=tolerance).iloc[0]
+        carried = float(mine["speedup"].iloc[0])
+        tied = bool(((top["ties"]["draft"] == best["draft"]) & (top["ties"]["gamma"] == int(best["gamma"]))).any())
+        differs.append(not tied)
+        parts.append(f"{rows['device_name'].iloc[0]}: {top['draft']}, gamma={int(top['gamma'])} at "
+                     f"{top['speedup']:.2f}x against {carried:.2f}x for the CPU's best "
+                     + ("(tied within" if tied else "(beyond") + f" the {100 * tolerance:.1f}% spread of its AR)")
+    if not parts:
+        return {"t3_own_best": 0}
+    print("each GPU's own best:", "; ".join(parts))
+    return {"t3_own_best": 1, "t3_own_best_text": "; ".join(parts), "t3_own_best_differs": int(any(differs))}
+
+
+def gpu_pair_comparison(chosen: pd.DataFrame) -> dict:
+    """The two GPU windows' end-to-end rows (CUDA graphs) of §4.4's best and worst against what the bandwidth ratio
+    predicts (datasheet table): were a decode step bound by reading weights, AR would run ``bandwidth ratio`` times
+    faster on the faster-memory GPU and the speedup (a ratio of step times) would be the same on both. The measured
+    ratios (AR tokens/s, mean over the drafts' baselines; speedups of the best and worst), the spread they are judged
+    against (the larger window's run-to-run spread of its AR baseline, else :data:`NO_SPREAD_TOLERANCE`) and a verdict
+    each. Printed; ``t3_cmp`` 0 without two GPUs."""
+    from helpers.gpu_specs import gpu_spec
+
+    frame = pd.DataFrame([{**row, "window": folder} for folder, row in _e2e_rows() if row.get("decode") == "graphs"])
+    if frame.empty or frame["device_name"].nunique() < 2:
+        return {"t3_cmp": 0}
+    specs = {d: gpu_spec(str(d)) for d in frame["device_name"].unique()}
+    slow, fast = sorted(specs, key=lambda d: specs[d]["bandwidth_gbs"])[:2]
+    bw = specs[fast]["bandwidth_gbs"] / specs[slow]["bandwidth_gbs"]
+    spreads = [run_to_run_spread(frame[frame["device_name"] == d], "ar_tokens_per_s") for d in (slow, fast)]
+    tolerance = max([x for x in spreads if x == x], default=NO_SPREAD_TOLERANCE)
+    ar = frame.groupby(["device_name", "draft"])["ar_tokens_per_s"].first()
+    ar_ratio = float((ar[fast] / ar[slow]).mean())
+    at = lambda d, pick: float(frame[(frame["device_name"] == d) & (frame["draft"] == pick["draft"]) & (  # noqa: E731
+        frame["gamma"] == int(pick["gamma"]))]["speedup"].iloc[0])
+    sd = {pick["which"]: at(fast, pick) / at(slow, pick) for _, pick in chosen.iterrows()}
+    ar_bound = abs(ar_ratio / bw - 1) <= tolerance
+    sd_same = all(abs(v - 1) <= tolerance for v in sd.values())
+    print(f"{specs[fast]['gpu']} vs {specs[slow]['gpu']} (bandwidth x{bw:.2f}): AR tokens/s x{ar_ratio:.2f} -> "
+          + ("as the bandwidth ratio predicts" if ar_bound else "NOT the bandwidth ratio") + f" (judged against "
+          f"{100 * tolerance:.1f}%, the run-to-run spread of AR); speedups " + ", ".join(f"{k} x{v:.2f}" for k, v in sd.items())
+          + " -> " + ("the same on both within the spread, as a bandwidth-bound step predicts" if sd_same else
+                      "NOT the same on both within the spread"))
+    return {"t3_cmp": 1, "t3_cmp_fast": specs[fast]["gpu"], "t3_cmp_slow": specs[slow]["gpu"], "t3_cmp_bw": bw,
+            "t3_cmp_ar_ratio": ar_ratio, "t3_cmp_ar_bound": int(ar_bound), "t3_cmp_tol_pct": 100 * tolerance,
+            "t3_cmp_sd_best": sd.get("best"), "t3_cmp_sd_worst": sd.get("worst"), "t3_cmp_sd_same": int(sd_same)}
 
 
 def second_device_numbers(measured: pd.DataFrame) -> dict:
@@ -139,7 +231,38 @@ def second_device_numbers(measured: pd.DataFrame) -> dict:
     return numbers
 
 
+def table3_numbers(measured: pd.DataFrame, chosen: pd.DataFrame) -> dict:
+    """Table 3 in the report's words (:func:`second_device_numbers`), its run lengths (:func:`run_lengths`), each
+    GPU's own best (:func:`gpu_own_best`) and the two GPUs against the bandwidth ratio (:func:`gpu_pair_comparison`)."""
+    return {**second_device_numbers(measured), **run_lengths(measured), **gpu_own_best(chosen),
+            **gpu_pair_comparison(chosen)}
+
+
+def runner_up(own: pd.DataFrame, chosen: pd.DataFrame, tolerance: float) -> dict:
+    """The second best configuration among the rows with a handout gamma, and whether the best beats it by more than
+    ``tolerance`` (``best_runner_tied`` 1: not). Printed."""
+    ok = own[own["status"] == "ok"]
+    if "handout_gamma" in ok:
+        ok = ok[ok["handout_gamma"].astype("boolean").fillna(False).astype(bool)]
+    ranked = ok.sort_values("speedup", ascending=False)
+    if len(ranked) < 2:
+        return {"best_runner": 0}
+    best, second = ranked.iloc[0], ranked.iloc[1]
+    tied = bool(best["speedup"] / second["speedup"] - 1 <= tolerance)
+    print(f"best {best['speedup']:.3f}x against the runner-up {second['draft']}, gamma={second['gamma']} "
+          f"{second['speedup']:.3f}x: " + (f"tied within {tolerance:.1%}" if tied else f"ahead beyond {tolerance:.1%}"))
+    return {"best_runner": 1, "best_runner_cfg": f"{second['draft']}, gamma={second['gamma']}",
+            # three decimals as text: the two differ in the third (the numbers file rounds floats to three digits)
+            "best_runner_speedup": f"{second['speedup']:.3f}", "best_exact_speedup": f"{best['speedup']:.3f}",
+            "best_runner_tied": int(tied)}
+
+
 def best_worst_numbers(own: pd.DataFrame, chosen: pd.DataFrame, devices: list, tolerance: float) -> dict:
+    best, worst = chosen.iloc[0], chosen.iloc[1]
+    return {**runner_up(own, chosen, tolerance), **_best_worst_numbers(own, chosen, devices, tolerance)}
+
+
+def _best_worst_numbers(own: pd.DataFrame, chosen: pd.DataFrame, devices: list, tolerance: float) -> dict:
     best, worst = chosen.iloc[0], chosen.iloc[1]
     return {"n_configs": len(own), "source_device": own["device_name"].iloc[0],
             "best_cfg": f"{best['draft']}, gamma={best['gamma']}", "best_speedup": best["speedup"],
@@ -420,22 +543,25 @@ def short_regime_headers(grid: pd.DataFrame) -> pd.DataFrame:
 def measured_terms_speedups(target_id: str, draft_id: str, gamma: int, alpha: float) -> dict:
     """Eq. 5 for one handout pair with the cost terms a GPU window MEASURED for it (c and T_V(gamma)/T_T, random
     weights, bf16, batch 1; eager and with CUDA graphs) in place of the roofline's, at the borrowed ``alpha``: one
-    column per GPU profile and decode mode, ``"<GPU>, measured terms, <mode> (Eq. 5)"``. Empty without such rows."""
-    from helpers.experiments.gpu_costs import COSTS, gpu_cost_folders, read_rows
+    column per GPU profile and decode mode, ``"<GPU>, measured terms, <mode> (Eq. 5)"``; NaN where the measured
+    T_V/T_T at ``gamma`` is below 1, a timing artefact (:func:`~helpers.experiments.gpu_costs.verify_artefacts`).
+    Empty without such rows."""
+    from helpers.experiments.gpu_costs import COSTS, gpu_cost_folders, read_rows, trusted_verify_ratios
     from helpers.gpu_specs import gpu_spec
     from helpers.specdec.analysis import predicted_speedup
 
     found = {}
     for folder in gpu_cost_folders():
         for row in read_rows(folder, COSTS):
-            ratios = row.get("verify_ratio", {})
-            if row.get("target") == target_id and row.get("draft") == draft_id and str(gamma) in ratios:
+            ratios = trusted_verify_ratios(row)  # a T_V/T_T below 1 is a timing artefact: no prediction from it
+            if row.get("target") == target_id and row.get("draft") == draft_id and str(gamma) in row.get(
+                    "verify_ratio", {}):
                 try:
                     gpu = gpu_spec(str(row.get("device_name")))["gpu"]
                 except KeyError:
                     gpu = str(row.get("device_name"))
                 found[f"{gpu}, measured terms, {row.get('decode', 'eager')} (Eq. 5)"] = float(
-                    predicted_speedup(gamma, alpha, row["c"], ratios[str(gamma)]))
+                    predicted_speedup(gamma, alpha, row["c"], ratios[gamma])) if gamma in ratios else float("nan")
     return found
 
 
@@ -445,15 +571,19 @@ def measured_terms_numbers(predicted: pd.DataFrame) -> dict:
     columns = [c for c in predicted.columns if ", measured terms, " in c]
     if not columns:
         return {"pred_measured": 0}
-    parts = []
+    parts, excluded = [], 0
+    say = lambda v: "none (its T_V/T_T is below 1, a timing artefact)" if v != v else f"{v:.2f}x"  # noqa: E731
     for c in columns:
         gpu, mode = c.removesuffix(" (Eq. 5)").split(", measured terms, ")
-        parts.append(f"{predicted.loc[0, c]:.2f}x for the best and {predicted.loc[1, c]:.2f}x for the worst on the "
+        excluded += int(predicted[c].isna().sum())
+        parts.append(f"{say(predicted.loc[0, c])} for the best and {say(predicted.loc[1, c])} for the worst on the "
                      f"{gpu} {'with CUDA graphs' if mode == 'graphs' else mode}")
-    ahead = all(predicted.loc[0, c] >= predicted.loc[1, c] for c in columns)
-    below = all(predicted.loc[i, c] < 1 for c in columns for i in (0, 1))
+    both = [c for c in columns if predicted.loc[[0, 1], c].notna().all()]
+    ahead = all(predicted.loc[0, c] >= predicted.loc[1, c] for c in both)
+    below = all(v < 1 for c in columns for v in predicted.loc[[0, 1], c].dropna())
+    print("measured terms:", "; ".join(parts))
     return {"pred_measured": 1, "pred_measured_text": "; ".join(parts), "pred_measured_best_ahead": int(ahead),
-            "pred_measured_all_below": int(below)}
+            "pred_measured_all_below": int(below), "pred_measured_excluded": excluded}
 
 
 def measured_terms_optimum(target_id: str, draft_id: str, alpha: float) -> list[dict]:
@@ -463,19 +593,24 @@ def measured_terms_optimum(target_id: str, draft_id: str, alpha: float) -> list[
     measured from the line through the measured ones (:func:`~helpers.specdec.analysis.linear_verify_cost`, said so in
     ``extrapolated``), the speedup at the largest measured gamma beside it, and the break-even alpha
     (:func:`~helpers.specdec.analysis.break_even_alpha`, over the measured gammas). Empty without such rows."""
-    from helpers.experiments.gpu_costs import COSTS, gpu_cost_folders, read_rows
+    from helpers.experiments.gpu_costs import COSTS, gpu_cost_folders, read_rows, trusted_verify_ratios, \
+        verify_artefacts
     from helpers.gpu_specs import gpu_spec
     from helpers.specdec.analysis import break_even_alpha, linear_verify_cost, optimal_gamma, predicted_speedup
 
     found = []
     for folder in gpu_cost_folders():
         for row in read_rows(folder, COSTS):
-            ratios = {int(g): float(v) for g, v in row.get("verify_ratio", {}).items()}
+            ratios = trusted_verify_ratios(row)  # without the artefacts (T_V/T_T < 1 at gamma >= 1)
             if row.get("target") != target_id or row.get("draft") != draft_id or not ratios:
                 continue
-            line = linear_verify_cost(list(ratios), list(ratios.values()))
-            verify = lambda g, ratios=ratios, line=line: ratios[g] if g in ratios else line(g)  # noqa: E731
-            gamma, speedup = optimal_gamma(alpha, row["c"], verify, range(1, max(ratios) + 1))
+            if len(ratios) >= 2:  # the line through the trusted ratios stands in for the gammas not measured
+                line = linear_verify_cost(list(ratios), list(ratios.values()))
+                verify = lambda g, ratios=ratios, line=line: ratios[g] if g in ratios else line(g)  # noqa: E731
+                candidates = range(1, max(ratios) + 1)
+            else:  # one trusted ratio draws no line: only the measured gamma
+                verify, candidates = ratios.__getitem__, list(ratios)
+            gamma, speedup = optimal_gamma(alpha, row["c"], verify, candidates)
             try:
                 gpu = gpu_spec(str(row.get("device_name")))["gpu"]
             except KeyError:
@@ -484,7 +619,8 @@ def measured_terms_optimum(target_id: str, draft_id: str, alpha: float) -> list[
             found.append({"gpu": gpu, "decode": row.get("decode", "eager"), "gamma": int(gamma),
                           "speedup": float(speedup), "extrapolated": gamma not in ratios,
                           "largest_gamma": top, "at_largest": float(predicted_speedup(top, alpha, row["c"], ratios[top])),
-                          "break_even_alpha": break_even_alpha(row["c"], ratios)[0]})
+                          "break_even_alpha": break_even_alpha(row["c"], ratios)[0],
+                          "artefacts": verify_artefacts(row)})
     return found
 
 
@@ -497,7 +633,8 @@ def optimum_numbers(pairs: dict) -> dict:
             text = (f"{label} on the {f['gpu']} {'with CUDA graphs' if f['decode'] == 'graphs' else f['decode']}: "
                     f"gamma = {f['gamma']}, {f['speedup']:.2f}x" + (" (T_V/T_T there from the line through the measured "
                     "ones)" if f["extrapolated"] else "") + f", against {f['at_largest']:.2f}x at gamma = "
-                    f"{f['largest_gamma']}")
+                    f"{f['largest_gamma']}" + (f" (T_V/T_T below 1 at gamma = {', '.join(map(str, f['artefacts']))}, "
+                    "a timing artefact, excluded)" if f.get("artefacts") else ""))
             print(text)
             parts.append(text)
     if not parts:
@@ -505,3 +642,45 @@ def optimum_numbers(pairs: dict) -> dict:
     best = max((f for found in pairs.values() for f in found), key=lambda f: f["speedup"])
     return {"pred_opt": 1, "pred_opt_text": "; ".join(parts), "pred_opt_max": best["speedup"],
             "pred_opt_any_above_one": int(best["speedup"] > 1)}
+
+
+def write_tables(profile: str, gpu_table: pd.DataFrame, measured: pd.DataFrame, devices: list,
+                 predicted: pd.DataFrame, model: pd.DataFrame, numbers: dict, gpus: list, target: str,
+                 context_len: int) -> None:
+    """The notebook's four tables and its numbers file, with their captions (the words chosen from ``numbers``'
+    flags: a Table 3 whose devices ran different lengths says so; a blank measured-terms cell says why)."""
+    from helpers import tables
+
+    tables.write_table(gpu_table.drop(columns=["architecture", "memory"]).rename(columns={
+        "bandwidth (GB/s)": "BW (GB/s)", "bf16 TFLOPS": "TFLOPS", "ridge (FLOP/B)": "ridge"}), "08_gpu_specs", profile,
+        float_format="{:.0f}",
+        caption="GPUs: vendor-datasheet VRAM, memory bandwidth (BW), compute capability (CC), tensor cores "
+                "(TC gen.: their generation) and their dense bf16 TFLOPS (without sparsity); ridge point = "
+                "peak / bandwidth in FLOP/byte")
+    lengths = ("; the runs differ in length (prompts x new tokens per prompt: " + numbers["t3_len_text"] + "), so a "
+               "device's alpha is of its own run" if numbers.get("t3_len_differs") else "")
+    tables.write_table(measured, "08_best_worst_measured", profile, float_format="{:.3g}",
+                       caption=f"Measured (the handout's Table 3): best and worst (target, draft, gamma) of notebook "
+                               f"07 (section 4.4) on every device that ran them ({', '.join(devices)}); run: notebook "
+                               f"07's rows, or a GPU window's end-to-end rows of the same (target, draft, gamma) (the "
+                               f"CPU pair's weights, real acceptance, speedup over AR in the same decode mode; no c "
+                               f"measured there); prompts and new tokens: per run, new tokens per prompt" + lengths)
+    blank = ("; a blank measured-terms cell: the window's T_V/T_T at that gamma is below 1 (gamma + 1 positions "
+             "verified cheaper than one decode step), a timing artefact excluded from Eq. 5"
+             if numbers.get("pred_measured_excluded") else "")
+    tables.write_table(predicted.set_index("which").T.rename_axis("").reset_index(), "08_best_worst_predicted",
+                       profile, float_format="{:.3g}",
+                       caption=f"MODEL PREDICTION, not a measurement: section 4.4's best and worst carried to the "
+                               f"handout's pairs at the same gamma, Eq. 5 with roofline step times on "
+                               f"{' and '.join(gpus)}, without and with the host cost per layer measured on "
+                               f"{numbers['host_device']} (+ host cost: fit A over notebook 07's models; + host cost "
+                               f"B: fit B over notebook 12's equal-size drafts, the assumption's sensitivity) and, "
+                               f"where a GPU window measured the pair, with its measured cost terms (measured terms); "
+                               f"alpha borrowed from the measured draft of the same size rank" + blank)
+    tables.write_table(short_regime_headers(model), "08_roofline_model", profile, float_format="{:.3g}",
+                       caption=f"MODEL PREDICTION for the handout's Qwen3 pairs (target {target}, S = {context_len}): "
+                               f"draft cost ratio c and Eq. 5 speedup, roofline only (roof) and with the measured host "
+                               "cost (+host A: fit A over notebook 07's models; +host B: fit B over notebook 12's "
+                               "equal-size drafts); alpha borrowed from the measured draft of the same size rank")
+    tables.write_numbers("08_hardware_analysis", profile, numbers)
+    print(f"wrote {len(numbers)} numbers and the tables for profile {profile!r}")

@@ -216,7 +216,7 @@ def model_file_gpu_rows(folders=None) -> tuple[pd.DataFrame, pd.DataFrame]:
     every GPU profile's ``decode`` part and :func:`~helpers.experiments.decode_modes.pair_terms` of its eq5 rows (c and
     the break-even alpha per pair and mode), each with a ``gpu`` column. ``folders``: default every GPU profile's."""
     from helpers.experiments import decode_modes
-    from helpers.experiments.gpu_costs import COSTS, read_rows
+    from helpers.experiments.gpu_costs import COSTS, read_rows, without_artefacts
     from helpers.results import gpu_result_folders
 
     folders = gpu_result_folders(decode_modes.DECODE_STEPS) if folders is None else folders
@@ -228,7 +228,8 @@ def model_file_gpu_rows(folders=None) -> tuple[pd.DataFrame, pd.DataFrame]:
         cost_rows = read_rows(folder, COSTS)
         if cost_rows:
             gpu = cost_rows[0].get("device_name")
-            pairs.append(decode_modes.pair_terms(cost_rows).assign(gpu=gpu))
+            trusted = [without_artefacts(row) for row in cost_rows]  # a T_V/T_T below 1 feeds no Eq. 5 number
+            pairs.append(decode_modes.pair_terms(trusted).assign(gpu=gpu))
     return (pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(),
             pd.concat(pairs, ignore_index=True) if pairs else pd.DataFrame())
 
