@@ -123,3 +123,11 @@ def test_break_even_alphas_use_no_artefact():
            "verify_ratio": {"2": 1.05, "3": 0.7, "7": 0.8}}
     assert without_artefacts(row)["verify_ratio"] == {"2": 1.05}
     assert decode_modes.pair_terms([without_artefacts(row)])["at gamma"].iloc[0] == 2  # the only trusted gamma
+
+
+def test_a_best_and_worst_no_gpu_window_ran_compare_nothing():
+    """Regression (the GPU student's rehearsal): under params/gpu.yaml the best and worst are the handout's pairs,
+    which the windows' end-to-end rows (the CPU pair) never ran, and the comparison indexed an empty selection."""
+    handout = pd.DataFrame([{"which": "best", "target": "Qwen/Qwen3-8B", "draft": "Qwen/Qwen3-0.6B", "gamma": 3},
+                            {"which": "worst", "target": "Qwen/Qwen3-8B", "draft": "Qwen/Qwen3-1.7B", "gamma": 7}])
+    assert nb08.gpu_pair_comparison(handout) == {"t3_cmp": 0}

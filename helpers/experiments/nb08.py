@@ -173,9 +173,16 @@ def gpu_pair_comparison(chosen: pd.DataFrame) -> dict:
     tolerance = max([x for x in spreads if x == x], default=NO_SPREAD_TOLERANCE)
     ar = frame.groupby(["device_name", "draft"])["ar_tokens_per_s"].first()
     ar_ratio = float((ar[fast] / ar[slow]).mean())
-    at = lambda d, pick: float(frame[(frame["device_name"] == d) & (frame["draft"] == pick["draft"]) & (  # noqa: E731
-        frame["gamma"] == int(pick["gamma"]))]["speedup"].iloc[0])
-    sd = {pick["which"]: at(fast, pick) / at(slow, pick) for _, pick in chosen.iterrows()}
+
+    def at(device, pick):  # None where that GPU's window did not run the configuration (another profile's pair)
+        hit = frame[(frame["device_name"] == device) & (frame["draft"] == pick["draft"])
+                    & (frame["gamma"] == int(pick["gamma"]))]["speedup"]
+        return float(hit.iloc[0]) if len(hit) else None
+
+    sd = {pick["which"]: at(fast, pick) / at(slow, pick) for _, pick in chosen.iterrows()
+          if at(fast, pick) is not None and at(slow, pick) is not None}
+    if not sd:
+        return {"t3_cmp": 0}
     ar_bound = abs(ar_ratio / bw - 1) <= tolerance
     sd_same = all(abs(v - 1) <= tolerance for v in sd.values())
     print(f"{specs[fast]['gpu']} vs {specs[slow]['gpu']} (bandwidth x{bw:.2f}): AR tokens/s x{ar_ratio:.2f} -> "
