@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -96,5 +97,9 @@ def test_the_rehearsal_runs_every_notebook_and_builds_the_gpu_report(tmp_path):
     models = {json.loads(line)["model"] for line in (out / "results" / "gpu" / "02_generation_benchmarks.jsonl")
               .read_text().splitlines()}
     assert set(load_params("gpu")["gen_models"]) <= models  # §1.3.3's three models, OLMo among them
-    assert (out / "report" / "report-gpu.pdf").stat().st_size > 50_000
+    pdf = out / "report" / "report-gpu.pdf"
+    assert pdf.stat().st_size > 50_000
+    if shutil.which("pdftotext"):  # every number the prose names was computed: no "[name?]" marker, no "??"
+        text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True).stdout
+        assert not re.findall(r"\[\w+\?\]|\?\?", text), re.findall(r".{60}(?:\[\w+\?\]|\?\?).{20}", text)
     assert re.search(r"rehearsal done in \d+ s", result.stdout)
