@@ -83,9 +83,9 @@ def sweep_figure(rows: list[dict], x_key: str, x_label: str, title: str, predict
     axes[0].errorbar(ok[x_key], ok["time_s_median"], yerr=yerr, marker="o", capsize=2, label="median (min-max)")
     axes[0].plot(ok[x_key], fit["intercept"] + fit["slope"] * ok[x_key], color="0.4", ls=":",
                  label="least-squares line (relative errors" + (", noise left out)" if len(clean) < len(ok) else ")"))
-    tput = ok["throughput_tok_s_median"]  # bars: the same tokens over the slowest and the fastest batch
-    tput_err = [tput - tput * ok["time_s_median"] / ok["time_s_max"],
-                tput * ok["time_s_median"] / ok["time_s_min"] - tput]
+    tput = ok["throughput_tok_s"]  # over the mean batch time (the tables'); bars: over the slowest and fastest batch
+    tput_err = [tput - tput * ok["time_s_mean"] / ok["time_s_max"],
+                tput * ok["time_s_mean"] / ok["time_s_min"] - tput]
     axes[1].errorbar(ok[x_key], tput, yerr=tput_err, marker="o", capsize=2, label="generated tokens/s (min-max)")
     if total:
         axes[1].plot(ok[x_key], prediction.batch_size * (ok["input_len"] + ok["new_tokens"]) / ok["time_s_median"],
@@ -94,7 +94,7 @@ def sweep_figure(rows: list[dict], x_key: str, x_label: str, title: str, predict
     if len(noisy):  # marked as notebook 03 marks its noisy points
         axes[0].plot(noisy[x_key], noisy["time_s_median"], marker="x", ms=9, ls="", color="red",
                      label="noise: slower than a longer length beyond both min-max ranges")
-        axes[1].plot(noisy[x_key], noisy["throughput_tok_s_median"], marker="x", ms=9, ls="", color="red")
+        axes[1].plot(noisy[x_key], noisy["throughput_tok_s"], marker="x", ms=9, ls="", color="red")
         if total:
             axes[1].plot(noisy[x_key], prediction.batch_size * (noisy["input_len"] + noisy["new_tokens"])
                          / noisy["time_s_median"], marker="x", ms=9, ls="", color="red")
@@ -281,9 +281,9 @@ def input_findings(rows: list[dict], batch_size: int, cap: float | None,
     noise = noise_text(ok, "input_len", "input")
     lines = [f"Noise: {noise}.",
              f"From {short['input_len']} to {long['input_len']} input tokens (the shortest and longest points not "
-             f"flagged) the median time grows {growth:.1f}x and generated-token throughput at that median "
-             f"{'falls' if growth > 1 else 'rises'} from {short['throughput_tok_s_median']:.0f} to "
-             f"{long['throughput_tok_s_median']:.0f} tokens/s."]
+             f"flagged) the median time grows {growth:.1f}x and generated-token throughput (over the mean batch time) "
+             f"{'falls' if growth > 1 else 'rises'} from {short['throughput_tok_s']:.0f} to "
+             f"{long['throughput_tok_s']:.0f} tokens/s."]
     c = _crossover_findings(clean)
     fit, cross = c["fit"], c["cross"]
     lines.append(f"Crossover, from the measured points: {c['cross_text']}. Fit: {c['fit_text']}.")
@@ -301,7 +301,8 @@ def input_findings(rows: list[dict], batch_size: int, cap: float | None,
     lines.append(f"Prediction: {prediction_name} at batch {batch_size} exceeds the memory the card exposes "
                  f"{predict_text}.")
     numbers = dict(genInShortLen=int(short["input_len"]), genInLongLen=int(long["input_len"]), genInGrowth=growth,
-                   genInShortTput=short["throughput_tok_s_median"], genInLongTput=long["throughput_tok_s_median"],
+                   genInShortTput=round(float(short["throughput_tok_s"])),  # as the table prints them
+                   genInLongTput=round(float(long["throughput_tok_s"])),
                    genInNoiseText=noise, genInFixedS=fit["intercept"], genInPerTokenMs=fit["slope"] * 1000,
                    genInFitMiss=f"{fit['max_rel_residual']:.0%}", genInCrossText=c["cross_text"],
                    genInFitText=c["fit_text"], genInCrossFound=int(cross["found"]),
@@ -454,8 +455,8 @@ def output_findings(rows: list[dict], prediction: memory.GenerationPrediction | 
     else:
         dearer_text = "are not measurably dearer: the two ranges overlap"
     lines.append(f"Marginal cost: {step_text}; later steps {dearer_text}.")
-    tput = clean["throughput_tok_s_median"].to_numpy()
-    tput_low, tput_high = tput * t / t_max, tput * t / t_min  # the same tokens over the slowest/fastest batch
+    tput, t_mean = clean["throughput_tok_s"].to_numpy(), clean["time_s_mean"].to_numpy()  # the tables' throughput
+    tput_low, tput_high = tput * t_mean / t_max, tput * t_mean / t_min  # the same tokens over the slowest/fastest batch
     top = int(tput.argmax())
     falls, rises = False, bool(tput_low[top] > tput_high[0])
     if top == len(tput) - 1:
@@ -470,7 +471,7 @@ def output_findings(rows: list[dict], prediction: memory.GenerationPrediction | 
         tput_text = (f"rises from {tput[0]:.0f} to a peak of {tput[top]:.0f} tokens/s at {n[top]} new tokens, then "
                      f"falls to {tput[-1]:.0f} tokens/s at {n[-1]} ("
                      + ("beyond" if falls else "within") + " the two rows' min-max ranges)")
-    lines.append(f"Throughput at the median batch time {tput_text}.")
+    lines.append(f"Throughput (over the mean batch time) {tput_text}.")
     tput_why = ("the fixed prefill is spread over more generated tokens" if top > 0 else
                 "the fixed prefill does not dominate even the shortest output")
     if falls and dearer:
