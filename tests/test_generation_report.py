@@ -110,7 +110,7 @@ def test_input_findings_recover_the_fixed_cost_and_the_crossover():
     text = torch_found["numbers"]["genInPredictText"]
     headroom = h100[0] - PREDICTION.bytes(32768, 64)
     assert headroom < gr.RESERVE_GB * 1e9 and f"leaving {headroom / 1e9:.2f} GB" in text
-    assert "85,017,493,504 B) torch reports on the NVIDIA H100 80GB HBM3" in text and "81,559 MiB" in text
+    assert "85,017,493,504 B) torch reported on an NVIDIA H100 80GB HBM3" in text and "81,559 MiB" in text
     assert text.endswith("less than the 2 GB §1.2.1 reserves for them: borderline")
     rows = [dict(r, device="cuda", device_name=h100[1], device_memory_bytes=h100[0]) for r in input_rows()]
     assert gr.card_torch_bytes(80, rows) == (h100[0], h100[1], "this profile's rows")

@@ -397,8 +397,9 @@ def prediction_text(prediction: memory.GenerationPrediction, input_lens: list[in
     reach, and nvidia-smi's figure is named beside them; else against nvidia-smi's total."""
     card = prediction.card
     limit = torch_card[0] if torch_card else card.total_bytes
-    limit_text = (f"the {limit / memory.GB:.2f} GB ({limit:,} B) torch reports on the {torch_card[1]} the rows came "
-                  f"from ({torch_card[2]}; nvidia-smi: {card.total_mib:,} MiB)" if torch_card
+    limit_text = (f"the {limit / memory.GB:.2f} GB ({limit:,} B) torch reported on an {torch_card[1]} "
+                  f"({torch_card[2]}; nvidia-smi: {card.total_mib:,} MiB), a card of the size predicted for (its rows "
+                  f"need not reach these lengths)" if torch_card
                   else f"the {limit / memory.GB:.1f} GB the card exposes ({card.label})")
     over = [n for n in input_lens if prediction.bytes(n, new_tokens) > limit]
     if over:
