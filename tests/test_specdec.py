@@ -16,7 +16,7 @@ from scipy import stats as scipy_stats
 from transformers import DynamicCache, MistralConfig, MistralForCausalLM
 
 from helpers.specdec import accept_sampling, autoregressive_generate, speculative_generate
-from distribution_checks import chi_square_pvalue, exact_joint, tv_tolerance
+from distribution_checks import check_follows_target, exact_joint, first_two_counts, sampling_pair
 from tiny_models import PEAK, tiny_qwen3
 
 
@@ -168,30 +168,13 @@ def test_sampling_preserves_target_distribution(runtime):
     the 256 cells (cells expected < 5 pooled) must give p > 1e-3. Everything is seeded: deterministic.
     """
     vocab, temperature, samples = 16, 1.0, 3000
-    target = tiny_qwen3(10, vocab_size=vocab, num_hidden_layers=1, head_scale=PEAK)
-    draft = tiny_qwen3(11, vocab_size=vocab, num_hidden_layers=1, head_scale=PEAK)
-    prompt = torch.tensor([[3, 1, 4]])
-    expected = exact_joint(target, prompt, temperature).ravel()
-    expected /= expected.sum()
-
-    counts = np.zeros(vocab * vocab)
-    proposed = accepted = 0
-    for seed in range(samples):
-        result = speculative_generate(target, draft, prompt, 3, gamma=2, temperature=temperature, seed=seed,
-                                      runtime=runtime)
-        x1, x2 = result.tokens[:2].tolist()
-        counts[x1 * vocab + x2] += 1
-        proposed += result.stats.proposed
-        accepted += result.stats.accepted
-    assert 0.1 < accepted / proposed < 0.9  # both the accept and the residual path are exercised
-
-    total_variation = 0.5 * np.abs(counts / samples - expected).sum()
-    tolerance = tv_tolerance(expected, samples)
-    assert total_variation <= tolerance, (total_variation, tolerance)
-    # the test has power: the draft's own joint (what skipping the rejection step would give) is far off
-    assert 0.5 * np.abs(exact_joint(draft, prompt, temperature).ravel() - expected).sum() > 5 * tolerance
-
-    pvalue = chi_square_pvalue(counts, expected, samples)
+    target, draft, prompt, expected = sampling_pair(vocab, temperature)
+    counts, results = first_two_counts(lambda seed: speculative_generate(
+        target, draft, prompt, 3, gamma=2, temperature=temperature, seed=seed, runtime=runtime), vocab, samples)
+    accepted = sum(r.stats.accepted for r in results) / sum(r.stats.proposed for r in results)
+    assert 0.1 < accepted < 0.9  # both the accept and the residual path are exercised
+    total_variation, tolerance, pvalue = check_follows_target(counts, expected,
+                                                              exact_joint(draft, prompt, temperature), samples)
     print(f"total variation {total_variation:.4f} (tolerance {tolerance:.4f}), chi-square p = {pvalue:.3f}")
     assert pvalue > 1e-3
 

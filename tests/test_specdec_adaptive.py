@@ -4,13 +4,12 @@ when sampling, fewer drafts than fixed γ where the draft is unsure, and no chan
 """
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from helpers.specdec.linear import autoregressive_generate, speculative_generate
-from distribution_checks import chi_square_pvalue, exact_joint
-from tiny_models import PEAK, tiny_qwen3
+from distribution_checks import chi_square_pvalue, first_two_counts, sampling_pair
+from tiny_models import tiny_qwen3
 
 
 def prompts(count: int = 5, vocab: int = 64, seed: int = 0):
@@ -69,19 +68,10 @@ def test_sampling_preserves_target_distribution():
     (gamma = 2, threshold 0.15: round 1 stops after d1 unless d1 is one of the draft's three likeliest tokens,
     which happens with probability 0.37); as tests/test_specdec.py: 3000 seeds, chi-square p > 1e-3."""
     vocab, temperature, samples = 16, 1.0, 3000
-    target = tiny_qwen3(10, vocab_size=vocab, num_hidden_layers=1, head_scale=PEAK)
-    draft = tiny_qwen3(11, vocab_size=vocab, num_hidden_layers=1, head_scale=PEAK)
-    prompt = torch.tensor([[3, 1, 4]])
-    expected = exact_joint(target, prompt, temperature).ravel()
-    expected /= expected.sum()
-    counts = np.zeros(vocab * vocab)
-    first_gammas = []
-    for seed in range(samples):
-        result = speculative_generate(target, draft, prompt, 3, gamma=2, temperature=temperature, seed=seed,
-                                      stop_below=0.15)
-        x1, x2 = result.tokens[:2].tolist()
-        counts[x1 * vocab + x2] += 1
-        first_gammas.append(result.stats.gamma_per_round[0])
+    target, draft, prompt, expected = sampling_pair(vocab, temperature)
+    counts, results = first_two_counts(lambda seed: speculative_generate(
+        target, draft, prompt, 3, gamma=2, temperature=temperature, seed=seed, stop_below=0.15), vocab, samples)
+    first_gammas = [r.stats.gamma_per_round[0] for r in results]
     stopped = first_gammas.count(1) / samples
     assert 0.1 < stopped < 0.9, stopped  # both the stopped and the full rounds are exercised
     pvalue = chi_square_pvalue(counts, expected, samples)
