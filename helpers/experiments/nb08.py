@@ -179,8 +179,8 @@ def gpu_pair_comparison(chosen: pd.DataFrame) -> dict:
                     & (frame["gamma"] == int(pick["gamma"]))]["speedup"]
         return float(hit.iloc[0]) if len(hit) else None
 
-    sd = {pick["which"]: at(fast, pick) / at(slow, pick) for _, pick in chosen.iterrows()
-          if at(fast, pick) is not None and at(slow, pick) is not None}
+    both = {pick["which"]: (at(fast, pick), at(slow, pick)) for _, pick in chosen.iterrows()}
+    sd = {which: f / s for which, (f, s) in both.items() if f is not None and s is not None}
     if not sd:
         return {"t3_cmp": 0}
     ar_bound = abs(ar_ratio / bw - 1) <= tolerance

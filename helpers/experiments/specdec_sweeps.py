@@ -51,7 +51,7 @@ from helpers.models import CPU_PAIR_DIR, PAIR_PREFIX
 from helpers.models.runtime import prepare_graphs
 from helpers.experiments.specdec_costs import interleaved_runs, tied_gammas
 from helpers.specdec.analysis import pooled_alpha, pooled_speedup, predicted_speedup
-from helpers.specdec.divergence import greedy_divergence
+from helpers.specdec.divergence import greedy_divergence, greedy_lossless, near_ties
 from helpers.specdec.linear import GenerationStats, autoregressive_generate, speculative_generate
 from helpers.stats import bootstrap_ratio_interval, wilson_interval
 
@@ -96,21 +96,6 @@ def assisted_generate(target, draft, input_ids, max_new_tokens: int, gamma: int 
     finally:
         draft.generation_config = saved
     return out[0, input_ids.shape[1]:].cpu()
-
-
-def _near_tie(rows: pd.DataFrame) -> pd.Series:
-    return rows["near_tie"].eq(True) if "near_tie" in rows else pd.Series(False, index=rows.index)
-
-
-def near_ties(rows: pd.DataFrame) -> int:
-    """Outputs that part from AR's only at a near-tie of the target's logits (bf16 rounding)."""
-    return int((~rows["identical_to_ar"].astype(bool) & _near_tie(rows)).sum())
-
-
-def greedy_lossless(rows: pd.DataFrame) -> bool:
-    """Every greedy output equals AR's, or parts from it only where the target's two best tokens tie within the
-    dtype's rounding (:mod:`helpers.specdec.divergence`; rows from before that check count a divergence as lost)."""
-    return bool((rows["identical_to_ar"].astype(bool) | _near_tie(rows)).all())
 
 
 def _row(case: dict, method: str, gamma, times: list[float], tokens: torch.Tensor, reference, stats) -> dict:

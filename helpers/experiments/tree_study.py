@@ -22,7 +22,7 @@ from helpers.experiments.specdec_costs import interleaved_runs
 from helpers.specdec.feature_draft import eagle_generate
 from helpers.specdec.linear import autoregressive_generate, speculative_generate
 from helpers.specdec.lookup import prompt_lookup_generate
-from helpers.specdec.divergence import greedy_divergence
+from helpers.specdec.divergence import greedy_divergence, greedy_lossless, near_ties
 from helpers.specdec.medusa import medusa_generate
 from helpers.specdec.tree import tree_generate
 
@@ -125,6 +125,8 @@ def compare_methods(target, draft, cases: list[dict], specs: list[dict], max_new
             result = results[best]
             reference = result.tokens if reference is None else reference
             stats = result.stats
+            # in bf16 an output may part from AR's where the target's two best tokens tie within rounding
+            identical, near_tie = _against_ar(target, case, reference, result.tokens)
             prompt_rows.append({
                 **{k: case[k] for k in ("id", "source") if k in case},
                 "prompt_tokens": int(case["input_ids"].shape[1]),
@@ -136,10 +138,7 @@ def compare_methods(target, draft, cases: list[dict], specs: list[dict], max_new
                 "depth": float(np.mean(stats.gamma_per_round or [0])),
                 "accepted_per_round": stats.accepted_per_round, "depth_per_round": stats.gamma_per_round,
                 "prefill_s": stats.time_prefill_s, "draft_s": stats.time_draft_s, "verify_s": stats.time_verify_s,
-                "identical_to_ar": bool(torch.equal(result.tokens, reference)),
-                # in bf16 an output may part from AR's where the target's two best tokens tie within rounding
-                "near_tie": (None if torch.equal(result.tokens, reference) else
-                             greedy_divergence(target, case["input_ids"], reference, result.tokens)["near_tie"]),
+                "identical_to_ar": identical, "near_tie": near_tie,
                 "max_new_tokens": max_new_tokens,
             })
         if on_prompt is not None:
@@ -148,12 +147,17 @@ def compare_methods(target, draft, cases: list[dict], specs: list[dict], max_new
     return rows
 
 
+def _against_ar(target, case: dict, reference, tokens) -> tuple[bool, bool | None]:
+    """(identical to AR's tokens, and where not whether they part at a near-tie; None where identical)."""
+    if torch.equal(tokens, reference):
+        return True, None
+    return False, greedy_divergence(target, case["input_ids"], reference, tokens)["near_tie"]
+
+
 def summarise_methods(rows, by=("label",)) -> pd.DataFrame:
     """Pooled over prompts per method (and ``by``): seconds, speedup over AR on the same prompts, τ (new tokens
     per target forward of the decode rounds), nodes verified per round, draft/verify shares, all lossless?"""
     frame = pd.DataFrame(rows)
-    if "near_tie" not in frame:  # rows from before the near-tie check: a divergence counts as one
-        frame["near_tie"] = None
     keys = [k for k in by if k != "label"]
     ar = frame[frame.method == "ar"].groupby(keys + ["id"] if keys else ["id"]).seconds.sum()
     out = []
@@ -169,8 +173,7 @@ def summarise_methods(rows, by=("label",)) -> pd.DataFrame:
             "nodes": (group.nodes * group.rounds).sum() / group.rounds.sum(),
             "depth": (group.depth * group.rounds).sum() / group.rounds.sum(),
             "draft_share": group.draft_s.sum() / seconds, "verify_share": group.verify_s.sum() / seconds,
-            "lossless": bool((group.identical_to_ar | group.near_tie.eq(True)).all()),
-            "near_ties": int((~group.identical_to_ar & group.near_tie.eq(True)).sum()),
+            "lossless": greedy_lossless(group), "near_ties": near_ties(group),
         })
     summary = pd.DataFrame(out)
     summary["order"] = summary.method.map(ORDER)

@@ -9,6 +9,7 @@ tells such a tie from a real error by the target's margin at the first differing
 """
 from __future__ import annotations
 
+import pandas as pd
 import torch
 
 TIE_EPS = 4  # a near-tie: the two tokens' logits within TIE_EPS x the dtype's machine epsilon x the largest |logit|
@@ -38,3 +39,18 @@ def greedy_divergence(target, prompt_ids: torch.Tensor, reference, output) -> di
     tolerance = TIE_EPS * eps * float(logits.abs().max())
     return {"identical": False, "position": position, "margin": margin, "tolerance": tolerance,
             "near_tie": abs(margin) <= tolerance}
+
+
+def _near_tie(rows: pd.DataFrame) -> pd.Series:
+    return rows["near_tie"].eq(True) if "near_tie" in rows else pd.Series(False, index=rows.index)
+
+
+def near_ties(rows: pd.DataFrame) -> int:
+    """Outputs that part from AR's only at a near-tie of the target's logits (bf16 rounding)."""
+    return int((~rows["identical_to_ar"].astype(bool) & _near_tie(rows)).sum())
+
+
+def greedy_lossless(rows: pd.DataFrame) -> bool:
+    """Every greedy output equals AR's, or parts from it only where the target's two best tokens tie within the
+    dtype's rounding (:mod:`helpers.specdec.divergence`; rows from before that check count a divergence as lost)."""
+    return bool((rows["identical_to_ar"].astype(bool) | _near_tie(rows)).all())
