@@ -186,8 +186,8 @@ def environment(root: Path) -> dict[str, str]:
     }
 
 
-def prepare(root: Path = ROOT) -> Path:
-    """Write the checkpoints and the parameter file; returns the parameter file."""
+def prepare(root: Path = ROOT) -> tuple[Path, list[str]]:
+    """Write the checkpoints and the parameter file; returns the parameter file and the Hub ids rehearsed."""
     params = rehearsal_params()
     ids = handout_ids(params)
     for model_id in ids:
@@ -202,7 +202,7 @@ def prepare(root: Path = ROOT) -> Path:
     shutil.copytree(paths.REPORT_DIR / "sections", report / "sections", dirs_exist_ok=True)
     params_file = root / "params.yaml"
     params_file.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
-    return params_file
+    return params_file, ids
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -213,8 +213,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     root = args.root.resolve()
     start = time.perf_counter()
-    params_file = prepare(root)
-    print(f"rehearsal: {len(handout_ids(rehearsal_params()))} Hub ids as small random checkpoints in {root / 'hub'} "
+    params_file, ids = prepare(root)
+    print(f"rehearsal: {len(ids)} Hub ids as small random checkpoints in {root / 'hub'} "
           f"({time.perf_counter() - start:.0f} s); parameters {params_file}", flush=True)
     os.environ.update(environment(root))
     from helpers import run_all
