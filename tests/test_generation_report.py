@@ -1,4 +1,4 @@
-"""helpers.generation.report (notebook 02's tables, figure and findings) and memory.GenerationPrediction."""
+"""helpers.experiments.nb02.report (notebook 02's tables, figure and findings) and memory.GenerationPrediction."""
 import matplotlib
 
 matplotlib.use("Agg")
@@ -7,7 +7,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from helpers import memory  # noqa: E402
-from helpers.generation import report as gr  # noqa: E402
+from helpers.experiments.nb02 import report as gr  # noqa: E402
 from helpers.generation.sweeps import STATUS_NOT_RUN  # noqa: E402
 
 QWEN3_8B = memory.load_config("Qwen/Qwen3-8B")

@@ -117,7 +117,7 @@ def first_timed_text(rows: list[dict], noise: list[int]) -> str:
 
 def compare_numbers(params: dict, measured, verdicts: dict, overlap_text: str) -> dict:
     """The report's numbers of §1.3.3: the slowest against the fastest model (time, parameter and layer ratios),
-    the ordering, which features explain it (``verdicts``: :func:`helpers.generation.report.feature_verdicts`) and
+    the ordering, which features explain it (``verdicts``: :func:`helpers.experiments.nb02.report.feature_verdicts`) and
     the KV cache's share of the bytes a decode step reads."""
     fastest, slowest = measured.iloc[0], measured.iloc[-1]
     kv_shares = ", ".join(f"{v:.0%} for {k}" for k, v in zip(measured["model"], measured["KV share of bytes"]))
@@ -167,7 +167,7 @@ def prefill_check(input_rows: list[dict], output_rows: list[dict]) -> dict:
 
 
 def checked_crossover(found_in: dict) -> dict:
-    """The measured crossover of :func:`helpers.generation.report.input_findings`, checked to be what it says: the
+    """The measured crossover of :func:`helpers.experiments.nb02.report.input_findings`, checked to be what it says: the
     bracketing lengths are neighbours among the clean lengths, the prefill (time minus the time at the shortest
     input) is below the decode time at the lower one and at least it at the upper one. (The fitted line's crossover
     only describes.)"""
