@@ -96,7 +96,7 @@ def write_checkpoint(model_id: str, hub_cache: Path, seed: int = 0) -> Path:
     """A small random bf16 checkpoint of ``model_id``'s architecture and the CPU pair's tokenizer, in ``hub_cache``."""
     from transformers import AutoModelForCausalLM
 
-    from helpers.models.registry import _quiet_loading, init_random_weights_, load_cpu_tokenizer
+    from helpers.models.registry import quiet_loading, init_random_weights_, load_cpu_tokenizer
 
     folder = snapshot_dir(hub_cache, model_id)
     if (folder / "model.safetensors").exists():
@@ -106,7 +106,7 @@ def write_checkpoint(model_id: str, hub_cache: Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     init_random_weights_(model, seed)
-    with _quiet_loading():
+    with quiet_loading():
         model.to(torch.bfloat16).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

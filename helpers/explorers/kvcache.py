@@ -56,7 +56,7 @@ def _minimal(name: str):
     from helpers.kv_cache import from_hf
     from helpers.models import load_model
 
-    from helpers.explorers.specdec import quiet_loading
+    from helpers.models.registry import quiet_loading
 
     with quiet_loading():
         model, _ = load_model(name, device="cpu", dtype=torch.float32)

@@ -64,7 +64,7 @@ def static_step(model: MiniDecoder, tokens, cos, sin, mask, keys, values, write,
 
 class GraphedSteps:
     """Forwards of ``k`` new tokens per row over ONE static cache, each width captured once as a CUDA graph
-    (:func:`prepare_graphs` captures ahead of a timed run, else the first call of a width does).
+    (:func:`capture_steps` captures ahead of a timed run, else the first call of a width does).
 
     What ``torch.compile(mode="reduce-overhead")`` would do, without its guards (which skip a graph whose inputs are
     mutated in place, as a KV cache is): a fresh GPU machine pays a warm-up and a capture per width (well under a
@@ -245,11 +245,11 @@ def graphed_steps(model: MiniDecoder, batch_size: int, capacity: int, owner, *, 
 
 
 class StepOwner:
-    """A stand-in owner of captured steps that no generation's cache holds (:func:`prepare_graphs` while it
+    """A stand-in owner of captured steps that no generation's cache holds (:func:`capture_steps` while it
     captures, a step profile while it replays): the steps are free for reuse once it is gone."""
 
 
-def prepare_graphs(model: MiniDecoder, capacity: int, widths, batch_size: int = 1, *,
+def capture_steps(model: MiniDecoder, capacity: int, widths, batch_size: int = 1, *,
                    compiled: bool = False) -> GraphedSteps:
     """Capture the steps of ``widths`` tokens now, for generations of up to ``capacity`` tokens per row, so that no
     capture falls inside a timed run (a speculative pair: the target's 1 .. gamma + 1, the draft's 1 and 2). A no-op

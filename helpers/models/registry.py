@@ -182,7 +182,7 @@ def load_cpu_tokenizer():
 
 
 @contextlib.contextmanager
-def _quiet_loading():
+def quiet_loading():
     """transformers' progress bars off for the duration (restored after, so Hub downloads still show theirs)."""
     from transformers.utils import logging as hf_logging
 
@@ -201,7 +201,7 @@ def load_cpu_model(name: str = "target", *, device="cpu", dtype=torch.float32):
     if name not in CPU_PAIR_MODELS:
         raise ValueError(f"unknown CPU pair model {name!r}; known: {', '.join(CPU_PAIR_MODELS)}")
     _require_pair_files(name)
-    with _quiet_loading():  # a few MB from data/: a "Loading weights" bar would only clutter notebook outputs
+    with quiet_loading():  # a few MB from data/: a "Loading weights" bar would only clutter notebook outputs
         model = AutoModelForCausalLM.from_pretrained(_pair_dir(name), dtype=dtype).to(resolve_device(device))
     model.eval()
     model.weights_label = "cpu-pair"

@@ -32,32 +32,3 @@ safetensors (the 30 MB budget), loaded back as float32 by :func:`helpers.models.
 initialisation and the data order, and every stage runs a fixed number of steps, so a rerun with the same thread
 count repeats the same computation; only the wall time depends on the machine.
 """
-from helpers.models.corpus import HELDOUT_EVERY, Corpus, is_heldout, load_corpus
-from helpers.models.cpu_pair_shapes import (EOS_TOKEN, MODEL_SHAPES, draft_shape, family_name, make_config,
-                                            shape_parameters)
-from helpers.training.card import COMMAND, family_card_section, long_card_section, render_card, save_card, write_card
-from helpers.training.checkpoints import load_saved, save_model
-from helpers.training.cli import main
-from helpers.training.distill import DISTILL_LR, distill_drafts
-from helpers.training.evaluate import (decode_step_seconds, greedy_agreement, greedy_continuation, heldout_loss,
-                                       heldout_windows, measure_models)
-from helpers.training.family import (FAMILY_REFERENCE, FAMILY_STEPS, PARAMETER_TOLERANCE, check_family_shapes,
-                                     train_draft_family)
-from helpers.training.initialise import init_from_target, make_model, share_target_embedding
-from helpers.training.long_context import (LONG_BUCKETS, LONG_CONTEXT_LIMIT, LONG_SEQ_LEN, loss_by_position,
-                                           run_long_stage, train_long_target)
-from helpers.training.pair import DRAFT_NAMES, train_pair
-from helpers.training.settings import Settings
-from helpers.training.tokenizer import VOCAB_SIZE, encode_documents, train_tokenizer
-from helpers.training.train import batches, lr_at, train_target
-
-__all__ = [
-    "COMMAND", "Corpus", "DISTILL_LR", "DRAFT_NAMES", "EOS_TOKEN", "FAMILY_REFERENCE", "FAMILY_STEPS", "HELDOUT_EVERY",
-    "LONG_BUCKETS", "LONG_CONTEXT_LIMIT", "LONG_SEQ_LEN", "MODEL_SHAPES", "PARAMETER_TOLERANCE", "Settings",
-    "VOCAB_SIZE", "batches", "check_family_shapes", "decode_step_seconds", "distill_drafts", "draft_shape",
-    "encode_documents", "family_card_section", "family_name", "greedy_agreement", "greedy_continuation",
-    "heldout_loss", "heldout_windows", "init_from_target", "is_heldout", "load_corpus", "load_saved",
-    "long_card_section", "loss_by_position", "lr_at", "main", "make_config", "make_model", "measure_models",
-    "render_card", "run_long_stage", "save_card", "save_model", "shape_parameters", "share_target_embedding",
-    "train_draft_family", "train_long_target", "train_pair", "train_target", "train_tokenizer", "write_card",
-]
