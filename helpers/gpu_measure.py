@@ -20,7 +20,7 @@ two minutes with inductor's first compiles; the tests do it). Without ``--window
 
 Parts, in the window's order (:data:`PARTS`): ``01`` notebook 01's check that the KV-cache formula equals the bytes a
 cache holds on the GPU (seconds; notebook 01 renders only with it); ``decode`` each handout model's decode step in
-every mode of the model file (:mod:`helpers.experiments.decode_modes`); ``eq5`` T_T, T_D, T_V(gamma) of each handout pair in bf16, random weights,
+every mode of the model file (:mod:`helpers.experiments.nb09.decode_modes`); ``eq5`` T_T, T_D, T_V(gamma) of each handout pair in bf16, random weights,
 eager, as CUDA graphs and with the compiled layer inside them (``decode: eager | graphs | compiled``; graphs rows
 record ``graph_replays``), with Eq. 5's predicted speedup over a
 grid of alpha (labelled a prediction) and the target's weight bytes (the HBM roofline); ``peers`` transformers'
@@ -28,7 +28,7 @@ eager and compiled static-cache decoding of the 8B targets at the decode part's 
 step; ``graphs`` the CPU pair's
 terms eager and as graphs, then its speculative decoding end to end with graphs against AR with graphs (real alpha,
 every output checked against AR); ``profile`` where a decode step's time goes (kernels, their summed time
-and the idle gaps between them in one graph replay, by kernel family: :mod:`helpers.experiments.step_profile`);
+and the idle gaps between them in one graph replay, by kernel family: :mod:`helpers.experiments.nb09.step_profile`);
 ``02`` §1.3 generation sweeps; ``03`` §2.1 with and without the KV cache; ``12``
 notebook 12's depth at Qwen3-0.6B size and the draft family; ``07`` notebook 07's sweep, per-source and sampled runs;
 ``09`` notebook 09's cost terms, gamma sweep and batched points; ``13`` notebook 13's drafters; ``10`` notebook 10's
@@ -50,7 +50,8 @@ from pathlib import Path
 import torch
 
 from helpers import gpu_window, paths
-from helpers.experiments import decode_modes, gpu_costs, step_profile
+from helpers.experiments import gpu_costs
+from helpers.experiments.nb09 import decode_modes, step_profile
 from helpers.experiments.gpu_costs import (CPU_PAIRS, DECODE_MODES, EQ5_ALPHAS, EQ5_CONTEXT, EQ5_DTYPE, EQ5_GAMMAS,
                                           EQ5_REPEATS, HANDOUT_PAIRS)
 from helpers.budget import Budget, BudgetExhausted, BudgetStore

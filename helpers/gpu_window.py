@@ -125,7 +125,7 @@ def _kernel_count(device: torch.device, notes: list) -> int | None:
     """The GPU kernels one eager decode step of the shipped 1-layer draft launches (the profiler's CUDA events),
     beside the model file's ``layer_kernels`` (the CPU count of kernel-launching ops per layer): a batch-1 step on a
     GPU is bound by its kernel count, so the window's rows are read with it. None without CUDA."""
-    from helpers.experiments.step_profile import profiled_kernels
+    from helpers.experiments.nb09.step_profile import profiled_kernels
     from helpers.models import load_model
     from helpers.models.decoder import layer_kernels
     from helpers.models.runtime import minimal_view

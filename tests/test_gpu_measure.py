@@ -306,7 +306,7 @@ def test_dry_run_decode_part_times_every_mode_and_both_peers(dry):
     """The model file's first window part, rehearsed: a model in every decode mode (the Llama analog; the eq5 part
     rehearses the compiled Qwen3 analogs), with its compile seconds, and transformers' eager and compiled static-cache
     decoding beside it (part peers)."""
-    from helpers.experiments import decode_modes
+    from helpers.experiments.nb09 import decode_modes
 
     out, _, _ = dry
     found = rows(out, decode_modes.DECODE_STEPS)
@@ -414,7 +414,7 @@ def test_eager_rows_need_no_minimal_view_so_other_architectures_measure():
 
 def test_decode_goal_lines_judge_the_8b_steps_the_peer_and_the_pairs():
     """The model-file issue's GPU goals, from rows as the decode and eq5 parts write them (an H200: 4.8 TB/s)."""
-    from helpers.experiments import decode_modes
+    from helpers.experiments.nb09 import decode_modes
 
     def step(model, mode, ms, bytes_read=15e9, compile_s=40.0):
         return {"kind": "decode_step", "model": model, "decode": mode, "wall_ms": ms, "decode_bytes": bytes_read,

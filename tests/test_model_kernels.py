@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.profiler import profile
 
-from helpers.experiments.step_profile import cpu_kernel_ops
+from helpers.experiments.nb09.step_profile import cpu_kernel_ops
 from helpers.models.decoder import DecoderConfig, MiniDecoder, RMSNorm, Rotary, apply_rope, layer_kernels
 from helpers.models.graphs import GraphedSteps
 

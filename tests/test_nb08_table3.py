@@ -116,7 +116,7 @@ def test_a_verify_ratio_below_one_is_an_artefact_kept_out_of_eq5(tmp_path, monke
 def test_break_even_alphas_use_no_artefact():
     """The model file's break-even alpha (decode_modes.pair_terms, via nb09 and the window's goal lines) is an Eq. 5
     number too: rows reach it without their T_V/T_T below 1."""
-    from helpers.experiments import decode_modes
+    from helpers.experiments.nb09 import decode_modes
     from helpers.experiments.gpu_costs import without_artefacts
 
     row = {"target": "t", "draft": "d", "c": 0.5, "T_T": 0.01, "T_D": 0.005,

@@ -1,4 +1,4 @@
-"""helpers.experiments.step_profile: where a decode step's time goes (the window's part ``profile``), and the eq5
+"""helpers.experiments.nb09.step_profile: where a decode step's time goes (the window's part ``profile``), and the eq5
 part measuring again the rows of an older model file."""
 import json
 
@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.experiments import gpu_costs, step_profile
+from helpers.experiments import gpu_costs
+from helpers.experiments.nb09 import step_profile
 from helpers.models.decoder import DecoderConfig, layer_kernels
 
 QWEN3_KERNELS = layer_kernels(DecoderConfig(vocab_size=8, hidden_size=8, intermediate_size=8, num_layers=1, num_heads=1,

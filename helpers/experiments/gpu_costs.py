@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from helpers.experiments import step_profile
+from helpers.experiments.nb09 import step_profile
 from helpers.experiments.common import HANDOUT_PAIRS, tolerate_graph_failure
 from helpers.gpu_specs import memory_bandwidth
 from helpers.results import gpu_result_folders, latest_ok_rows, run_metadata
@@ -65,7 +65,7 @@ def trusted_verify_ratios(row: dict) -> dict[int, float]:
 
 def without_artefacts(row: dict) -> dict:
     """A cost row whose ``verify_ratio`` holds only its trusted ratios (:func:`trusted_verify_ratios`), for code that
-    turns a row's verify ratios into Eq. 5 numbers (e.g. :func:`helpers.experiments.decode_modes.pair_terms`)."""
+    turns a row's verify ratios into Eq. 5 numbers (e.g. :func:`helpers.experiments.nb09.decode_modes.pair_terms`)."""
     return {**row, "verify_ratio": {str(g): v for g, v in trusted_verify_ratios(row).items()}}
 
 
@@ -229,8 +229,8 @@ def jump_drops_all(e2e: pd.DataFrame, from_width: int | None, to_width: int | No
 
 def goal_lines(folder: Path) -> list[str]:
     """The GPU issue's goals as measured by the rows in ``folder`` (one profile's results), one line each: the model
-    file's decode goals first (:func:`helpers.experiments.decode_modes.goal_lines`)."""
-    from helpers.experiments import decode_modes
+    file's decode goals first (:func:`helpers.experiments.nb09.decode_modes.goal_lines`)."""
+    from helpers.experiments.nb09 import decode_modes
 
     lines = decode_modes.goal_lines(read_rows(folder, decode_modes.DECODE_STEPS),
                                     [without_artefacts(row) for row in read_rows(folder, COSTS)])  # no Eq. 5 from one
@@ -272,7 +272,7 @@ def short_name(name: str) -> str:
 def write_report_tables(profile: str) -> list[str]:
     """The window's decode-cost rows as the report's tables, whatever notebook is still pending: ``00_gpu_graphs``
     (Eq. 5 terms eager and as CUDA graphs, roofline share), ``00_gpu_e2e`` (the CPU pair end to end) and
-    ``00_gpu_kernels`` (where a step's time goes: :mod:`helpers.experiments.step_profile`). Written by
+    ``00_gpu_kernels`` (where a step's time goes: :mod:`helpers.experiments.nb09.step_profile`). Written by
     ``python -m helpers.run_all`` for every profile that has such rows; returns the goal lines (empty without rows)."""
     from helpers import tables
     from helpers.paths import results_dir
@@ -332,7 +332,7 @@ def _write_decode_table(folder: Path, profile: str) -> bool:
     """``00_gpu_decode``: the window's ``decode`` part (the model file's modes beside transformers'); False without
     rows."""
     from helpers import tables
-    from helpers.experiments import decode_modes
+    from helpers.experiments.nb09 import decode_modes
 
     rows = read_rows(folder, decode_modes.DECODE_STEPS)
     if not rows:

@@ -212,10 +212,10 @@ def print_gpu_draft_costs(gpu_c: pd.DataFrame) -> dict:
 
 
 def model_file_gpu_rows(folders=None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The model file's decode on the GPUs that measured it: :func:`helpers.experiments.decode_modes.decode_table` of
-    every GPU profile's ``decode`` part and :func:`~helpers.experiments.decode_modes.pair_terms` of its eq5 rows (c and
+    """The model file's decode on the GPUs that measured it: :func:`helpers.experiments.nb09.decode_modes.decode_table` of
+    every GPU profile's ``decode`` part and :func:`~helpers.experiments.nb09.decode_modes.pair_terms` of its eq5 rows (c and
     the break-even alpha per pair and mode), each with a ``gpu`` column. ``folders``: default every GPU profile's."""
-    from helpers.experiments import decode_modes
+    from helpers.experiments.nb09 import decode_modes
     from helpers.experiments.gpu_costs import COSTS, read_rows, without_artefacts
     from helpers.results import gpu_result_folders
 
@@ -243,7 +243,7 @@ def print_model_file_gpu(steps: pd.DataFrame, pairs: pd.DataFrame) -> dict:
     if not len(compiled):
         print("the model file's compiled decode step has not been measured on a GPU yet (window part 'decode')")
         return {"mf_measured": 0}
-    from helpers.experiments import decode_modes
+    from helpers.experiments.nb09 import decode_modes
 
     gpu = compiled["gpu"].iloc[0]
     mine = steps[steps["gpu"] == gpu]

@@ -96,7 +96,7 @@ def peer_step_ms(model, context: torch.Tensor, peer: str, new_tokens: int, repea
 def measure(p: dict, store, s: dict, fatal: tuple = ()) -> None:
     """Part ``decode`` with :func:`settings` ``s``: every missing row of :data:`MODES` x models (the model file's
     own speed)."""
-    from helpers.experiments.step_profile import measure_step
+    from helpers.experiments.nb09.step_profile import measure_step
 
     modes = [mode for mode in MODES if mode in s.get("modes", MODES)]  # eager only where the graph check failed
     _measure_rows(p, store, s, s["models"], modes, step_config,
