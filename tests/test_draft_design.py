@@ -6,10 +6,10 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.experiments.draft_design import (depth_latency, design_table, eq5_agrees, gamma_frame, gamma_ties,
+from helpers.experiments.nb12.study import (depth_latency, design_table, eq5_agrees, gamma_frame, gamma_ties,
                                               measure_draft, predictors, timing_noise)
 from helpers.stats import tied_with_best
-from helpers.experiments.draft_design_figures import design_figure, gamma_figure
+from helpers.experiments.nb12.figures import design_figure, gamma_figure
 from tiny_models import perturbed_copy, tiny_qwen3
 
 matplotlib.use("Agg")
@@ -60,7 +60,7 @@ def test_design_table_one_row_per_draft_with_intervals(measured):
 def test_eq5_curve_uses_the_measured_terms_and_lines_between_them():
     """Regression: notebook 12's Eq. 5 optimum came from the mean of the per-gamma draft costs, whose first step is
     dearer (evicted weights), and fell below Eq. 5 at the measured best gamma (draft-2l: 1.857 at 5 against 1.978)."""
-    from helpers.experiments.draft_design import eq5_curve
+    from helpers.experiments.nb12.study import eq5_curve
     from helpers.specdec.analysis import predicted_speedup
 
     T_T, alpha = 4e-3, 0.8
@@ -76,7 +76,7 @@ def test_eq5_curve_uses_the_measured_terms_and_lines_between_them():
 
 
 def test_best_gamma_at_the_edge_of_the_sweep_is_flagged():
-    from helpers.experiments.draft_design import best_at_edge
+    from helpers.experiments.nb12.study import best_at_edge
 
     assert best_at_edge(7, [1, 2, 3, 5, 7]) and not best_at_edge(5, [1, 2, 3, 5, 7])
     assert not best_at_edge(1, [1, 2, 3])  # gamma = 1 is the smallest there is
@@ -147,7 +147,7 @@ def test_wilson_interval_is_exact_at_the_ends():
 
 def test_equal_size_configs_keep_the_parameter_count_of_the_handout_model():
     from helpers.models.configs import load_config
-    from helpers.experiments.draft_design import equal_size_config, parameter_count
+    from helpers.experiments.nb12.study import equal_size_config, parameter_count
 
     config = load_config("Qwen/Qwen3-0.6B")
     reference = parameter_count(config)
@@ -163,7 +163,7 @@ def test_equal_size_configs_keep_the_parameter_count_of_the_handout_model():
 
 
 def test_scale_latency_times_every_depth_on_a_tiny_config():
-    from helpers.experiments.draft_design import scale_latency
+    from helpers.experiments.nb12.study import scale_latency
 
     config = tiny_qwen3(0, vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=4).config
     rows = scale_latency(config, [4, 1], context=8, repeats=2, multiple=16)
@@ -172,7 +172,7 @@ def test_scale_latency_times_every_depth_on_a_tiny_config():
 
 
 def test_depth_scale_figure_draws_both_scales_and_the_reference():
-    from helpers.experiments.draft_design_figures import depth_scale_figure
+    from helpers.experiments.nb12.figures import depth_scale_figure
 
     family = pd.DataFrame({"layers": [8, 1], "T_D_ms": [3.0, 0.9]})
     scale = pd.DataFrame({"layers": [28, 4, 1], "step_ms": [300.0, 280.0, 290.0]})
@@ -182,7 +182,7 @@ def test_depth_scale_figure_draws_both_scales_and_the_reference():
 
 def test_a_draft_measurement_goes_through_the_result_store(measured, store):
     """Regression: the measurement once had a key 'gammas', which clashes with its configuration's."""
-    from helpers.experiments.draft_design import draft_config
+    from helpers.experiments.nb12.study import draft_config
 
     p = {"design_target": "t", "design_gammas": [1, 3], "design_new_tokens": 10, "design_repeats": 1,
          "design_dtype": "float32", "device": "cpu"}
@@ -193,7 +193,7 @@ def test_a_draft_measurement_goes_through_the_result_store(measured, store):
 
 def test_leave_one_out_shows_a_fit_carried_by_one_draft():
     """Regression: the latency line's r2 over seven drafts was read as evidence while one draft carried it."""
-    from helpers.experiments.draft_design import leave_one_out
+    from helpers.experiments.nb12.study import leave_one_out
 
     table = pd.DataFrame({"draft": list("abcde"), "c": [0.1, 0.11, 0.12, 0.13, 0.5],
                           "speedup": [1.6, 1.5, 1.62, 1.55, 1.0]})

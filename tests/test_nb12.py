@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from helpers.experiments import nb12
-from helpers.experiments.draft_design import depth_latency, design_table
+from helpers.experiments.nb12.study import depth_latency, design_table
 from helpers.results import ResultStore
 from committed_rows import cpu_params, measure_committed
 

@@ -1,4 +1,4 @@
-"""helpers.experiments.selfspec_study and the selfspec benchmark's rows: byte arithmetic, one interleaved comparison from
+"""helpers.experiments.nb11.study and the selfspec benchmark's rows: byte arithmetic, one interleaved comparison from
 one prefill (tiny random model), and the figures."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.experiments.selfspec_figures import context_use_figure, terms_figure, window_figure
-from helpers.experiments.selfspec_study import against_one, byte_terms, compare_at, prefill_long, tied_with_best
+from helpers.experiments.nb11.figures import context_use_figure, terms_figure, window_figure
+from helpers.experiments.nb11.study import against_one, byte_terms, compare_at, prefill_long, tied_with_best
 from helpers.models.decoder import from_hf
 from tiny_models import PEAK, tiny_qwen3
 
@@ -72,7 +72,7 @@ def test_benchmark_runs_on_the_shipped_long_model(capsys):
 
 def test_short_context_rows_keep_one_speedup_column():
     """Regression: renaming decode_speedup to speedup next to an existing speedup column drew two nb 09 lines."""
-    from helpers.experiments.selfspec_study import short_context_batched
+    from helpers.experiments.nb11.study import short_context_batched
 
     frame = pd.DataFrame({"kind": ["batched", "batched", "costs"], "batch_size": [8, 1, None],
                           "decode_speedup": [0.7, 1.5, None], "speedup": [0.6, 1.4, None]})

@@ -4,7 +4,7 @@ prints.
 :func:`measure` builds every result-store configuration (one per (context, batch) point of the sweep, and the
 window study) and measures only what the store lacks (every point again with ``selfspec_remeasure``). The
 analysis functions take the notebook's frames and return what it prints (``text``) and the numbers the report
-quotes (``numbers``); the measurements themselves live in :mod:`helpers.experiments.selfspec_study`.
+quotes (``numbers``); the measurements themselves live in :mod:`helpers.experiments.nb11.study`.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import os
 import pandas as pd
 from tqdm.auto import tqdm
 
-from helpers.experiments.selfspec_study import against_one, byte_terms, compare_at, prefill_long, tied_with_best
+from helpers.experiments.nb11.study import against_one, byte_terms, compare_at, prefill_long, tied_with_best
 from helpers.specdec.analysis import predicted_speedup
 
 RESULTS = "11_long_context_self_speculation"

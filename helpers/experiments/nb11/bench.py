@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
-from helpers.experiments.selfspec_study import byte_terms, compare_at, prefill_long
+from helpers.experiments.nb11.study import byte_terms, compare_at, prefill_long
 from helpers.models import load_model
 from helpers.models.runtime import minimal_view
 from helpers.prompts import long_heldout_prompts

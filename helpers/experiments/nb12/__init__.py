@@ -1,10 +1,10 @@
 """Notebook 12 (what makes a good draft): its result rows from the parameters, and the analysis it prints.
 
 :func:`measure` is called by the notebook and by ``python -m helpers.gpu_measure --only 12``, so that both build
-the same configurations (:func:`helpers.experiments.draft_design.draft_config` and ``scale_config``) and each
+the same configurations (:func:`helpers.experiments.nb12.study.draft_config` and ``scale_config``) and each
 finds the other's rows. The analysis functions take the notebook's frames and return what it prints (``text``)
 and the numbers the report quotes (``numbers``); the computations themselves live in
-:mod:`helpers.experiments.draft_design`.
+:mod:`helpers.experiments.nb12.study`.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from helpers.experiments.draft_design import (depth_latency, draft_config, eq5_agrees, gamma_ties, leave_one_out,
+from helpers.experiments.nb12.study import (depth_latency, draft_config, eq5_agrees, gamma_ties, leave_one_out,
                                               measure_draft, measure_scale, predictors, scale_config, timing_noise)
 from helpers.stats import tied_with_best
 from helpers.results import config_key, free_memory, measured_on, run_metadata
@@ -188,7 +188,7 @@ def _c_ranks(table: pd.DataFrame, noise: dict, latency) -> tuple[str, dict]:
 
 def depth_summary(depth: dict) -> dict:
     """Section 4: the line T_D = fixed + per layer over the equal-size family (``depth``:
-    :func:`~helpers.experiments.draft_design.depth_latency`), and whether the per-layer term dominates."""
+    :func:`~helpers.experiments.nb12.study.depth_latency`), and whether the per-layer term dominates."""
     proportional = depth["per_layer_share"] > 0.5  # most of the deepest draft's step is per-layer cost
     text = (f"T_D = {depth['fixed_ms']:.3f} ms + {depth['ms_per_layer']:.3f} ms per layer (r2 {depth['r2_layers']:.2f}); "
             f"{short(depth['deep'])} costs {depth['latency_ratio']:.2f}x {short(depth['shallow'])} at "
@@ -240,7 +240,7 @@ def gamma_agreement(table: pd.DataFrame, rows: list[dict], tolerance: float, gam
 
 def depth_at_scale(scale: pd.DataFrame, depth: dict, scale_model: str) -> dict:
     """Section 6: random-weight models of ``scale_model``'s size at several depths against the CPU pair's drafts
-    (``depth``: their :func:`~helpers.experiments.draft_design.depth_latency`). Returns ``series`` (the table: one
+    (``depth``: their :func:`~helpers.experiments.nb12.study.depth_latency`). Returns ``series`` (the table: one
     row per depth with the least-squares line in depth and its residual), ``fit_text`` (does depth explain the
     series?), ``text`` (the comparison with the drafts) and ``numbers``."""
     scale_name = scale_model.split("/")[-1]

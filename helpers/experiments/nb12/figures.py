@@ -52,7 +52,7 @@ def design_figure(table: pd.DataFrame):
 
 def gamma_figure(gammas: pd.DataFrame, table: pd.DataFrame):
     """One small panel per draft, on shared axes: measured speedup against gamma (solid), Eq. 5's curve from the
-    draft's measured terms (dashed, :func:`~helpers.experiments.draft_design.eq5_curve`), the measured best (enlarged)
+    draft's measured terms (dashed, :func:`~helpers.experiments.nb12.study.eq5_curve`), the measured best (enlarged)
     and Eq. 5's optimum (open circle)."""
     columns = min(4, len(table))
     rows_ = -(-len(table) // columns)
