@@ -7,10 +7,10 @@ import torch
 
 from helpers import memory
 from helpers.explorers import (ACCEPTED, BONUS, CORRECTED, batching_explorer, kv_cache_explorer, kv_cache_sizes,
-                               measure_decode_step, output_lengths, poisson_arrivals, simulate_batching,
-                               speculative_explorer, speedup_curve, speedup_explorer, token_pieces, token_provenance,
-                               tokens_html, verify_line)
-from helpers.explorers.batching import compare_policies, step_time_function
+                               measure_decode_step, speculative_explorer, speedup_curve, speedup_explorer, token_pieces,
+                               token_provenance, tokens_html, verify_line)
+from helpers.batching.simulate import (compare_policies, output_lengths, poisson_arrivals, simulate_batching,
+                                      step_time_function)
 from helpers.explorers.specdec import DEFAULT_PROMPT_ID, default_prompt, result_html, rounds_table, run_speculative
 from helpers.models import load_cpu_tokenizer, model_config
 from helpers.prompts import load_prompts

@@ -10,19 +10,19 @@ Each explorer is a thin layer of widgets over plain functions that compute what 
 - ``tree``: notebook 10, :func:`tree_explorer` (a slider over a tree generation's rounds, each drawn by
   :func:`draw_tree`; :func:`tree_provenance` colours its tokens like linear speculation's);
 - ``batching``: notebook 05, :func:`batching_explorer` (static vs continuous batching occupancy, a scheduler
-  simulation over the engine's queue and KV accounting: :func:`simulate_batching`);
+  simulation over the engine's queue and KV accounting: :mod:`helpers.batching.simulate`);
 - ``kvcache``: notebook 04, :func:`kv_cache_explorer` (KV-cache bytes and a measured decode step with and without
   the cache: :func:`kv_cache_sizes`, :func:`measure_decode_step`).
 
 Widgets are imported lazily by the explorer functions, so the pure functions import without Jupyter.
 """
-from helpers.explorers.batching import batching_explorer, output_lengths, poisson_arrivals, simulate_batching
+from helpers.explorers.batching import batching_explorer
 from helpers.explorers.kvcache import kv_cache_explorer, kv_cache_sizes, measure_decode_step
 from helpers.explorers.specdec import (ACCEPTED, BONUS, CORRECTED, speculative_explorer, speedup_curve, speedup_explorer,
                                        token_pieces, token_provenance, tokens_html, verify_line)
 from helpers.explorers.tree import draw_tree, tree_explorer, tree_extent, tree_provenance
 
 __all__ = ["ACCEPTED", "BONUS", "CORRECTED", "batching_explorer", "draw_tree", "kv_cache_explorer", "kv_cache_sizes",
-           "measure_decode_step", "output_lengths", "poisson_arrivals", "simulate_batching", "speculative_explorer",
+           "measure_decode_step", "speculative_explorer",
            "speedup_curve", "speedup_explorer", "token_pieces", "token_provenance", "tokens_html", "tree_explorer",
            "tree_extent", "tree_provenance", "verify_line"]
