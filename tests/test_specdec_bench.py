@@ -1,4 +1,4 @@
-"""helpers.experiments.specdec_sweeps (and the specdec_bench CLI's table): the comparison loop, its rows and
+"""helpers.experiments.specdec_sweeps and notebook 07's study (and the nb07.bench CLI's table): the comparison loop, its rows and
 aggregates (tiny random models, no CPU pair)."""
 from __future__ import annotations
 
@@ -7,12 +7,11 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.experiments.specdec_bench import pair_figures, print_table
-from helpers.experiments.specdec_figures import plot_by_source
-from helpers.experiments.specdec_sweeps import (alpha_for_speedup, assisted_generate, correlation_word, cost_check,
-                                                gamma_rows, measure_config, measure_pair, pair_optimum, select_sweep,
-                                                source_breakdown, source_claims, source_table, summarise,
-                                                sweep_configs)
+from helpers.experiments.nb07.bench import pair_figures, print_table
+from helpers.experiments.nb07.figures import plot_by_source
+from helpers.experiments.nb07.study import (alpha_for_speedup, correlation_word, cost_check, measure_config,
+                                            pair_optimum, select_sweep, source_breakdown, source_claims, source_table)
+from helpers.experiments.specdec_sweeps import assisted_generate, gamma_rows, measure_pair, summarise, sweep_configs
 from helpers.prompts import select_prompts
 from helpers.specdec.analysis import predicted_speedup
 from helpers.stats import bootstrap_ratio_interval, wilson_interval
@@ -134,7 +133,7 @@ def test_source_breakdown_pools_per_source():
         assert row["alpha_wilson_low"] <= row["alpha"] <= row["alpha_wilson_high"]
         assert row["speedup_low"] <= row["speedup"] <= row["speedup_high"]
     # the report's table ends with every prompt pooled: the configuration's own speedup and alpha
-    from helpers.experiments.specdec_sweeps import with_overall
+    from helpers.experiments.nb07.study import with_overall
 
     overall = with_overall(table, per_prompt).loc["all sources"]
     assert overall["prompts"] == 4 and overall["speedup"] == pytest.approx(6 / 6)
@@ -291,9 +290,9 @@ def test_source_claims_name_each_departure_from_the_expected_order():
 
 
 def test_specdec_benchmark_is_registered_from_its_experiment_module(capsys):
-    """``python -m helpers.bench specdec`` runs helpers.experiments.specdec_bench (moved out of the algorithms)."""
+    """``python -m helpers.bench specdec`` runs helpers.experiments.nb07.bench (notebook 07's package)."""
     from helpers import bench
-    from helpers.experiments import specdec_bench
+    from helpers.experiments.nb07 import bench as specdec_bench
 
     assert bench.BENCHMARKS["specdec"] is specdec_bench
     with pytest.raises(SystemExit) as exit_info:
@@ -304,7 +303,7 @@ def test_specdec_benchmark_is_registered_from_its_experiment_module(capsys):
 def test_alpha_speed_inversions_name_the_pairs_and_their_prompt_lengths():
     """Regression (grader): the per-source table had data with the highest alpha but not the highest speedup, and
     nothing said why; the pairs where alpha and speedup disagree are named with their prompt lengths."""
-    from helpers.experiments.specdec_sweeps import alpha_speed_inversions
+    from helpers.experiments.nb07.study import alpha_speed_inversions
 
     by_source = pd.DataFrame({"speedup": [1.5, 1.4, 1.2, 1.45], "alpha": [0.7, 0.8, 0.5, 0.75],
                               "prompt_tokens": [30.0, 90.0, 20.0, 60.0]},

@@ -71,14 +71,6 @@ def draft_time_in_round(target, draft, context: torch.Tensor, gamma: int, *, war
     return timing.summary / gamma
 
 
-def median_length_case(cases: list[dict]) -> dict:
-    """The case (an :func:`helpers.prompts.encode_prompts` row) whose prompt length is the median of ``cases``: the
-    context Eq. 5's terms are timed on, so that they describe a typical round of a sweep rather than whichever
-    prompt comes first (notebook 07's first prompt is 7 tokens long)."""
-    ordered = sorted(cases, key=lambda case: case["input_ids"].shape[1])
-    return ordered[len(ordered) // 2]
-
-
 def measure_costs(target, draft, context: torch.Tensor, gammas, *, warmup: int = 2, repeats: int = 10,
                   runtime: str = "auto", compile: bool = False) -> dict:
     """Mean seconds: ``T_T``, ``T_D`` (one token) and ``T_V`` {gamma: target forward over gamma + 1 positions},

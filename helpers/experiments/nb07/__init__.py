@@ -8,9 +8,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from helpers.gpu_parts import notebook_part
 from helpers.experiments.common import HANDOUT_PAIRS, LoadedModels, check_budget, seed_and_threads, took
-from helpers.experiments.specdec_costs import measure_costs, median_length_case
-from helpers.experiments.specdec_sweeps import gamma_rows, measure_config, measure_pair, select_sweep, sweep_configs
+from helpers.experiments.nb07.study import correlation_word, alpha_speed_inversions, measure_config, select_sweep
+from helpers.experiments.specdec_costs import measure_costs
+from helpers.experiments.specdec_sweeps import gamma_rows, measure_pair, sweep_configs
 from helpers.prompts import encode_prompts, load_prompts, select_prompts
 from helpers.results import config_key, run_metadata
 from helpers.stats import order_of_sets
@@ -46,6 +48,13 @@ def pair_configs(params: dict, prompt_rows: list[dict]) -> dict[tuple[str, str],
     prompt_ids = [row["id"] for row in prompt_rows]
     return {(t, d): sweep_configs(t, d, params["sd_gammas"], prompt_ids=prompt_ids, **common_config(params))
             for t, d in params["sd_pairs"]}
+
+
+def median_length_case(cases: list[dict]) -> dict:
+    """The case (an :func:`helpers.prompts.encode_prompts` row) whose prompt length is the median of ``cases``: the
+    context Eq. 5's terms are timed on, so that they describe a typical round of a sweep rather than whichever
+    prompt comes first (notebook 07's first prompt is 7 tokens long)."""
+    return sorted(cases, key=lambda case: case["input_ids"].shape[1])[len(cases) // 2]
 
 
 def _measure_pair(params: dict, store, models: LoadedModels, configs: list[dict], prompt_rows, progress) -> float:
@@ -92,7 +101,7 @@ def measure_sweep(params: dict, store, models: LoadedModels, prompt_rows: list[d
 
 
 def sweep_frame(store, by_pair: dict):
-    """The sweep's rows that answer its configurations (:func:`helpers.experiments.specdec_sweeps.select_sweep`)."""
+    """The sweep's rows that answer its configurations (:func:`helpers.experiments.nb07.study.select_sweep`)."""
     return select_sweep(store(RESULT).frame(), [config for configs in by_pair.values() for config in configs])
 
 
@@ -307,7 +316,7 @@ def verify_trend(frame, slopes: dict) -> str:
 
 def cost_numbers(costs_by_pair, cost_claims) -> dict:
     """The numbers behind the sentence about the cost terms (worded by
-    :func:`helpers.experiments.specdec_sweeps.cost_check`)."""
+    :func:`helpers.experiments.nb07.study.cost_check`)."""
     shared = bool(cost_claims["shared_targets"])
     return {
         "cost_shared": int(shared), "cost_targets": ", ".join(cost_claims["shared_targets"]),
@@ -323,9 +332,7 @@ def cost_numbers(costs_by_pair, cost_claims) -> dict:
 
 
 def print_source_claims(by_source, checks: dict) -> None:
-    """The per-source prose's checks (:func:`helpers.experiments.specdec_sweeps.source_claims`), printed."""
-    from helpers.experiments.specdec_sweeps import correlation_word
-
+    """The per-source prose's checks (:func:`helpers.experiments.nb07.study.source_claims`), printed."""
     expected, measured_order, fast, slow = checks["expected"], checks["measured_order"], checks["fast"], checks["slow"]
     print(f"order of alpha: {' > '.join(measured_order)}; expected {' > '.join(expected)}: "
           f"{'as expected' if measured_order == expected else 'NOT as expected'}")
@@ -353,8 +360,6 @@ def print_source_claims(by_source, checks: dict) -> None:
 
 def source_numbers(by_source, by_source_run: dict, checks: dict) -> dict:
     """The report's numbers of the per-source study."""
-    from helpers.experiments.specdec_sweeps import alpha_speed_inversions, correlation_word
-
     fast, slow, measured_order = checks["fast"], checks["slow"], checks["measured_order"]
     inversions = alpha_speed_inversions(by_source)
     return {
@@ -433,3 +438,6 @@ def tau_shortfall(frame: pd.DataFrame) -> dict:
         "tau_share_low": float(tau_share.min()), "tau_share_high": float(tau_share.max()),
         "tau_short_all": int((tau_share < 1).all()), "tau_short_rows": int((tau_share < 1).sum()),
         "eq5tau_ratio_low": float(with_tau.min()), "eq5tau_ratio_high": float(with_tau.max())}}
+
+
+GPU_PARTS = (notebook_part("07", (RESULT, BY_SOURCE, SAMPLED,), measure),)  # the GPU window measures these rows (helpers.gpu_parts)

@@ -10,7 +10,7 @@ from helpers import plotting
 def plot_by_source(by_source, per_prompt, title: str):
     """Notebook 07's per-source figure: alpha with its bootstrap interval (left) and the speedup with its interval
     and the per-prompt speedups as dots (right), one column per source of a
-    :func:`~helpers.experiments.specdec_sweeps.source_breakdown` frame, in its order.
+    :func:`~helpers.experiments.nb07.study.source_breakdown` frame, in its order.
     ``per_prompt``: the configuration's per-prompt rows."""
     fig, axes = plt.subplots(1, 2, figsize=plotting.figsize(0.4))
     order = list(by_source.index)
