@@ -40,19 +40,23 @@ def test_sweep_summary(params, measured):
     assert numbers["region_points"] == len(found["region"]) == (
         numbers["region_full_above"] + numbers["region_full_within"] + numbers["region_full_below"])
     assert list(numbers)[0] == "region_min" and list(numbers)[-1] == "vs_short_max"
-    assert found["text"].startswith("context >= 2048 and batch >= 8")
+    assert list(found["held"].itertuples(index=False)) and len(found["held"]) == numbers["region_points"]
+    assert found["held"].draft_ratio.min() == numbers["held_c_min"]
+    assert list(found["verify_ends"].index) == list(params["selfspec_contexts"])
+    assert found["verify_ends"].last_batch.loc[512] == numbers["v_short_last"]
+    # the flag the notebook and the report follow is the comparison of the two ends
+    assert numbers["v_grows"] == int((found["verify_ends"].last_batch > found["verify_ends"].first_batch).all())
     # regression: "by -9.13% at worst": the worst miss is a size (its side is eq5_below / eq5_above)
     assert numbers["eq5_worst_error"] >= max(numbers["eq5_mean_error"], numbers["eq5_below_max"]) >= 0
 
 
 def test_window_summary(measured):
-    found = nb11.window_summary(measured["windows"])
-    numbers = found["numbers"]
+    numbers = nb11.window_summary(measured["windows"])
     assert numbers["win_best"] in [int(w) for w in numbers["win_tied"].split(", ")]
     assert numbers["win_tied_min"] <= numbers["win_best"] <= numbers["win_tied_max"]
 
 
-def test_window_row_against_the_grid_point_of_the_same_configuration(capsys):
+def test_window_row_against_the_grid_point_of_the_same_configuration():
     """Regression: two tables showed one configuration at 1.32 and 1.34 with nothing saying they were two runs."""
     import pandas as pd
 
@@ -62,6 +66,7 @@ def test_window_row_against_the_grid_point_of_the_same_configuration(capsys):
     sweep = pd.DataFrame({"context": [4096], "batch": [8], "full_batch_speedup": [1.32], "full_batch_spread": [0.01]})
     check = nb11.window_against_grid(windows, sweep, 64, 4096, 8)
     assert check["within"] and check["window_grid_apart_pct"] == pytest.approx(100 * (1.34 / 1.32 - 1))
-    assert not nb11.window_against_grid(windows.assign(full_batch_spread=0.001), sweep, 64, 4096, 8)["within"]
+    assert (check["here"], check["grid"], check["window_grid_spread_pct"]) == (1.34, 1.32, pytest.approx(6.0))
+    beyond = nb11.window_against_grid(windows.assign(full_batch_spread=0.001), sweep, 64, 4096, 8)
+    assert not beyond["within"] and beyond["window_grid_apart_pct"] > beyond["window_grid_spread_pct"]
     assert nb11.window_against_grid(windows, sweep, 64, 512, 1)["window_grid_compared"] == 0
-    assert "BEYOND" in capsys.readouterr().out

@@ -3,8 +3,8 @@ prints.
 
 :func:`measure` builds every result-store configuration (one per (context, batch) point of the sweep, and the
 window study) and measures only what the store lacks (every point again with ``selfspec_remeasure``). The
-analysis functions take the notebook's frames and return what it prints (``text``) and the numbers the report
-quotes (``numbers``); the measurements themselves live in :mod:`helpers.experiments.nb11.study`.
+analysis functions take the notebook's frames and return the numbers and flags the notebook prints and the report
+quotes, no sentences; the measurements themselves live in :mod:`helpers.experiments.nb11.study`.
 """
 from __future__ import annotations
 
@@ -107,12 +107,16 @@ def sweep_summary(sweep: pd.DataFrame, contexts, gamma: int) -> dict:
     """Section 3: the long-context, large-batch corner where MagicDec's mechanism should show (each speedup against
     1 beyond its own repeat spread), how the speedup and c move with the batch at the longest and the shortest
     context, Eq. 5's error, verification's cost, and what holds the speedup back (c against a full step at the
-    shortest context, T_V/T_T).
-    Returns ``region`` (to display), ``long_ctx``, ``long_rows``, ``long_rises`` (section 5 reads them), ``text``
-    and ``numbers``."""
+    shortest context, T_V/T_T). Returns frames to display (``region``; ``held``: the corner's points with c against
+    the short-context step and Eq. 5 with T_V = T_T; ``verify_ends``: T_V/T_T at the smallest and the largest batch
+    per context), ``long_ctx``, ``long_rows``, ``long_rises`` (section 5 reads them) and ``numbers`` (the notebook's
+    sentences and the report choose their words from its flags)."""
     v = _sweep_values(sweep, contexts, gamma)
-    return {"region": v["region"], "long_ctx": v["long_ctx"], "long_rows": v["long_rows"],
-            "long_rises": v["long_rises"], "text": _sweep_text(v, contexts), "numbers": _sweep_numbers(v)}
+    held = v["held_rows"].assign(vs_short=v["vs_short"])[["context", "batch", "draft_ratio", "c_short_step",
+                                                         "vs_short", "verify_ratio", "eq5_if_v1"]]
+    ends = pd.DataFrame(v["verify_ends"], index=["first_batch", "last_batch"]).T.rename_axis("context")
+    return {"region": v["region"], "held": held, "verify_ends": ends, "long_ctx": v["long_ctx"],
+            "long_rows": v["long_rows"], "long_rises": v["long_rises"], "numbers": _sweep_numbers(v)}
 
 
 def _sweep_values(sweep: pd.DataFrame, contexts, gamma: int) -> dict:
@@ -154,54 +158,6 @@ def _sweep_values(sweep: pd.DataFrame, contexts, gamma: int) -> dict:
             "draft_kv_tokens": int(sweep.window.iloc[0] + sweep.sinks.iloc[0]),
             "verify_costly": bool(len(held_rows) and held_rows.verify_ratio.min() >= 1.2),
             "best": sweep.loc[sweep.full_batch_speedup.idxmax()]}
-
-
-def _sweep_text(v: dict, contexts) -> str:
-    region, count, sweep, worst, tail = v["region"], v["count"], v["sweep"], v["worst"], v["tail"]
-    long_ctx, short_ctx, long_rows, short_rows = v["long_ctx"], v["short_ctx"], v["long_rows"], v["short_rows"]
-    lines = [
-        f"context >= 2048 and batch >= 8: self-speculation {region.full_batch_speedup.min():.2f}x to "
-        f"{region.full_batch_speedup.max():.2f}x over batched AR at full batch; whole run {region.speedup.min():.2f}x to "
-        f"{region.speedup.max():.2f}x",
-        f"beyond each point's repeat spread: full batch {count('full_vs_ar', 'above')} of {len(region)} above 1, "
-        f"{count('full_vs_ar', 'within')} within the noise, {count('full_vs_ar', 'below')} below; whole run "
-        f"{count('run_vs_ar', 'above')} above ({v['run_above'] or 'none'}; only the "
-        f"{max(contexts)}-token points: {v['run_above_long_only']}), {count('run_vs_ar', 'within')} within, "
-        f"{count('run_vs_ar', 'below')} below",
-        f"context {long_ctx}: full-batch speedup {long_rows.full_batch_speedup.iloc[0]:.2f}x at batch "
-        f"{long_rows.batch.iloc[0]} -> {long_rows.full_batch_speedup.iloc[-1]:.2f}x at batch {long_rows.batch.iloc[-1]} "
-        f"(rises: {v['long_rises']}); context {short_ctx}: {short_rows.full_batch_speedup.iloc[0]:.2f}x -> "
-        f"{short_rows.full_batch_speedup.iloc[-1]:.2f}x (falls: {v['short_falls']})",
-        f"c = T_D/T_T at context {long_ctx}: {long_rows.draft_ratio.iloc[0]:.3f} (batch {long_rows.batch.iloc[0]}) -> "
-        f"{long_rows.draft_ratio.iloc[-1]:.3f} (batch {long_rows.batch.iloc[-1]}); at context {short_ctx}: "
-        f"{short_rows.draft_ratio.iloc[0]:.3f} -> {short_rows.draft_ratio.iloc[-1]:.3f}",
-        f"Eq. 5 with the measured terms: mean |error| {sweep.eq5_error_pct.abs().mean():.1f}%, worst "
-        f"{worst.eq5_error_pct:+.1f}% at context {worst.context}, batch {worst.batch}; below the measured speedup at "
-        f"{int((sweep.eq5_error_pct < 0).sum())} of {len(sweep)} points (by up to "
-        f"{max(0.0, -sweep.eq5_error_pct.min()):.1f}%), above it at {int((sweep.eq5_error_pct > 0).sum())}",
-        f"T_V/T_T over the grid: {sweep.verify_ratio.min():.2f} .. {sweep.verify_ratio.max():.2f} (above one decode step "
-        f"everywhere: {v['verify_above_step']}); batch {long_rows.batch.iloc[0]} -> {long_rows.batch.iloc[-1]}: "
-        + ", ".join(f"{ctx}: {first:.2f} -> {last:.2f}" for ctx, (first, last) in v["verify_ends"].items())
-        + f" (higher at the largest batch at every context: {v['verify_grows']})",
-        f"context {long_ctx}: a round costs gamma c + T_V/T_T = {v['round_first']:.2f} T_T at batch "
-        f"{long_rows.batch.iloc[0]} and {v['round_last']:.2f} at batch {long_rows.batch.iloc[-1]} (falls: "
-        f"{v['round_last'] < v['round_first']}): c falls from {long_rows.draft_ratio.iloc[0]:.2f} to "
-        f"{long_rows.draft_ratio.iloc[-1]:.2f} while T_V/T_T goes from {long_rows.verify_ratio.iloc[0]:.2f} to "
-        f"{long_rows.verify_ratio.iloc[-1]:.2f}",
-        f"context {short_ctx}: c {short_rows.draft_ratio.min():.2f} .. {short_rows.draft_ratio.max():.2f} over the "
-        f"batches (within 15% of a full step everywhere: {v['short_c_near_one']}) although KV/weights reaches "
-        f"{short_rows.kv_weight_ratio.max():.1f} at batch {short_rows.batch.iloc[-1]}",
-        f"the whole run is slower than the full batch by {tail.min():.2f}x .. {tail.max():.2f}x: the batch ran up to "
-        f"{sweep.straggler.max():.2f}x the rounds of its mean row, its slowest rows finishing on a shrinking batch"]
-    lines += [f"  L={r.context}, B={r.batch}: c = {r.draft_ratio:.2f} against a full step at short context "
-              f"T_T({short_ctx}, B)/T_T(L, B) = {r.c_short_step:.2f}; T_V/T_T = {r.verify_ratio:.2f}; with T_V = T_T "
-              f"Eq. 5 would give {r.eq5_if_v1:.2f}x"
-              for r in v["held_rows"].itertuples()]
-    lines.append(f"c / the short-context step at those points: {v['vs_short'].min():.2f} .. {v['vs_short'].max():.2f} "
-                 f"(median within 30% either way: {v['c_near_short_step']}; the draft reads {v['draft_kv_tokens']} "
-                 f"tokens of KV, that step {short_ctx}); T_V/T_T >= 1.2 there (verification costs more than a step): "
-                 f"{v['verify_costly']}")
-    return "\n".join(lines)
 
 
 def _sweep_numbers(v: dict) -> dict:
@@ -247,40 +203,30 @@ def _sweep_numbers(v: dict) -> dict:
 
 def window_summary(windows: pd.DataFrame) -> dict:
     """Section 4: α and c from the smallest to the largest window, the fastest window, and the windows within the
-    repeats' spread of it (the best window cannot be named among those)."""
+    repeats' spread of it (the best window cannot be named among those): the numbers the notebook prints."""
     best_window = windows.loc[windows.full_batch_speedup.idxmax()]
     tied = pd.Series(tied_with_best(windows.full_batch_speedup, windows.full_batch_spread), index=windows.index)
     tied_windows = windows[tied].window.tolist()
     smallest, largest = windows.iloc[0], windows.iloc[-1]
-    text = (f"alpha {smallest.alpha:.3f} [{smallest.alpha_low:.3f}, {smallest.alpha_high:.3f}] at window "
-            f"{smallest.window} -> {largest.alpha:.3f} [{largest.alpha_low:.3f}, {largest.alpha_high:.3f}] at window "
-            f"{largest.window}; c {smallest.draft_ratio:.3f} -> {largest.draft_ratio:.3f}; fastest: window "
-            f"{best_window.window} at {best_window.full_batch_speedup:.2f}x (full batch); within the repeats' spread "
-            f"of it: windows {tied_windows} ({windows[tied].full_batch_speedup.min():.2f}x .. "
-            f"{best_window.full_batch_speedup:.2f}x)")
-    numbers = {"win_small": int(smallest.window), "win_large": int(largest.window), "win_alpha_small": smallest.alpha,
-               "win_alpha_large": largest.alpha, "win_c_small": smallest.draft_ratio,
-               "win_c_large": largest.draft_ratio, "win_best": int(best_window.window),
-               "win_best_speedup": best_window.full_batch_speedup, "win_tied": ", ".join(map(str, tied_windows)),
-               "win_tied_count": len(tied_windows), "win_tied_min": min(tied_windows),
-               "win_tied_others": ", ".join(str(w) for w in tied_windows if w != int(best_window.window)),
-               "win_tied_max": max(tied_windows), "win_tied_low": windows[tied].full_batch_speedup.min()}
-    return {"text": text, "numbers": numbers}
+    return {"win_small": int(smallest.window), "win_large": int(largest.window), "win_alpha_small": smallest.alpha,
+            "win_alpha_large": largest.alpha, "win_c_small": smallest.draft_ratio,
+            "win_c_large": largest.draft_ratio, "win_best": int(best_window.window),
+            "win_best_speedup": best_window.full_batch_speedup, "win_tied": ", ".join(map(str, tied_windows)),
+            "win_tied_count": len(tied_windows), "win_tied_min": min(tied_windows),
+            "win_tied_others": ", ".join(str(w) for w in tied_windows if w != int(best_window.window)),
+            "win_tied_max": max(tied_windows), "win_tied_low": windows[tied].full_batch_speedup.min()}
 
 
 def window_against_grid(windows: pd.DataFrame, sweep: pd.DataFrame, window: int, context: int, batch: int) -> dict:
     """The window study's row at the grid's window against the grid's row at the same context and batch: two runs
-    of one configuration (printed). ``within``: their full-batch speedups differ by no more than the larger of the
-    two rows' repeat spreads (relative)."""
+    of one configuration. ``within``: their full-batch speedups differ by no more than the larger of the two rows'
+    repeat spreads (relative); ``window_grid_compared`` 0 (and ``within`` True) where the grid lacks the point."""
     mine = windows[windows.window == window]
     grid = sweep[(sweep.context == context) & (sweep.batch == batch)]
     if mine.empty or grid.empty:
-        print(f"no grid point at window {window}, context {context}, batch {batch}: nothing to compare")
         return {"window_grid_compared": 0, "within": True}
     a, b = mine.iloc[0], grid.iloc[0]
     apart = abs(a.full_batch_speedup / b.full_batch_speedup - 1)
     spread = max(a.full_batch_spread, b.full_batch_spread)
-    print(f"window {window} at {context} tokens, batch {batch}: full batch {a.full_batch_speedup:.3f}x here, "
-          f"{b.full_batch_speedup:.3f}x in the grid ({apart:.1%} apart; repeats' spread up to {spread:.1%}): "
-          + ("within it" if apart <= spread else "BEYOND it"))
-    return {"window_grid_compared": 1, "within": bool(apart <= spread), "window_grid_apart_pct": 100 * apart}
+    return {"window_grid_compared": 1, "within": bool(apart <= spread), "window_grid_apart_pct": 100 * apart,
+            "window_grid_spread_pct": 100 * spread, "here": a.full_batch_speedup, "grid": b.full_batch_speedup}

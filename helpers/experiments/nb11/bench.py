@@ -36,8 +36,7 @@ def run(args) -> dict:
     model = minimal_view(hf_model)
     print(f"{args.model}: gamma {args.gamma}, window {args.window} + {args.sinks} sinks, {args.max_new_tokens} new "
           f"tokens, {args.repeats} repeats, {torch.get_num_threads()} threads")
-    print("speedup over batched AR: 'full' while every row decodes (steady state, Eq. 5 predicts it), 'run' every "
-          "row to the last token (the batch waits for its slowest row)")
+    print("speedups over batched AR. full: while every row decodes; run: to the slowest row")
     print(f"{'context':>8}{'batch':>6}{'KV/W':>7}{'T_T ms':>8}{'full':>8}{'spread':>8}{'Eq.5':>7}{'run':>7}"
           f"{'alpha':>7}{'tau':>6}{'c':>7}{'v':>7}{'same':>6}")
     figures, rows = {"full_batch_speedup": {}, "eq5_speedup": {}, "speedup": {}}, []
