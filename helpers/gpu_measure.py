@@ -40,7 +40,6 @@ model shape (regional compilation) inside them; ``--modes eager graphs`` leaves 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import shutil
 import sys
@@ -49,31 +48,14 @@ from pathlib import Path
 
 import torch
 
-from helpers import gpu_window, paths
-from helpers.experiments import gpu_costs
+from helpers import gpu_parts, gpu_window, paths
 from helpers.experiments.nb09 import decode_modes, step_profile
 from helpers.experiments.gpu_costs import (CPU_PAIRS, DECODE_MODES, EQ5_ALPHAS, EQ5_CONTEXT, EQ5_DTYPE, EQ5_GAMMAS,
                                           EQ5_REPEATS, HANDOUT_PAIRS)
 from helpers.budget import Budget, BudgetExhausted, BudgetStore
 
-PARTS = ("01", "decode", "eq5", "peers", "06", "graphs", "profile", "02", "03", "12", "07", "09", "13", "10", "11")  # the window's priority order
-PART_FILES = {  # the result files each part writes (at most 8 come back per command)
-    "01": ["01_gpu_memory_math"],
-    "02": ["02_generation_benchmarks"],
-    "03": ["03_kv_cache_benchmarks"],
-    "06": ["06_forward_pass_scaling"],
-    "07": ["07_speculative_decoding", "07_speculative_decoding_by_source", "07_speculative_decoding_sampled"],
-    "09": ["09_speedup_analysis"],
-    "decode": ["09_decode_modes"],
-    "peers": ["09_decode_modes"],
-    "eq5": ["09_handout_costs"],
-    "graphs": ["09_compiled_decode"],
-    "profile": ["09_step_profile"],
-    "12": ["12_draft_design"],
-    "13": ["13_drafting_from_the_target"],
-    "10": ["10_tree_and_lookup_decoding"],
-    "11": ["11_long_context_self_speculation"],
-}
+# the window's priority order over the parts the notebook packages declare (helpers.gpu_parts)
+PARTS = ("01", "decode", "eq5", "peers", "06", "graphs", "profile", "02", "03", "12", "07", "09", "13", "10", "11")
 PART_START_S = 20.0  # what a part's first step is assumed to take (a model load and one configuration)
 MAX_FILES = 8
 MAX_FILE_BYTES = 16 * 2**20
@@ -87,25 +69,15 @@ DRY_EQ5 = {"pairs": [["cpu/Qwen3-8B", "cpu/Qwen3-0.6B"]], "gammas": [2, 3], "con
 
 # ------------------------------------------------------------------------------------------------------ parts
 
-PART_MODULES = {"01": "nb01", "02": "nb02", "03": "nb03", "06": "nb06", "07": "nb07", "09": "nb09", "10": "nb10",
-                "11": "nb11", "12": "nb12", "13": "nb13"}
-
-
 def run_part(part: str, params: dict, store, eq5: dict) -> None:
-    """Measure a part's missing rows: a notebook's own ``helpers.experiments.nbNN.measure`` (its configurations are
-    written once, there), or the eq5/graphs cost terms (:mod:`helpers.experiments.gpu_costs`)."""
-    if part == "decode":  # each handout model's decode step in every mode, beside transformers' own decoding
-        decode_modes.measure(params, store, {**eq5["decode"], "modes": eq5["modes"]}, fatal=(BudgetExhausted,))
-    elif part == "peers":  # transformers' eager and compiled static-cache decoding of the 8B targets
-        decode_modes.measure_peers(params, store, eq5["decode"], fatal=(BudgetExhausted,))
-    elif part == "eq5":  # the handout pairs in bf16, random weights, eager, as CUDA graphs and compiled
-        gpu_costs.measure_eq5(params, store(gpu_costs.COSTS), eq5, eq5["pairs"], "random", fatal=(BudgetExhausted,))
-    elif part == "graphs":  # the CPU pair on the GPU: cost terms eager and as graphs, then end to end
-        gpu_costs.measure_graphs(params, store, eq5, fatal=(BudgetExhausted,))
-    elif part == "profile":  # where a decode step's time goes: kernel time, idle gaps, kernel families
-        step_profile.measure_profiles(params, store, eq5, fatal=(BudgetExhausted,))
-    else:
-        importlib.import_module(f"helpers.experiments.{PART_MODULES[part]}").measure(params, store, progress=False)
+    """Measure a part's missing rows by its declaration (:class:`helpers.gpu_parts.Part`)."""
+    gpu_parts.declared()[part].measure(params, store, eq5)
+
+
+def part_files(parts) -> list[str]:
+    """The result files the parts write, each once (decode and peers share one)."""
+    declared = gpu_parts.declared()
+    return list(dict.fromkeys(name for part in parts for name in declared[part].files))
 
 
 # ------------------------------------------------------------------------------------------------------ driver
@@ -184,7 +156,7 @@ def run(profile: str, out: Path, only=None, dry_run: bool = False, budget_s: flo
 
 def _run(params: dict, eq5: dict, parts: list, out: Path, dry_run: bool, budget_s: float | None,
          archived: bool) -> dict:
-    files = list(dict.fromkeys(f for part in parts for f in PART_FILES[part]))  # (decode and peers share a file)
+    files = part_files(parts)
     if not dry_run:
         seed_outputs(params["profile"], out, files)
     BudgetStore.budget = Budget(budget_s, margin=5.0 if dry_run else 30.0, part_start=0.0 if dry_run else PART_START_S)

@@ -272,10 +272,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"results of {profile}: {info['rows']} rows from {', '.join(info['devices'])}, threads "
           f"{info['threads']}, {info['runs_text']}"
           + (f"; {info['unexplained']} step time(s) differ without a stated reason" if info["unexplained"] else ""))
-    from helpers.experiments.gpu_costs import write_report_tables  # torch and pandas: imported when needed
+    from helpers.gpu_parts import declared  # the notebook packages (torch, pandas): imported when needed
 
-    for line in write_report_tables(profile):  # the GPU window's decode costs: in the report even while notebooks wait
-        print(f"GPU goal: {line}")
+    for part in declared().values():  # the GPU window's tables: in the report even while notebooks wait
+        for line in part.report(profile) if part.report else ():
+            print(f"GPU goal: {line}")
     if not args.no_report:
         pdf = build_report(profile)
         if pdf:

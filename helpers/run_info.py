@@ -80,55 +80,36 @@ def other_sources(profile: str) -> str:
             + "; ".join(found) + ".") if found else ""
 
 
-def _step(notebook, what, seconds, runtime, batch, context, row) -> dict:
+def step_record(notebook, what, seconds, runtime, batch, context, row) -> dict:
+    """One row of the step-time table: a notebook's timing of the CPU target's step and its conditions (each
+    notebook package's ``target_steps`` builds these from its own rows)."""
     return {"notebook": notebook, "what": what, "ms": 1e3 * float(seconds), "runtime": runtime, "batch": int(batch),
             "context": None if context is None else int(context), "threads": row.get("threads"), "run": row.get("run_id")}
 
 
+STEP_PACKAGES = tuple(f"nb{n:02d}" for n in range(1, 14))  # notebook packages that may define target_steps(rows)
+
+
+def target_steps(rows: dict[str, list[dict]]) -> list[dict]:
+    """Every notebook package's timings of the CPU target's one-token decode step (its ``target_steps(rows)``)."""
+    import importlib
+
+    found = []
+    for package in STEP_PACKAGES:
+        try:
+            module = importlib.import_module(f"helpers.experiments.{package}")
+        except ModuleNotFoundError as missing:
+            if missing.name != f"helpers.experiments.{package}":
+                raise
+            continue
+        if hasattr(module, "target_steps"):
+            found += module.target_steps(rows)
+    return found
+
+
 def target_step_times(rows: dict[str, list[dict]]) -> pd.DataFrame:
     """The CPU target's one-token decode step as each notebook measured it, with its conditions."""
-    found = []
-    for row in rows.get("04_kv_cache_implementation", []):
-        if row.get("experiment") == "step_cost_vs_position" and row.get("model") == TARGET:
-            for position, seconds in zip(row["cached_positions"], row["cached_s"]):
-                if position == 64:
-                    found.append(_step("04", "cached step at position 64", seconds, "minimal", 1, 64, row))
-    for row in rows.get("06_forward_pass_scaling", []):
-        if row.get("measure") == "verify" and row.get("model") == TARGET and row.get("new_tokens") == 1:
-            found.append(_step("06", "1-token forward (T_V(0))", row.get("time_s_median", row["time_s_mean"]),
-                               "transformers", 1, row["prefix_len"], row))  # the median, as notebook 06 quotes it
-    for row in rows.get("07_speculative_decoding", []):
-        if row.get("target") == TARGET and row.get("T_T_s") and row.get("gamma") == min(
-                r["gamma"] for r in rows["07_speculative_decoding"] if r.get("draft") == row.get("draft")):
-            found.append(_step("07", f"T_T (pair with {row['draft'].split('/')[-1]})", row["T_T_s"],
-                               row.get("runtime", "minimal"), 1, row.get("context_len"), row))
-    for row in rows.get("09_speedup_analysis", []):
-        if row.get("target") == TARGET and row.get("kind") == "costs":
-            found.append(_step("09", "T_T", row["T_T"], row.get("runtime", "minimal"), 1, row["context_len"], row))
-        if row.get("target") == TARGET and row.get("kind") == "batched":
-            found.append(_step("09", f"T_T at batch {row['batch_size']}", row["T_T"], "minimal, ragged batch",
-                               row["batch_size"], row["prompt_len"], row))
-    for row in rows.get("12_draft_design", []):
-        costs = row.get("costs")
-        if row.get("target") == TARGET and isinstance(costs, dict) and costs.get("T_T"):
-            found.append(_step("12", f"T_T (with {str(row.get('draft', '')).split('/')[-1]})", costs["T_T"],
-                               costs.get("runtime", "minimal"), 1, row.get("context_len"), row))
-    for row in rows.get("10_tree_and_lookup_decoding", []):
-        if row.get("kind") == "costs" and row.get("T_T"):
-            found.append(_step("10", "T_T", row["T_T"], row.get("runtime", "minimal"), 1, row["context_len"], row))
-    for row in rows.get("05_continuous_batching", []):
-        if row.get("experiment") == "step_time" and row.get("model") == TARGET:
-            for point in row["rows"]:  # the engine's decode step (minimal runtime, ragged cache) after a 64-token prompt
-                found.append(_step("05", f"step at batch {point['batch']}", point["step_s"], "minimal, ragged batch",
-                                   point["batch"], row.get("prompt_len", 64), row))
-    for row in rows.get("11_long_context_self_speculation", []):
-        if row.get("kind") == "speedup" and row.get("model") in SAME_SHAPE and row.get("batch") == 1:
-            found.append(_step("11", f"AR step of {row['model'].split('/')[-1]}", row["ar_step_s"], "minimal", 1,
-                               row["context"], row))
-    for row in rows.get("13_drafting_from_the_target", []):
-        if row.get("kind") == "costs" and row.get("target") == TARGET and row.get("T_T"):
-            found.append(_step("13", "T_T", row["T_T"], row.get("runtime", "minimal"), 1, row.get("context_len"), row))
-    return pd.DataFrame(found)
+    return pd.DataFrame(target_steps(rows))
 
 
 def same_conditions_spread(steps: pd.DataFrame) -> float:

@@ -8,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-from helpers import gpu_measure, paths
+from helpers import gpu_measure, gpu_parts, paths
 from helpers.experiments import gpu_costs
 from helpers.results import MissingResultError, ResultStore
 
@@ -36,8 +36,8 @@ def test_dry_run_measures_every_part_into_the_notebooks_files(dry):
     # about a minute of small models, plus inductor's first compiles of the compiled mode (about 30 s in a fresh
     # process; a warm cache of compiled kernels makes them seconds)
     assert seconds < 120, f"the dry run should take under two minutes, took {seconds:.0f} s"
-    for part, names in gpu_measure.PART_FILES.items():
-        for name in names:
+    for part, declared in gpu_parts.declared().items():
+        for name in declared.files:
             found = rows(out, name)
             assert found, f"part {part} wrote no row to {name}.jsonl"
             assert all(row["status"] == "ok" and row["device"] == "cpu" for row in found), name
@@ -461,3 +461,29 @@ def test_floor_captions_name_the_decode_bytes(tmp_path, monkeypatch):
            "T_D": 0.003, "c": 0.43, "target": "t", "draft": "d", "verify_ratio": {"2": 1.1}}
     share = gpu_costs.cost_table([row])["roofline share"].iloc[0]
     assert share == pytest.approx(15.2e9 / gpu_costs.memory_bandwidth("NVIDIA H200") / 0.007)
+
+
+def test_every_part_is_one_declaration_in_the_package_of_the_notebook_it_feeds():
+    """Issue 42: a GPU measurement is one ``Part`` in its notebook's package; the window orders every declared part
+    and nothing else, and each part's files are named after the notebook whose package declares it."""
+    import importlib
+
+    declared = gpu_parts.declared()
+    assert sorted(declared) == sorted(gpu_measure.PARTS)
+    for package in gpu_parts.NOTEBOOK_PACKAGES:
+        try:
+            module = importlib.import_module(f"helpers.experiments.{package}")
+        except ModuleNotFoundError:
+            continue
+        for part in getattr(module, "GPU_PARTS", ()):
+            assert part.files and all(name.startswith(package[2:] + "_") for name in part.files), (package, part)
+    assert gpu_measure.part_files(["decode", "peers"]) == ["09_decode_modes"]  # a shared file counted once
+
+
+def test_a_declared_part_is_measured_by_the_window_without_editing_gpu_measure(tmp_path, monkeypatch):
+    seen = []
+    part = gpu_parts.Part("new", ("06_forward_pass_scaling",), lambda params, store, settings: seen.append(params))
+    monkeypatch.setattr(gpu_parts, "declared", lambda: {**{p: None for p in gpu_measure.PARTS}, "new": part})
+    monkeypatch.setattr(gpu_measure, "PARTS", gpu_measure.PARTS + ("new",))
+    summary = gpu_measure.run(PROFILE, tmp_path, only=["new"], dry_run=True, budget_s=600)
+    assert summary["parts_done"] == ["new"] and len(seen) == 1

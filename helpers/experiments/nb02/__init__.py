@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from helpers.gpu_parts import notebook_part
 from helpers.experiments.common import check_budget
 from helpers.generation import sweeps as gb
 from helpers.generation.loading import load_for_sweep
@@ -106,68 +107,65 @@ def measure(params: dict, store, progress: bool = True) -> None:
 # ------------------------------------------------------------------------------------------ what the notebook prints
 
 
-def first_timed_text(rows: list[dict], noise: list[int]) -> str:
+def first_timed(rows: list[dict], noise: list[int]) -> bool:
     """Whether the input lengths flagged as noise were the first configurations the sweep timed (a machine still
     settling), from the rows' timestamps."""
     timed = [r["input_len"] for r in sorted((r for r in rows if r["status"] == "ok"), key=lambda r: r["timestamp"])]
-    first = sorted(noise) == sorted(timed[:len(noise)])
-    return (f"The flagged points were {'the first' if first else 'not the first'} {len(noise)} configurations "
-            f"this sweep timed (row timestamps).")
+    return sorted(noise) == sorted(timed[:len(noise)])
 
 
-def compare_numbers(params: dict, measured, verdicts: dict, overlap_text: str) -> dict:
+def compare_numbers(params: dict, measured, verdicts: dict, overlaps: list[str]) -> dict:
     """The report's numbers of §1.3.3: the slowest against the fastest model (time, parameter and layer ratios),
-    the ordering, which features explain it (``verdicts``: :func:`helpers.experiments.nb02.report.feature_verdicts`) and
+    the ordering and the neighbours whose ranges overlap (``overlaps``: :func:`report.overlaps`), which features
+    explain it (``verdicts``: :func:`report.feature_verdicts`; for vocabulary, bytes per step and KV heads the
+    verdict 0/1/2 and its pair of models, ``gen{Vocab,Bytes,Kv}{Explains,A,B,AValue,BValue,ATime,BTime}``) and
     the KV cache's share of the bytes a decode step reads."""
     fastest, slowest = measured.iloc[0], measured.iloc[-1]
-    kv_shares = ", ".join(f"{v:.0%} for {k}" for k, v in zip(measured["model"], measured["KV share of bytes"]))
-    return dict(genVocabVerdict=verdicts["verdicts"]["vocab"]["text"],
-                genBytesVerdict=verdicts["verdicts"]["bytes per step (MB)"]["text"],
-                genBytesExplains=int(verdicts["verdicts"]["bytes per step (MB)"]["explains"]),
-                genParamsExplain=int(verdicts["verdicts"]["parameters"]["explains"]),
-                genKvVerdict=verdicts["verdicts"]["KV heads"]["text"], genKvShares=kv_shares,
-                genCmpTimeRatio=slowest["time"] / fastest["time"],
-                genCmpParamRatio=slowest["parameters"] / fastest["parameters"],
-                genCmpLayerRatio=slowest["layers"] / fastest["layers"],
-                genCmpFastest=fastest["model"], genCmpSlowest=slowest["model"],
-                genCmpOrder=", ".join(measured["model"]), genCmpExplainedBy=verdicts["explained_by"],
-                genCmpOverlapText=overlap_text, genCmpInputLen=params["gen_compare_input_len"],
-                genCmpNewTokens=params["gen_compare_new_tokens"])
+    numbers = {}
+    for key, feature in (("Vocab", "vocab"), ("Bytes", "bytes per step (MB)"), ("Kv", "KV heads")):
+        v = verdicts["verdicts"][feature]
+        numbers.update({f"gen{key}Explains": v["explains"], **{f"gen{key}{k}": v.get(name, "--") for k, name in (
+            ("A", "a"), ("B", "b"), ("AValue", "a_value"), ("BValue", "b_value"), ("ATime", "a_time"),
+            ("BTime", "b_time"))}})
+    return numbers | dict(
+        genParamsExplain=int(bool(verdicts["verdicts"]["parameters"]["explains"])),
+        genKvShares=", ".join(f"{v:.0%} for {k}" for k, v in zip(measured["model"], measured["KV share of bytes"])),
+        genCmpTimeRatio=slowest["time"] / fastest["time"],
+        genCmpParamRatio=slowest["parameters"] / fastest["parameters"],
+        genCmpLayerRatio=slowest["layers"] / fastest["layers"],
+        genCmpFastest=fastest["model"], genCmpSlowest=slowest["model"], genCmpOrder=", ".join(measured["model"]),
+        genCmpExplainedBy=", ".join(verdicts["explaining"]) or "none",
+        genCmpExplainingCount=len(verdicts["explaining"]), genCmpSeparated=verdicts["n_separated"],
+        genCmpPairs=verdicts["n_pairs"], genCmpOverlaps="; ".join(overlaps) or "--",
+        genCmpOverlapCount=len(overlaps), genCmpInputLen=params["gen_compare_input_len"],
+        genCmpNewTokens=params["gen_compare_new_tokens"])
 
 
 def prefill_check(input_rows: list[dict], output_rows: list[dict]) -> dict:
     """The input sweep's split of a generation into decode steps (the time at the shortest input) and prefill (the
     rest), checked where the output sweep measured a one-token generation at an input length the input sweep also
-    ran: that generation is a prefill and nothing more (printed). The split overstates the prefill beyond the noise
-    only if even its smallest value within the rows' min-max times (the longer input's fastest batch minus the
-    shortest input's slowest) exceeds the one-token generation's slowest batch; the excess is then what the decode
-    steps cost more at the longer context. The report's numbers (``genPrefillChecked`` 0 where the sweeps share no
-    such point)."""
+    ran: that generation is a prefill and nothing more. The split overstates the prefill beyond the noise
+    (``genPrefillOverstated``) only if even its smallest value within the rows' min-max times (the longer input's
+    fastest batch minus the shortest input's slowest) exceeds the one-token generation's slowest batch; the excess
+    is then what the decode steps cost more at the longer context. The report's numbers (``genPrefillChecked`` 0
+    where the sweeps share no such point)."""
     ok_in = {r["input_len"]: r for r in input_rows if r.get("status") == "ok"}
     single = [r for r in output_rows if r.get("status") == "ok" and r["new_tokens"] == 1 and r["input_len"] in ok_in]
     if not single or len(ok_in) < 2:
-        print("no one-token generation at an input length of the input sweep: the prefill split is not checked")
         return {"genPrefillChecked": 0}
     one, at, shortest = single[0], ok_in[single[0]["input_len"]], ok_in[min(ok_in)]
     split = at["time_s_median"] - shortest["time_s_median"]
     split_low, split_high = at["time_s_min"] - shortest["time_s_max"], at["time_s_max"] - shortest["time_s_min"]
     direct = one["time_s_median"]
-    overstated = split_low > one["time_s_max"]
-    per_step_ms = 1e3 * (split - direct) / at["new_tokens"]
-    print(f"prefill at {one['input_len']} input tokens: {split:.3f} s by the input sweep's split ({split_low:.3f} to "
-          f"{split_high:.3f} s within the rows' min-max times), {direct:.3f} s measured alone (a one-token generation, "
-          f"{one['time_s_min']:.3f} to {one['time_s_max']:.3f} s) -> the split "
-          + (f"overstates it beyond the noise: the {at['new_tokens']} decode steps cost {per_step_ms:.2f} ms more each "
-             f"at that context" if overstated else "does not overstate it beyond the noise"))
     return {"genPrefillChecked": 1, "genPrefillLen": one["input_len"], "genPrefillSplitS": split,
             "genPrefillSplitLowS": split_low, "genPrefillSplitHighS": split_high, "genPrefillDirectS": direct,
-            "genPrefillOverstated": int(overstated), "genPrefillPerStepMs": per_step_ms,
-            "genPrefillMedianAbove": int(split > direct)}
-
+            "genPrefillDirectLowS": one["time_s_min"], "genPrefillDirectHighS": one["time_s_max"],
+            "genPrefillOverstated": int(split_low > one["time_s_max"]), "genPrefillSteps": at["new_tokens"],
+            "genPrefillPerStepMs": 1e3 * (split - direct) / at["new_tokens"], "genPrefillMedianAbove": int(split > direct)}
 
 
 def checked_crossover(found_in: dict) -> dict:
-    """The measured crossover of :func:`helpers.experiments.nb02.report.input_findings`, checked to be what it says: the
+    """The measured crossover of :func:`report.input_findings`, checked to be what it says: the
     bracketing lengths are neighbours among the clean lengths, the prefill (time minus the time at the shortest
     input) is below the decode time at the lower one and at least it at the upper one. (The fitted line's crossover
     only describes.)"""
@@ -180,3 +178,6 @@ def checked_crossover(found_in: dict) -> dict:
                 and cross["low"] <= cross["crossover"] <= cross["high"]):
             raise ValueError(f"the bracket {cross['low']}-{cross['high']} does not hold the crossover: {cross}")
     return cross
+
+
+GPU_PARTS = (notebook_part("02", (RESULT,), measure),)  # the GPU window measures these rows (helpers.gpu_parts)

@@ -10,6 +10,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from helpers.gpu_parts import notebook_part
 from helpers import models
 from helpers.experiments.common import check_budget, seed_and_threads
 from helpers.generation.loading import load_for_sweep
@@ -327,3 +328,6 @@ def times_report(table) -> tuple[pd.DataFrame, bool]:
     if not extrapolated:
         report = report.drop(columns=["no-cache extrapolated"])
     return report.rename(columns={"new_tokens": "new tokens"}), extrapolated
+
+
+GPU_PARTS = (notebook_part("03", (RESULT,), measure),)  # the GPU window measures these rows (helpers.gpu_parts)

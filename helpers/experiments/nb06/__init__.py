@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from helpers.gpu_parts import notebook_part
+from helpers.run_info import TARGET, step_record
 from helpers.experiments.common import check_budget
 from helpers.generation import sweeps as gb
 from helpers.generation.loading import load_for_sweep
@@ -399,3 +401,14 @@ def mark_remeasure(table, rows: list[dict], faster: list[int]):
     status = list(table["status"]) if "status" in table else [r["status"] for r in rows]
     status = ["faster than the first B: to re-measure" if r["batch_size"] in faster else s for r, s in zip(rows, status)]
     return table.drop(columns=[c for c in table if c.startswith("time / time(")]).assign(status=status)
+
+
+GPU_PARTS = (notebook_part("06", (RESULT,), measure),)  # the GPU window measures these rows (helpers.gpu_parts)
+
+
+def target_steps(rows: dict) -> list[dict]:
+    """The 1-token verify forward, T_V(0), by its median as notebook 06 quotes it (run-info page)."""
+    return [step_record("06", "1-token forward (T_V(0))", row.get("time_s_median", row["time_s_mean"]), "transformers", 1,
+                        row["prefix_len"], row)
+            for row in rows.get(RESULT, [])
+            if row.get("measure") == "verify" and row.get("model") == TARGET and row.get("new_tokens") == 1]

@@ -26,8 +26,8 @@ def profile_rows(notebook: str, profile: str, *, say: str = "") -> pd.DataFrame:
 
 def sweep_rows(profile: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Notebook 07's sweep rows of every profile, and this profile's (an error without them)."""
-    runs = profile_rows("07_speculative_decoding", profile, say=f"no notebook 07 results for profile {profile!r} in "
-                        "this run's output root: using the committed ones")
+    runs = profile_rows("07_speculative_decoding", profile, say=f"notebook 07: the committed rows (none for {profile!r} "
+                        "in this output root)")
     own = runs[runs["profile"] == profile] if not runs.empty else runs
     if own.empty:
         raise MissingResultError(f"no notebook 07 results for profile {profile!r}: run notebook 07 first "
@@ -46,12 +46,11 @@ def tie_tolerance(own: pd.DataFrame) -> float:
 
 
 def print_best_worst(own: pd.DataFrame, tolerance: float) -> pd.DataFrame:
-    """The best and the worst configuration among the rows with a handout gamma, and what is tied with each."""
+    """The best and the worst configuration among the rows with a handout gamma, and what is tied with each within
+    ``tolerance`` (the run-to-run spread of T_T and of AR), printed as a table."""
     chosen = best_and_worst(own, tolerance=tolerance)  # among the rows flagged handout_gamma (gamma in {2, 3, 5, 7})
-    for _, row in chosen.iterrows():
-        print(f"{row['which']}: {describe_ties(row['ties'])}, within {tolerance:.1%} (run-to-run spread of T_T and "
-              f"of AR) of the {row['which']} -> " + ("a single configuration" if row["n_tied"] == 1 else
-                                       f"{row['n_tied']} configurations, indistinguishable in one run"))
+    shown = chosen.assign(tied_with=chosen["ties"].map(describe_ties))
+    print(shown[["which", "draft", "gamma", "speedup", "n_tied", "tied_with"]].to_string(index=False))
     return chosen
 
 
@@ -103,36 +102,32 @@ def measured_best_worst(chosen: pd.DataFrame, runs: pd.DataFrame, own: pd.DataFr
     devices = list(dict.fromkeys(measured["device_name"]))  # this profile's device first, then the GPUs
     measured = measured.rename(columns={"device_name": "device"})
     print(measured.round(3).to_string(index=False))
-    print(f"\n§4.4 rows: {len(own)} configurations on {own['device_name'].iloc[0]}; devices with the best/worst rows: "
-          f"{', '.join(devices)}" + ("" if len(devices) > 1 else
-                                     " (no second device has run them: no measured GPU comparison yet)"))
+    print("devices with the best/worst rows:", ", ".join(devices))
     return measured, devices
 
 
 def run_lengths(measured: pd.DataFrame) -> dict:
-    """Table 3's run length per device (prompts x new tokens per prompt), and whether the devices' runs differ in
-    length (``t3_len_differs``): a greedy run's alpha depends on the tokens it generates, so runs of different
-    length are the same (target, draft, gamma), not the same workload. Printed."""
+    """Whether Table 3's devices ran different lengths (prompts x new tokens per prompt, printed per device;
+    ``t3_len_differs``): a greedy run's alpha depends on the tokens it generates, so runs of different length are the
+    same (target, draft, gamma), not the same workload."""
     lengths = measured.groupby("device", sort=False)[["prompts", "new tokens"]].first()
-    text = "; ".join(f"{d}: {int(r['prompts'])} prompts x {int(r['new tokens'])} new tokens"
-                     for d, r in lengths.iterrows())
-    differs = int(len(lengths.drop_duplicates()) > 1)
-    print("run lengths:", text, "->", "the runs DIFFER in length" if differs else "the same length on every device")
-    return {"t3_len_text": text, "t3_len_differs": differs}
+    print(lengths.to_string())
+    return {"t3_len_differs": int(len(lengths.drop_duplicates()) > 1)}
 
 
 def gpu_own_best(chosen: pd.DataFrame) -> dict:
     """Each GPU window's own best among its end-to-end rows with a handout gamma, in CUDA graphs where it ran them
     (Table 3's mode), against §4.4's best carried over: tied within the window's run-to-run spread (its AR baseline,
-    timed once per draft; :data:`NO_SPREAD_TOLERANCE` where it has none) or not; ``t3_own_best_differs``: on some GPU
-    the best is another configuration beyond that spread. Printed; ``t3_own_best`` 0 without rows."""
+    timed once per draft; :data:`NO_SPREAD_TOLERANCE` where it has none) or not. ``t3_own{i}_*`` for the i-th GPU
+    (``t3_own_count`` of them); ``t3_own_best_differs``: on some GPU the best is another configuration beyond that
+    spread. Printed; ``t3_own_best`` 0 without rows."""
     best = chosen.iloc[0]
     frame = pd.DataFrame([{**row, "window": folder} for folder, row in _e2e_rows()])
     if frame.empty:
         return {"t3_own_best": 0}
     if (frame["decode"] == "graphs").any():
         frame = frame[frame["decode"] == "graphs"]
-    parts, differs = [], []
+    found = []
     for window, rows in frame.groupby("window", sort=False):
         mine = rows[(rows["target"] == best["target"]) & (rows["draft"] == best["draft"])
                     & (rows["gamma"] == int(best["gamma"]))]
@@ -142,16 +137,16 @@ def gpu_own_best(chosen: pd.DataFrame) -> dict:
         tolerance = spread if spread == spread else NO_SPREAD_TOLERANCE
         top = best_and_worst(rows.assign(handout_gamma=rows["gamma"].isin(HANDOUT_GAMMAS)),
                              tolerance=tolerance).iloc[0]
-        carried = float(mine["speedup"].iloc[0])
         tied = bool(((top["ties"]["draft"] == best["draft"]) & (top["ties"]["gamma"] == int(best["gamma"]))).any())
-        differs.append(not tied)
-        parts.append(f"{rows['device_name'].iloc[0]}: {top['draft']}, gamma={int(top['gamma'])} at "
-                     f"{top['speedup']:.2f}x against {carried:.2f}x for the CPU's best "
-                     + ("(tied within" if tied else "(beyond") + f" the {100 * tolerance:.1f}% spread of its AR)")
-    if not parts:
+        found.append({"gpu": rows["device_name"].iloc[0], "cfg": f"{top['draft']}, gamma={int(top['gamma'])}",
+                      "speedup": float(top["speedup"]), "carried": float(mine["speedup"].iloc[0]), "tied": int(tied),
+                      "tol_pct": 100 * tolerance})
+    if not found:
         return {"t3_own_best": 0}
-    print("each GPU's own best:", "; ".join(parts))
-    return {"t3_own_best": 1, "t3_own_best_text": "; ".join(parts), "t3_own_best_differs": int(any(differs))}
+    print(pd.DataFrame(found).round(3).to_string(index=False))
+    numbers = {f"t3_own{i}_{key}": value for i, f in enumerate(found, 1) for key, value in f.items()}
+    return numbers | {"t3_own_best": 1, "t3_own_count": len(found),
+                      "t3_own_best_differs": int(not all(f["tied"] for f in found))}
 
 
 def gpu_pair_comparison(chosen: pd.DataFrame) -> dict:
@@ -160,7 +155,7 @@ def gpu_pair_comparison(chosen: pd.DataFrame) -> dict:
     faster on the faster-memory GPU and the speedup (a ratio of step times) would be the same on both. The measured
     ratios (AR tokens/s, mean over the drafts' baselines; speedups of the best and worst), the spread they are judged
     against (the larger window's run-to-run spread of its AR baseline, else :data:`NO_SPREAD_TOLERANCE`) and a verdict
-    each. Printed; ``t3_cmp`` 0 without two GPUs."""
+    flag each (``t3_cmp_ar_bound``, ``t3_cmp_sd_same``). Printed; ``t3_cmp`` 0 without two GPUs."""
     from helpers.gpu_specs import gpu_spec
 
     frame = pd.DataFrame([{**row, "window": folder} for folder, row in _e2e_rows() if row.get("decode") == "graphs"])
@@ -183,41 +178,38 @@ def gpu_pair_comparison(chosen: pd.DataFrame) -> dict:
     sd = {which: f / s for which, (f, s) in both.items() if f is not None and s is not None}
     if not sd:
         return {"t3_cmp": 0}
-    ar_bound = abs(ar_ratio / bw - 1) <= tolerance
-    sd_same = all(abs(v - 1) <= tolerance for v in sd.values())
-    print(f"{specs[fast]['gpu']} vs {specs[slow]['gpu']} (bandwidth x{bw:.2f}): AR tokens/s x{ar_ratio:.2f} -> "
-          + ("as the bandwidth ratio predicts" if ar_bound else "NOT the bandwidth ratio") + f" (judged against "
-          f"{100 * tolerance:.1f}%, the run-to-run spread of AR); speedups " + ", ".join(f"{k} x{v:.2f}" for k, v in sd.items())
-          + " -> " + ("the same on both within the spread, as a bandwidth-bound step predicts" if sd_same else
-                      "NOT the same on both within the spread"))
-    return {"t3_cmp": 1, "t3_cmp_fast": specs[fast]["gpu"], "t3_cmp_slow": specs[slow]["gpu"], "t3_cmp_bw": bw,
-            "t3_cmp_ar_ratio": ar_ratio, "t3_cmp_ar_bound": int(ar_bound), "t3_cmp_tol_pct": 100 * tolerance,
-            "t3_cmp_sd_best": sd.get("best"), "t3_cmp_sd_worst": sd.get("worst"), "t3_cmp_sd_same": int(sd_same)}
+    numbers = {"t3_cmp": 1, "t3_cmp_fast": specs[fast]["gpu"], "t3_cmp_slow": specs[slow]["gpu"], "t3_cmp_bw": bw,
+               "t3_cmp_ar_ratio": ar_ratio, "t3_cmp_ar_bound": int(abs(ar_ratio / bw - 1) <= tolerance),
+               "t3_cmp_tol_pct": 100 * tolerance, "t3_cmp_sd_best": sd.get("best"), "t3_cmp_sd_worst": sd.get("worst"),
+               "t3_cmp_sd_same": int(all(abs(v - 1) <= tolerance for v in sd.values()))}
+    print(pd.Series(numbers).to_string())
+    return numbers
 
 
 def second_device_numbers(measured: pd.DataFrame) -> dict:
-    """Table 3 in the report's words: the best's and worst's speedup on every device that ran them (``t3_text``),
-    whether the best stays ahead on each, and, for two GPUs, what tells them apart by the datasheet table
-    (:func:`helpers.gpu_specs.gpu_spec`): the same architecture, compute capability and tensor-core generation
-    (``t3_same_core``) with different bandwidth and memory make the pair a bandwidth experiment. Printed."""
+    """Table 3 in numbers: the best's and worst's speedup on the i-th device that ran them (``t3_dev{i}_name``,
+    ``_best``, ``_worst``; ``t3_devices`` of them), whether the best stays ahead on each, and, for two GPUs, what
+    tells them apart by the datasheet table (:func:`helpers.gpu_specs.gpu_spec`): the same architecture, compute
+    capability and tensor-core generation (``t3_same_core``) with different bandwidth and memory make the pair a
+    bandwidth experiment. Printed."""
     from helpers.gpu_specs import gpu_spec
 
     devices = list(dict.fromkeys(measured["device"]))
-    parts, ahead = [], {}
-    for device in devices:
+    numbers, ahead = {"t3_devices": len(devices)}, {}
+    for i, device in enumerate(devices, 1):
         mine = measured[measured["device"] == device].set_index("which")
         if {"best", "worst"} <= set(mine.index):
             best, worst = float(mine.loc["best", "speedup"]), float(mine.loc["worst", "speedup"])
             ahead[device] = best > worst
-            parts.append(f"{device}: {best:.2f}x and {worst:.2f}x")
-    numbers = {"t3_devices": len(devices), "t3_text": "; ".join(parts) or "none",
-               "t3_best_ahead_all": int(bool(ahead) and all(ahead.values()))}
+            numbers.update({f"t3_dev{i}_name": device, f"t3_dev{i}_best": best, f"t3_dev{i}_worst": worst})
+    numbers["t3_best_ahead_all"] = int(bool(ahead) and all(ahead.values()))
     specs = []
     for device in devices:
         try:
             specs.append(gpu_spec(str(device)))
         except KeyError:
             continue
+    numbers["t3_gpus"] = len(specs)
     if len(specs) >= 2:
         a, b = sorted(specs[:2], key=lambda g: g["bandwidth_gbs"])
         same = all(a[k] == b[k] for k in ("architecture", "compute_capability", "tensor_core_generation",
@@ -227,14 +219,7 @@ def second_device_numbers(measured: pd.DataFrame) -> dict:
                        t3_same_core=int(same), t3_bw_slow=int(a["bandwidth_gbs"]), t3_bw_fast=int(b["bandwidth_gbs"]),
                        t3_bw_ratio=b["bandwidth_gbs"] / a["bandwidth_gbs"], t3_mem_slow=int(a["vram_gb"]),
                        t3_mem_fast=int(b["vram_gb"]))
-        print(f"{a['gpu']} and {b['gpu']}: " + (f"both {a['architecture']} (compute capability "
-              f"{a['compute_capability']}, the same tensor cores and bf16 TFLOPS), so only bandwidth "
-              f"({a['bandwidth_gbs']} vs {b['bandwidth_gbs']} GB/s, x{b['bandwidth_gbs'] / a['bandwidth_gbs']:.2f}) and "
-              f"memory ({a['vram_gb']} vs {b['vram_gb']} GB) differ: a clean bandwidth experiment" if same
-              else "different cores: more than bandwidth differs between them"))
-    else:
-        numbers["t3_gpus"] = len(specs)
-    print("Table 3:", numbers["t3_text"], "| best ahead of worst on every device:", bool(numbers["t3_best_ahead_all"]))
+    print(pd.Series(numbers).to_string())
     return numbers
 
 
@@ -256,33 +241,32 @@ def runner_up(own: pd.DataFrame, chosen: pd.DataFrame, tolerance: float) -> dict
         return {"best_runner": 0}
     best, second = ranked.iloc[0], ranked.iloc[1]
     tied = bool(best["speedup"] / second["speedup"] - 1 <= tolerance)
-    print(f"best {best['speedup']:.3f}x against the runner-up {second['draft']}, gamma={second['gamma']} "
-          f"{second['speedup']:.3f}x: " + (f"tied within {tolerance:.1%}" if tied else f"ahead beyond {tolerance:.1%}"))
-    return {"best_runner": 1, "best_runner_cfg": f"{second['draft']}, gamma={second['gamma']}",
-            # three decimals as text: the two differ in the third (the numbers file rounds floats to three digits)
-            "best_runner_speedup": f"{second['speedup']:.3f}", "best_exact_speedup": f"{best['speedup']:.3f}",
-            "best_runner_tied": int(tied)}
+    numbers = {"best_runner": 1, "best_runner_cfg": f"{second['draft']}, gamma={second['gamma']}",
+               # three decimals as text: the two differ in the third (the numbers file rounds floats to three digits)
+               "best_runner_speedup": f"{second['speedup']:.3f}", "best_exact_speedup": f"{best['speedup']:.3f}",
+               "best_runner_tied": int(tied)}
+    print(numbers)
+    return numbers
 
 
 def best_worst_numbers(own: pd.DataFrame, chosen: pd.DataFrame, devices: list, tolerance: float) -> dict:
+    """The report's numbers of the best and worst (:func:`print_best_worst`) and the runner-up (:func:`runner_up`):
+    each one's configuration, speedup and alpha, and what is tied with it (a label and its speedups' span)."""
     best, worst = chosen.iloc[0], chosen.iloc[1]
-    return {**runner_up(own, chosen, tolerance), **_best_worst_numbers(own, chosen, devices, tolerance)}
-
-
-def _best_worst_numbers(own: pd.DataFrame, chosen: pd.DataFrame, devices: list, tolerance: float) -> dict:
-    best, worst = chosen.iloc[0], chosen.iloc[1]
-    return {"n_configs": len(own), "source_device": own["device_name"].iloc[0],
-            "best_cfg": f"{best['draft']}, gamma={best['gamma']}", "best_speedup": best["speedup"],
-            "best_alpha": best["alpha"], "worst_cfg": f"{worst['draft']}, gamma={worst['gamma']}",
-            "worst_speedup": worst["speedup"], "worst_alpha": worst["alpha"],
-            "devices_with_results": ", ".join(devices), "tie_tolerance_pct": 100 * tolerance,
-            "best_ties": describe_ties(best["ties"]), "worst_ties": describe_ties(worst["ties"]),
-            "best_tied": int(best["n_tied"] > 1), "worst_tied": int(worst["n_tied"] > 1)}
+    numbers = {"n_configs": len(own), "source_device": own["device_name"].iloc[0],
+               "devices_with_results": ", ".join(devices), "tie_tolerance_pct": 100 * tolerance}
+    for which, row in (("best", best), ("worst", worst)):
+        numbers.update({f"{which}_cfg": f"{row['draft']}, gamma={row['gamma']}", f"{which}_speedup": row["speedup"],
+                        f"{which}_alpha": row["alpha"], f"{which}_ties": describe_ties(row["ties"]),
+                        f"{which}_ties_low": float(row["ties"]["speedup"].min()),
+                        f"{which}_ties_high": float(row["ties"]["speedup"].max()), f"{which}_tied": int(row["n_tied"] > 1)})
+    return {**runner_up(own, chosen, tolerance), **numbers}
 
 
 def print_fit_a(ok_rows: pd.DataFrame, context_len: int) -> tuple[pd.DataFrame, dict]:
     """Fit A: the host time per forward (a + b * layers) over notebook 07's models (their median T_T and T_D); on a
-    GPU only what the roofline leaves over. Printed; returns the per-model frame and the fit."""
+    GPU only what the roofline leaves over. Printed (the per-model frame, then a and b in ms, whether the intercept
+    was clipped to 0 and the largest residual); returns the per-model frame and the fit."""
     from helpers.gpu_specs import gpu_spec
 
     timings = pd.concat([ok_rows[["target", "T_T_s"]].set_axis(["model", "seconds"], axis=1),
@@ -298,30 +282,31 @@ def print_fit_a(ok_rows: pd.DataFrame, context_len: int) -> tuple[pd.DataFrame, 
     fit["fit (ms)"] = (fit07["fixed_s"] + fit07["per_layer_s"] * fit["layers"]) * 1e3
     fit["residual"] = fit07["residuals"]["residual"]
     print(fit.round(3).to_string())
-    print(f"\nfit A, notebook 07's {fit07['points']} models on {ok_rows['device_name'].iloc[0]}: a = "
-          f"{fit07['fixed_s'] * 1e3:.3f} ms per forward, b = {fit07['per_layer_s'] * 1e3:.3f} ms per layer (runtime: "
-          f"{', '.join(sorted(ok_rows['runtime'].unique()))})"
-          + ("; the least-squares intercept was negative and is clipped to 0" if fit07["clipped"] else "")
-          + f"; largest residual {fit07['max_abs_residual']:.0%} of the measured time")
+    print(_fit_summary("A", fit07, ok_rows["device_name"].iloc[0]))
     return fit, fit07
+
+
+def _fit_summary(name: str, fit: dict, device: str) -> dict:
+    """One fit's numbers: a and b in ms, points, r2, largest residual, whether the intercept was clipped to 0."""
+    return {"fit": name, "device": device, "a ms": round(fit["fixed_s"] * 1e3, 3),
+            "b ms/layer": round(fit["per_layer_s"] * 1e3, 3), "points": fit["points"], "r2": round(fit["r2"], 3),
+            "max residual": round(fit["max_abs_residual"], 3), "clipped": bool(fit["clipped"])}
 
 
 def print_fit_b(profile: str, fit: pd.DataFrame) -> dict | None:
     """Fit B over notebook 12's drafts of EQUAL size and different depth (printed, and its line against the 07
-    models in ``fit["fit B (ms)"]``); None without two depths among its rows."""
+    models in ``fit["fit B (ms)"]``); None (printed: fit A only) without two depths among its rows."""
     runs12 = profile_rows("12_draft_design", profile)
     rows12 = runs12[(runs12["profile"] == profile) & (runs12.get("status", "ok") == "ok")] if not runs12.empty else runs12
     family = rows12[rows12["draft"].astype(str).str.fullmatch(r".*-\d+x\d+")] if "draft" in rows12 else rows12
     if len(family) < 2 or family["draft"].map(lambda d: model_config(d).num_hidden_layers).nunique() < 2:
-        print("no notebook 12 results for this profile: fit A only (its sensitivity cannot be shown)")
+        print("fit B: no notebook 12 rows for this profile (fit A only)")
         return None
     fam = pd.DataFrame({"layers": [model_config(d).num_hidden_layers for d in family["draft"]],
                         "T_D (ms)": [r["T_D"] * 1e3 for r in family["costs"]]}, index=family["draft"].to_numpy())
     fit12 = layer_cost_fit(fam["layers"], fam["T_D (ms)"] / 1e3, names=fam.index)
     print(fit12["residuals"].round(3).to_string())
-    print(f"fit B, notebook 12's {fit12['points']} equal-size drafts on {family['device_name'].iloc[0]}: a = "
-          f"{fit12['fixed_s'] * 1e3:.3f} ms per forward, b = {fit12['per_layer_s'] * 1e3:.3f} ms per layer, r2 "
-          f"{fit12['r2']:.3f}, largest residual {fit12['max_abs_residual']:.0%} of the measured time")
+    print(_fit_summary("B", fit12, family["device_name"].iloc[0]))
     fit["fit B (ms)"] = (fit12["fixed_s"] + fit12["per_layer_s"] * fit["layers"]) * 1e3  # the 07 models it did not see
     print(fit[["layers", "measured (ms)", "fit B (ms)"]].round(3).to_string())
     return fit12
@@ -363,37 +348,31 @@ def _host_and_roofline(model_id: str, fixed_s: float, per_layer_s: float, compar
 def print_host_bound(host_fits: dict, model_ids: list, compare: dict, fast, slow, context_len: int,
                      host_device: str) -> dict:
     """The "+ host cost" regime's assumption in numbers: this device's per-layer time applied to the GPUs unchanged,
-    per fit and model (printed: which GPUs it makes host-bound); the report's numbers."""
-    numbers = {}
-    for name, (fixed_s, per_layer_s) in host_fits.items():  # fit B: the same per model, in one line each
-        if name == "A":
-            continue
+    per fit and model, against each GPU's roofline step (printed as a table: where the host time is the longer, the
+    model is host-bound on that GPU); the report's numbers (``host_device``: where the fits were measured)."""
+    lines = []
+    for name, (fixed_s, per_layer_s) in host_fits.items():
         for model_id in model_ids:
-            _, host_ms, roof_ms = _host_and_roofline(model_id, fixed_s, per_layer_s, compare, context_len)
-            bound = [g for g, t in roof_ms.items() if host_ms > t]
-            print(f"fit {name}: {model_id}: host {host_ms:.2f} ms per forward -> host-bound on "
-                  f"{', '.join(bound) or 'neither GPU'}")
-            if model_id == model_ids[0]:
-                numbers.update({"host2_target_ms": host_ms, "host2_target_bound_fast": int(fast["gpu"] in bound),
-                                "host2_target_bound_slow": int(slow["gpu"] in bound)})
-    print("fit A:")
-    host_bound = {}
-    for model_id in model_ids:
-        config, host_ms, roof_ms = _host_and_roofline(model_id, *host_fits["A"], compare, context_len)
-        host_bound[model_id] = {g: host_ms > t for g, t in roof_ms.items()}
-        print(f"{model_id} ({config.num_hidden_layers} layers): host {host_ms:.1f} ms per forward, assumed from "
-              f"{host_device}; roofline " + ", ".join(f"{g} {t:.2f} ms" for g, t in roof_ms.items())
-              + " -> host-bound on " + (", ".join(g for g, b in host_bound[model_id].items() if b) or "neither GPU"))
-        if model_id == model_ids[0]:
-            numbers.update({"host_target_ms": host_ms, "roof_target_fast_ms": roof_ms[fast["gpu"]],
-                            "roof_target_slow_ms": roof_ms[slow["gpu"]], "host_target_layers": config.num_hidden_layers,
-                            "host_target_bound_fast": int(host_bound[model_id][fast["gpu"]]),
-                            "host_target_bound_slow": int(host_bound[model_id][slow["gpu"]])})
-    for key in ("host2_target_ms", "host2_target_bound_fast", "host2_target_bound_slow"):
-        numbers.setdefault(key, 0.0 if key.endswith("ms") else 0)
-    all_host_bound = all(all(b.values()) for b in host_bound.values())
-    print("every Qwen3 model host-bound on both GPUs under this assumption:", all_host_bound)
-    return numbers | {"host_all_bound": int(all_host_bound)}
+            config, host_ms, roof_ms = _host_and_roofline(model_id, fixed_s, per_layer_s, compare, context_len)
+            lines.append({"fit": name, "model": model_id, "layers": config.num_hidden_layers, "host ms": host_ms,
+                          **{f"roofline {g} ms": t for g, t in roof_ms.items()},
+                          **{f"host-bound {g}": host_ms > t for g, t in roof_ms.items()}})
+    table = pd.DataFrame(lines)
+    print(f"host time assumed from {host_device}:\n" + table.round(2).to_string(index=False))
+    numbers = {"host2_target_ms": 0.0, "host2_target_bound_fast": 0, "host2_target_bound_slow": 0}
+    for name, prefix in (("A", "host"), ("B", "host2")):
+        row = table[(table["fit"] == name) & (table["model"] == model_ids[0])]
+        if len(row):
+            row = row.iloc[0]
+            numbers.update({f"{prefix}_target_ms": row["host ms"],
+                            f"{prefix}_target_bound_fast": int(row[f"host-bound {fast['gpu']}"]),
+                            f"{prefix}_target_bound_slow": int(row[f"host-bound {slow['gpu']}"])})
+    fit_a = table[table["fit"] == "A"]
+    target = fit_a.iloc[0]
+    return numbers | {"roof_target_fast_ms": target[f"roofline {fast['gpu']} ms"],
+                      "roof_target_slow_ms": target[f"roofline {slow['gpu']} ms"],
+                      "host_target_layers": int(target["layers"]),
+                      "host_all_bound": int(fit_a[[c for c in table if c.startswith("host-bound")]].all().all())}
 
 
 def column(gpu: str, regime: str) -> str:
@@ -402,13 +381,13 @@ def column(gpu: str, regime: str) -> str:
 
 
 def prediction_numbers(predicted: pd.DataFrame, regimes: dict, compare: dict, fast, slow) -> dict:
-    """Does §4.4's best stay ahead of its worst in the prediction, and is the host-cost prediction lower on the
-    faster-memory GPU (printed); the report's numbers."""
+    """Does §4.4's best stay ahead of its worst in the prediction (``rank_<regime>_ahead``), and is the host-cost
+    prediction lower on the faster-memory GPU (``host_gpu_lower``) or the same on both (``host_gpu_same``: both
+    host-bound)? Printed; the report's numbers."""
     from helpers.gpu_specs import gpu_spec
 
     keeps = {regime: bool(predicted.loc[0, column(fast["gpu"], regime)] >= predicted.loc[1, column(fast["gpu"], regime)])
              for regime in regimes}
-    print("does §4.4's best stay ahead of its worst in the prediction?", keeps)
     numbers = {}
     for i, which in enumerate(["best", "worst"]):
         for gpu_name in compare:
@@ -420,16 +399,12 @@ def prediction_numbers(predicted: pd.DataFrame, regimes: dict, compare: dict, fa
         numbers[f"pred_{which}_pair"] = predicted.loc[i, "handout pair"]
         numbers[f"pred_{which}_alpha"] = predicted.loc[i, "alpha (borrowed)"]
     gap = [r[column(slow['gpu'], '+ host cost')] - r[column(fast['gpu'], '+ host cost')] for _, r in predicted.iterrows()]
-    host_cmp = (f"lower on the {fast['gpu']} than on the {slow['gpu']}" if min(gap) > 1e-3 else
-                "the same on both GPUs (the host time exceeds even the slower GPU's memory time: both are host-bound)"
-                if max(gap) <= 1e-3 else f"no higher on the {fast['gpu']} than on the {slow['gpu']}")
-    print("with the host cost, the predicted speedup is", host_cmp)
-    return numbers | {
-        "host_gpu_cmp": host_cmp, "rank_roof": "ahead of" if keeps["roofline only"] else "behind",
-        "rank_host": "ahead of" if keeps["+ host cost"] else "behind",
-        "rank_host2": ("ahead of" if keeps["+ host cost B"] else "behind") if "+ host cost B" in keeps
-        else "(not computed)",
-        "rank_host_fits_agree": int("+ host cost B" not in keeps or keeps["+ host cost"] == keeps["+ host cost B"])}
+    flags = {"host_gpu_lower": int(min(gap) > 1e-3), "host_gpu_same": int(max(gap) <= 1e-3),
+             "rank_roof_ahead": int(keeps["roofline only"]), "rank_host_ahead": int(keeps["+ host cost"]),
+             "rank_host2_ahead": int(keeps.get("+ host cost B", False)),
+             "rank_host_fits_agree": int("+ host cost B" not in keeps or keeps["+ host cost"] == keeps["+ host cost B"])}
+    print(flags)
+    return numbers | flags
 
 
 def prediction_grid(predict, compare: dict, drafts: list, gammas: list, regimes: dict, alpha_for: dict,
@@ -450,34 +425,27 @@ def prediction_grid(predict, compare: dict, drafts: list, gammas: list, regimes:
 
 
 def grid_numbers(model: pd.DataFrame, gpus: list, regimes: dict) -> dict:
-    """The smallest c per GPU and regime, and whether the host-cost prediction is below 1 everywhere, per fit and
-    GPU (printed); the report's numbers."""
+    """The smallest c per GPU and regime, and the host-cost prediction's range per fit and GPU (printed) with whether
+    it is below 1 everywhere (``host_always_slower``, ``host2_always_slower``); the report's numbers."""
     from helpers.gpu_specs import gpu_spec
 
-    numbers = {}
+    numbers, spans = {}, []
     for gpu_name in gpus:
         part = model[model["GPU"] == gpu_name]
         key = gpu_spec(gpu_name)["gpu"].replace(" ", "")
         numbers[f"c_{key}_roof"] = part["c, roofline only"].min()
         numbers[f"c_{key}_host"] = part["c, + host cost"].min()
-    below_one = {}  # the claim "with the host cost, speculation is slower than plain decoding" per fit and GPU
-    for regime in [r for r in regimes if r != "roofline only"]:
-        for gpu_name in gpus:
-            values = model.loc[model["GPU"] == gpu_name, f"speedup, {regime} (model)"]
-            below_one[(regime, gpu_name)] = (float(values.min()), float(values.max()))
-            print(f"{regime}, {gpu_name}: predicted {values.min():.2f}-{values.max():.2f}x -> "
-                  + ("slower than plain decoding everywhere" if values.max() < 1 else
-                     "faster than plain decoding everywhere" if values.min() > 1 else "slower or faster by configuration"))
-    fits = dict.fromkeys(r for r, _ in below_one)  # in order (a set printed in hash order)
-    always_slower = {r: all(below_one[(r, g)][1] < 1 for g in gpus) for r in fits}
-    print("host-cost prediction below 1 for every configuration on both GPUs, per fit:", always_slower)
-    numbers.update({"host_always_slower": int(always_slower.get("+ host cost", False)),
-                    "host2_always_slower": int(always_slower.get("+ host cost B", False)),
-                    "host_slower_fits_agree": int(len(set(always_slower.values())) == 1)})
-    for (regime, gpu_name), (low, high) in below_one.items():
-        key = gpu_spec(gpu_name)["gpu"].replace(" ", "") + ("_host2" if regime.endswith("B") else "_host")
-        numbers[f"grid_low_{key}"], numbers[f"grid_high_{key}"] = low, high
-    return numbers
+        for regime in [r for r in regimes if r != "roofline only"]:
+            values = part[f"speedup, {regime} (model)"]
+            spans.append({"regime": regime, "GPU": gpu_name, "low": float(values.min()), "high": float(values.max())})
+            suffix = "_host2" if regime.endswith("B") else "_host"
+            numbers[f"grid_low_{key}{suffix}"], numbers[f"grid_high_{key}{suffix}"] = spans[-1]["low"], spans[-1]["high"]
+    spans = pd.DataFrame(spans)
+    print(spans.round(2).to_string(index=False))
+    slower = spans.groupby("regime", sort=False)["high"].max() < 1  # below 1 for every configuration on both GPUs
+    return numbers | {"host_always_slower": int(slower.get("+ host cost", False)),
+                      "host2_always_slower": int(slower.get("+ host cost B", False)),
+                      "host_slower_fits_agree": int(slower.nunique() == 1)}
 
 
 def gpu_steps(target: str, host_fits: dict) -> pd.DataFrame:
@@ -507,19 +475,11 @@ def gpu_steps(target: str, host_fits: dict) -> pd.DataFrame:
 
 def print_gpu_steps(steps: pd.DataFrame, target: str, host_per_layer_ms: float) -> dict:
     """:func:`gpu_steps` set against the two regimes (printed); the report's numbers (``gpu_measured`` 0 without
-    GPU rows)."""
+    GPU rows; ``gpu_other_*``: a second GPU beside the first)."""
     if steps.empty:
-        print("no GPU window has measured the target's step yet: the regimes above stay a model")
+        print("no GPU window has measured the target's step yet")
         return {"gpu_measured": 0}
-    for _, row in steps.iterrows():
-        floor, eager, graphs = row["HBM floor ms"], row["eager ms"], row["graphs ms"]
-        replayed = (f"; replayed as a CUDA graph {graphs:.1f} ms, a roofline share of {floor / graphs:.2f}"
-                    if pd.notna(graphs) else "")
-        print(f"{row['gpu']} ({row['profile']}): {target} eager step {eager:.1f} ms = {row['eager per layer ms']:.2f} ms "
-              f"per layer (fit A assumed {host_per_layer_ms:.2f}); the regimes give {floor:.2f} ms (floor) to "
-              f"{max(floor, row['host fit A ms']):.2f} ms (+ host cost, fit A) -> "
-              + ("within them" if row["eager within the regimes"] else "OUTSIDE them: a GPU host launching each kernel "
-                 "from Python costs more per layer than the CPU's fit") + replayed)
+    print(steps.round(3).to_string(index=False))
     first, numbers = steps.iloc[0], {}
     if len(steps) > 1 and pd.notna(steps.iloc[1]["graphs ms"]):  # a second GPU: one sentence beside the first's
         other = steps.iloc[1]
@@ -573,24 +533,21 @@ def measured_terms_speedups(target_id: str, draft_id: str, gamma: int, alpha: fl
 
 
 def measured_terms_numbers(predicted: pd.DataFrame) -> dict:
-    """The report's sentence on the measured-terms columns of the best/worst prediction (``pred_measured`` 0 without
-    them): each column's best and worst, and whether the best stays ahead."""
+    """The measured-terms columns of the best/worst prediction in numbers (``pred_measured`` 0 without them): their
+    smallest and largest value, whether the best stays ahead in every column with both, whether every value is below
+    1, and how many cells are blank (a T_V/T_T below 1 there, a timing artefact). Printed."""
     columns = [c for c in predicted.columns if ", measured terms, " in c]
     if not columns:
         return {"pred_measured": 0}
-    parts, excluded = [], 0
-    say = lambda v: "none (its T_V/T_T is below 1, a timing artefact)" if v != v else f"{v:.2f}x"  # noqa: E731
-    for c in columns:
-        gpu, mode = c.removesuffix(" (Eq. 5)").split(", measured terms, ")
-        excluded += int(predicted[c].isna().sum())
-        parts.append(f"{say(predicted.loc[0, c])} for the best and {say(predicted.loc[1, c])} for the worst on the "
-                     f"{gpu} {'with CUDA graphs' if mode == 'graphs' else mode}")
-    both = [c for c in columns if predicted.loc[[0, 1], c].notna().all()]
-    ahead = all(predicted.loc[0, c] >= predicted.loc[1, c] for c in both)
-    below = all(v < 1 for c in columns for v in predicted.loc[[0, 1], c].dropna())
-    print("measured terms:", "; ".join(parts))
-    return {"pred_measured": 1, "pred_measured_text": "; ".join(parts), "pred_measured_best_ahead": int(ahead),
-            "pred_measured_all_below": int(below), "pred_measured_excluded": excluded}
+    values = predicted.loc[[0, 1], columns]
+    both = [c for c in columns if values[c].notna().all()]
+    numbers = {"pred_measured": 1, "pred_measured_columns": len(columns),
+               "pred_measured_min": float(values.min().min()), "pred_measured_max": float(values.max().max()),
+               "pred_measured_best_ahead": int(all(values.loc[0, c] >= values.loc[1, c] for c in both)),
+               "pred_measured_all_below": int((values.stack().dropna() < 1).all()),
+               "pred_measured_excluded": int(predicted[columns].isna().sum().sum())}
+    print(values.round(3).to_string(), "\n", numbers)
+    return numbers
 
 
 def measured_terms_optimum(target_id: str, draft_id: str, alpha: float) -> list[dict]:
@@ -631,63 +588,25 @@ def measured_terms_optimum(target_id: str, draft_id: str, alpha: float) -> list[
     return found
 
 
+def optimum_table(pairs: dict) -> pd.DataFrame:
+    """Each handout pair's optimal gamma by Eq. 5 over the measured terms, one line per GPU and decode mode:
+    ``pairs``: ``{label: measured_terms_optimum(...)}``; empty without them."""
+    lines = [{"pair": label, "GPU": f["gpu"], "decode": f["decode"], "gamma*": f["gamma"], "speedup": f["speedup"],
+              "extrapolated": f["extrapolated"], "largest gamma": f["largest_gamma"], "speedup there": f["at_largest"],
+              "artefact g": ", ".join(map(str, f.get("artefacts") or [])) or "none"}
+             for label, found in pairs.items() for f in found]
+    return pd.DataFrame(lines)
+
+
 def optimum_numbers(pairs: dict) -> dict:
-    """The report's sentence on each handout pair's optimal gamma by Eq. 5 over the measured terms (``pred_opt``
-    0 without them); ``pairs``: ``{label: measured_terms_optimum(...)}``. Printed."""
-    parts = []
-    for label, found in pairs.items():
-        for f in found:
-            text = (f"{label} on the {f['gpu']} {'with CUDA graphs' if f['decode'] == 'graphs' else f['decode']}: "
-                    f"gamma = {f['gamma']}, {f['speedup']:.2f}x" + (" (T_V/T_T there from the line through the measured "
-                    "ones)" if f["extrapolated"] else "") + f", against {f['at_largest']:.2f}x at gamma = "
-                    f"{f['largest_gamma']}" + (f" (T_V/T_T below 1 at gamma = {', '.join(map(str, f['artefacts']))}, "
-                    "a timing artefact, excluded)" if f.get("artefacts") else ""))
-            print(text)
-            parts.append(text)
-    if not parts:
+    """The report's numbers on each handout pair's optimal gamma (:func:`optimum_table`, printed): ``pred_opt`` 0
+    without measured terms, else the largest optimum's speedup and whether any exceeds 1."""
+    table = optimum_table(pairs)
+    if table.empty:
         return {"pred_opt": 0}
-    best = max((f for found in pairs.values() for f in found), key=lambda f: f["speedup"])
-    return {"pred_opt": 1, "pred_opt_text": "; ".join(parts), "pred_opt_max": best["speedup"],
-            "pred_opt_any_above_one": int(best["speedup"] > 1)}
+    print(table.round(3).to_string(index=False))
+    return {"pred_opt": 1, "pred_opt_max": float(table["speedup"].max()),
+            "pred_opt_any_above_one": int(table["speedup"].max() > 1),
+            "pred_opt_any_extrapolated": int(table["extrapolated"].any())}
 
 
-def write_tables(profile: str, gpu_table: pd.DataFrame, measured: pd.DataFrame, devices: list,
-                 predicted: pd.DataFrame, model: pd.DataFrame, numbers: dict, gpus: list, target: str,
-                 context_len: int) -> None:
-    """The notebook's four tables and its numbers file, with their captions (the words chosen from ``numbers``'
-    flags: a Table 3 whose devices ran different lengths says so; a blank measured-terms cell says why)."""
-    from helpers import tables
-
-    tables.write_table(gpu_table.drop(columns=["architecture", "memory"]).rename(columns={
-        "bandwidth (GB/s)": "BW (GB/s)", "bf16 TFLOPS": "TFLOPS", "ridge (FLOP/B)": "ridge"}), "08_gpu_specs", profile,
-        float_format="{:.0f}",
-        caption="GPUs: vendor-datasheet VRAM, memory bandwidth (BW), compute capability (CC), tensor cores "
-                "(TC gen.: their generation) and their dense bf16 TFLOPS (without sparsity); ridge point = "
-                "peak / bandwidth in FLOP/byte")
-    lengths = ("; the runs differ in length (prompts x new tokens per prompt: " + numbers["t3_len_text"] + "), so a "
-               "device's alpha is of its own run" if numbers.get("t3_len_differs") else "")
-    tables.write_table(measured, "08_best_worst_measured", profile, float_format="{:.3g}",
-                       caption=f"Measured (the handout's Table 3): best and worst (target, draft, gamma) of notebook "
-                               f"07 (section 4.4) on every device that ran them ({', '.join(devices)}); run: notebook "
-                               f"07's rows, or a GPU window's end-to-end rows of the same (target, draft, gamma) (the "
-                               f"CPU pair's weights, real acceptance, speedup over AR in the same decode mode; no c "
-                               f"measured there); prompts and new tokens: per run, new tokens per prompt" + lengths)
-    blank = ("; a blank measured-terms cell: the window's T_V/T_T at that gamma is below 1 (gamma + 1 positions "
-             "verified cheaper than one decode step), a timing artefact excluded from Eq. 5"
-             if numbers.get("pred_measured_excluded") else "")
-    tables.write_table(predicted.set_index("which").T.rename_axis("").reset_index(), "08_best_worst_predicted",
-                       profile, float_format="{:.3g}",
-                       caption=f"MODEL PREDICTION, not a measurement: section 4.4's best and worst carried to the "
-                               f"handout's pairs at the same gamma, Eq. 5 with roofline step times on "
-                               f"{' and '.join(gpus)}, without and with the host cost per layer measured on "
-                               f"{numbers['host_device']} (+ host cost: fit A over notebook 07's models; + host cost "
-                               f"B: fit B over notebook 12's equal-size drafts, the assumption's sensitivity) and, "
-                               f"where a GPU window measured the pair, with its measured cost terms (measured terms); "
-                               f"alpha borrowed from the measured draft of the same size rank" + blank)
-    tables.write_table(short_regime_headers(model), "08_roofline_model", profile, float_format="{:.3g}",
-                       caption=f"MODEL PREDICTION for the handout's Qwen3 pairs (target {target}, S = {context_len}): "
-                               f"draft cost ratio c and Eq. 5 speedup, roofline only (roof) and with the measured host "
-                               "cost (+host A: fit A over notebook 07's models; +host B: fit B over notebook 12's "
-                               "equal-size drafts); alpha borrowed from the measured draft of the same size rank")
-    tables.write_numbers("08_hardware_analysis", profile, numbers)
-    print(f"wrote {len(numbers)} numbers and the tables for profile {profile!r}")

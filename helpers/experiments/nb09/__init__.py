@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from helpers.gpu_parts import notebook_part
+from helpers.run_info import TARGET, step_record
 from helpers.experiments import common
 from helpers.experiments.common import check_budget, seed_and_threads
 from helpers.results import free_memory, run_metadata
@@ -126,32 +128,29 @@ HANDOUT_PAIRS = {f"{draft.split('/')[-1]} / {target.split('/')[-1]}": (draft, ta
 
 
 def print_handout_depths() -> dict[str, int]:
-    """Depth and weight bytes of the handout's models (printed); their layer counts."""
+    """Depth and weight bytes of the handout's models (printed: GB of bf16 weights, GB a decode step reads, whether
+    the embedding is tied: then read once, as the LM head; else the input embedding is not read); their layer counts."""
     from helpers.memory import decode_weight_bytes, load_config, weight_bytes
 
-    layers = {}
-    for model_id in HANDOUT_MODELS:
-        config = load_config(model_id)
-        layers[model_id] = config.num_hidden_layers
-        print(f"{model_id:24s} {config.num_hidden_layers:3d} layers  {weight_bytes(config) / 1e9:5.2f} GB of bf16 weights, "
-              f"{decode_weight_bytes(config) / 1e9:5.2f} GB read per decode step "
-              + ("(tied embedding: read once, as the LM head)" if config.tie_word_embeddings
-                 else "(untied input embedding not read: one row per token)"))
-    return layers
+    configs = {model_id: load_config(model_id) for model_id in HANDOUT_MODELS}
+    print(pd.DataFrame([{"model": m, "layers": c.num_hidden_layers, "weights GB": weight_bytes(c) / 1e9,
+                         "read per decode step GB": decode_weight_bytes(c) / 1e9, "tied": c.tie_word_embeddings}
+                        for m, c in configs.items()]).round(2).to_string(index=False))
+    return {model_id: config.num_hidden_layers for model_id, config in configs.items()}
 
 
 def print_draft_cost_ratios(layers: dict) -> tuple[dict, dict]:
-    """Per handout pair: the launch-bound c (draft layers / target layers) and the memory-bound c (the weight bytes
-    a decode step reads, :func:`helpers.memory.decode_weight_bytes`, weights only), printed."""
+    """Per handout pair: the launch-bound c (draft layers / target layers, with the smallest gamma where gamma * c
+    exceeds 1) and the memory-bound c (the weight bytes a decode step reads,
+    :func:`helpers.memory.decode_weight_bytes`, weights only), printed."""
     from helpers.memory import decode_weight_bytes, load_config
 
     launch_c = {name: layers[d] / layers[t] for name, (d, t) in HANDOUT_PAIRS.items()}
     bytes_c = {name: decode_weight_bytes(load_config(d)) / decode_weight_bytes(load_config(t))
                for name, (d, t) in HANDOUT_PAIRS.items()}
-    for name, ratio in launch_c.items():
-        print(f"{name:28s} launch-bound c = draft layers / target layers {ratio:.2f} "
-              f"(gamma*c > 1 from gamma = {int(np.floor(1 / ratio)) + 1}); memory-bound c = weight bytes ratio "
-              f"{bytes_c[name]:.3f}")
+    print(pd.DataFrame({"launch-bound c": launch_c, "gamma*c > 1 from": {n: int(np.floor(1 / r)) + 1
+                                                                       for n, r in launch_c.items()},
+                        "memory-bound c": bytes_c}).round(3).to_string())
     return launch_c, bytes_c
 
 
@@ -175,40 +174,39 @@ def gpu_draft_costs(launch_c: dict, bytes_c: dict) -> pd.DataFrame:
 
 def print_gpu_draft_costs(gpu_c: pd.DataFrame) -> dict:
     """:func:`gpu_draft_costs` against the two regimes (printed); the report's numbers (``gpu_c_measured`` 0 without
-    rows of both Qwen3 pairs in both modes)."""
+    rows of both Qwen3 pairs in both modes): with graphs every c between the regimes (``gpu_c_graphs_between``), the
+    larger draft's c over the smaller's, eager c nearer the launch-bound (``gpu_c_eager_nearer_launch``) and the
+    gamma from which gamma * c > 1 eager; ``gpu_c_other_*``: a second GPU beside the first."""
     if gpu_c.empty:
-        print("no GPU window has measured the handout pairs' c yet: both regimes above stay models")
+        print("no GPU window has measured the handout pairs' c yet")
         return {"gpu_c_measured": 0}
     print(gpu_c.round(3).to_string(index=False))
     first = gpu_c[gpu_c["gpu"] == gpu_c["gpu"].iloc[0]].set_index(["pair", "decode"])["c"]
     keys = [(pair, mode) for pair in ("Qwen3-0.6B / Qwen3-8B", "Qwen3-1.7B / Qwen3-8B") for mode in ("eager", "graphs")]
     if not all(key in first.index for key in keys):
         return {"gpu_c_measured": 0}
-    graphs = gpu_c[gpu_c["decode"] == "graphs"]
-    ratio = first[("Qwen3-1.7B / Qwen3-8B", "graphs")] / first[("Qwen3-0.6B / Qwen3-8B", "graphs")]
-    print(f"with CUDA graphs every measured c lies between the memory-bound and the launch-bound c: "
-          f"{bool(graphs['between'].all())}; the larger draft's c over the smaller's {ratio:.2f}x, against "
-          f"{graphs['memory-bound c'].max() / graphs['memory-bound c'].min():.2f}x in weight bytes")
-    eager = gpu_c[gpu_c["decode"] == "eager"]
+    graphs, eager = gpu_c[gpu_c["decode"] == "graphs"], gpu_c[gpu_c["decode"] == "eager"]
     nearer_launch = bool(((eager["c"] - eager["launch-bound c"]).abs()
                           < (eager["c"] - eager["memory-bound c"]).abs()).all())
-    gamma_over_one = int(np.floor(1 / min(first[keys[0]], first[keys[2]]))) + 1  # gamma * c > 1 from here, eager
-    print(f"eager: every c nearer the launch-bound than the memory-bound c: {nearer_launch}; gamma * c > 1 from "
-          f"gamma = {gamma_over_one} for both Qwen3 drafts")
     numbers, names = {}, gpu_c["gpu"].unique()
     rows = gpu_c[gpu_c["gpu"] == names[1]] if len(names) > 1 else gpu_c.iloc[:0]  # a second GPU, beside the first
     other = rows.set_index(["pair", "decode"])["c"]
     if len(rows) and all(key in other.index for key in keys):
-        eager = rows[rows["decode"] == "eager"]
         numbers = {"gpu_c_other_name": names[1], "gpu_c_other_eager_06b": other[keys[0]],
                    "gpu_c_other_graphs_06b": other[keys[1]], "gpu_c_other_eager_17b": other[keys[2]],
                    "gpu_c_other_graphs_17b": other[keys[3]], "gpu_c_other_graphs_ratio": other[keys[3]] / other[keys[1]],
-                   "gpu_c_other_eager_above": int((eager["c"] > eager["launch-bound c"]).any())}
-    return {**numbers, "gpu_c_measured": 1, "gpu_c_name": gpu_c["gpu"].iloc[0], "gpu_c_graphs_ratio": ratio,
-            "gpu_c_eager_nearer_launch": int(nearer_launch), "gpu_c_eager_gamma": gamma_over_one,
-            "gpu_c_graphs_between": int(graphs["between"].all()),
-            "gpu_c_eager_06b": first[keys[0]], "gpu_c_graphs_06b": first[keys[1]],
-            "gpu_c_eager_17b": first[keys[2]], "gpu_c_graphs_17b": first[keys[3]]}
+                   "gpu_c_other_eager_above": int((rows[rows["decode"] == "eager"]["c"]
+                                                   > rows[rows["decode"] == "eager"]["launch-bound c"]).any())}
+    numbers |= {"gpu_c_measured": 1, "gpu_c_name": gpu_c["gpu"].iloc[0],
+                "gpu_c_graphs_ratio": first[keys[3]] / first[keys[1]],
+                "gpu_c_graphs_bytes_ratio": graphs["memory-bound c"].max() / graphs["memory-bound c"].min(),
+                "gpu_c_eager_nearer_launch": int(nearer_launch),
+                "gpu_c_eager_gamma": int(np.floor(1 / min(first[keys[0]], first[keys[2]]))) + 1,  # gamma * c > 1 eager
+                "gpu_c_graphs_between": int(graphs["between"].all()),
+                "gpu_c_eager_06b": first[keys[0]], "gpu_c_graphs_06b": first[keys[1]],
+                "gpu_c_eager_17b": first[keys[2]], "gpu_c_graphs_17b": first[keys[3]]}
+    print(numbers)
+    return numbers
 
 
 def model_file_gpu_rows(folders=None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -241,7 +239,7 @@ def print_model_file_gpu(steps: pd.DataFrame, pairs: pd.DataFrame) -> dict:
     compiled mode, c and the break-even alpha of the handout pairs (the largest of the three)."""
     compiled = steps[steps["mode"] == "compiled"] if len(steps) else steps
     if not len(compiled):
-        print("the model file's compiled decode step has not been measured on a GPU yet (window part 'decode')")
+        print("no GPU window has measured the compiled decode step yet (part 'decode')")
         return {"mf_measured": 0}
     from helpers.experiments.nb09 import decode_modes
 
@@ -257,7 +255,7 @@ def print_model_file_gpu(steps: pd.DataFrame, pairs: pd.DataFrame) -> dict:
     peer = decode_modes.speed_against_peer(mine)
     if len(peer):
         numbers["mf_peer_ratio_min"] = float(peer["ratio"].min())
-        print(f"transformers' compiled static cache over our compiled step: {peer.round(2).to_string(index=False)}")
+        print("transformers' compiled static cache over our compiled step:\n" + peer.round(2).to_string(index=False))
     terms = pairs[(pairs["gpu"] == gpu) & (pairs["decode"] == "compiled")] if len(pairs) else pairs
     if len(terms):
         print(terms.round(3).to_string(index=False))
@@ -268,8 +266,10 @@ def print_model_file_gpu(steps: pd.DataFrame, pairs: pd.DataFrame) -> dict:
 
 def compare_costs_with_07(rows_07, draft_name: str, tokenizer, T_T: float, T_D: float, c: float,
                           cost_row: dict) -> dict:
-    """The same pair's cost terms in notebook 07 and here: what each was timed under, and whether context explains
-    the gap (printed); the report's numbers (``c07_available`` 0 without 07's rows of this draft)."""
+    """The same pair's cost terms in notebook 07 and here: what each was timed under (printed), and what could
+    explain the gap in numbers (``c07_available`` 0 without 07's rows of this draft): ``c07_ctx_known`` (both
+    contexts known), ``c07_dearer`` (how many of T_T and T_D were slower at the longer context: 2, context may explain
+    part of the gap; 0 or 1, it does not alone, timing variation does) and ``c07_same_run``."""
     from helpers.prompts import load_prompts
 
     same_07 = rows_07[rows_07["draft"] == draft_name] if not rows_07.empty else rows_07
@@ -285,45 +285,42 @@ def compare_costs_with_07(rows_07, draft_name: str, tokenizer, T_T: float, T_D: 
         "stored at": [r07.get("timestamp"), cost_row.get("timestamp")]})
     print(conditions.round(3).to_string(index=False))
     # a longer cached context can only make a forward dearer (unknown context: assume it may explain the gap)
-    longer = conditions["context (tokens)"].idxmax() if conditions["context (tokens)"].notna().all() else None
-    dearer = [conditions[column].idxmax() == longer for column in ("T_T (ms)", "T_D (ms)")]
-    c_reason = ("a context is unknown, so context may explain part of the gap" if longer is None
-                else "the longer context also gave the slower forwards, so context may explain part of the gap"
-                if all(dearer)
-                else "the target and draft forwards timed at the longer context are the faster ones, so context does "
-                     "not explain the gap: it is timing variation between the two measurements" if not any(dearer)
-                else "at the longer context one forward was slower and the other faster, so context alone does not explain "
-                     "the gap: it is timing variation between the two measurements")
-    print(f"c of {draft_name}: {r07['c']:.3f} in 07, {c:.3f} here ({abs(r07['c'] / c - 1):.0%} apart); same runtime: "
-          f"{conditions['runtime'].nunique() == 1}; {c_reason}")
-    return {"c07_same": float(r07["c"]), "c07_ctx": context_07 if text_07 is None else int(context_07),
-            "c09_ctx": int(cost_row["context_len"]),
-            "c07_tt_ms": 1e3 * float(r07["T_T_s"]), "c_reason": c_reason, "c07_available": 1,
-            "c07_when": "in the same run" if r07.get("run_id") and r07.get("run_id") == cost_row.get("run_id")
-            else "in another run"}
+    known = bool(conditions["context (tokens)"].notna().all())
+    longer = conditions["context (tokens)"].idxmax() if known else None
+    numbers = {"c07_same": float(r07["c"]), "c07_ctx": context_07 if text_07 is None else int(context_07),
+               "c09_ctx": int(cost_row["context_len"]), "c07_tt_ms": 1e3 * float(r07["T_T_s"]), "c07_available": 1,
+               "c07_ctx_known": int(known),
+               "c07_dearer": sum(int(conditions[k].idxmax() == longer) for k in ("T_T (ms)", "T_D (ms)")) if known else 2,
+               "c07_same_run": int(bool(r07.get("run_id")) and r07.get("run_id") == cost_row.get("run_id")),
+               "c07_gap_pct": 100 * abs(r07["c"] / c - 1), "c07_same_runtime": int(conditions["runtime"].nunique() == 1)}
+    print(numbers)
+    return numbers
 
 
 def source_run(by_source_07, rows_07, dear_draft: str):
     """Alpha per prompt source from ONE run of notebook 07: its dedicated per-source run where it exists (more
-    prompts per source, one gamma), else the main gamma sweep pooled over its gammas: (sources, draft, run text)."""
+    prompts per source, one gamma), else the main gamma sweep pooled over its gammas: (sources, draft, the run's
+    numbers: ``q07_per_source_run`` 1 for the dedicated run, its prompts, prompts per source and gamma; else the
+    sweep's prompts and gammas pooled)."""
     from helpers.experiments.specdec_costs import alpha_by_source
 
     if len(by_source_07):
         src_row = by_source_07.iloc[0]
         sources = alpha_by_source(by_source_07)
-        src_prompts = len(src_row["prompt_ids"])
-        return sources, src_row["draft"], (
-            f"notebook 07's per-source run ({src_prompts} prompts, {src_prompts // max(len(sources), 1)} per source, "
-            f"gamma = {int(src_row['gamma'])}, {src_row['draft']})")
+        prompts = len(src_row["prompt_ids"])
+        return sources, src_row["draft"], {"q07_per_source_run": 1, "q07_source_prompts": prompts,
+                                           "q07_source_per": prompts // max(len(sources), 1),
+                                           "q07_source_gamma": int(src_row["gamma"]), "q07_source_draft": src_row["draft"]}
     sources = alpha_by_source(rows_07[rows_07["draft"] == dear_draft])
-    return sources, dear_draft, (
-        f"notebook 07's gamma sweep ({len(rows_07['prompt_ids'].iloc[0])} prompts, pooled over its "
-        f"{rows_07.loc[rows_07['draft'] == dear_draft, 'gamma'].nunique()} gammas, {dear_draft})")
+    return sources, dear_draft, {"q07_per_source_run": 0, "q07_source_prompts": len(rows_07["prompt_ids"].iloc[0]),
+                                 "q07_source_gammas": rows_07.loc[rows_07["draft"] == dear_draft, "gamma"].nunique(),
+                                 "q07_source_draft": dear_draft}
 
 
 def other_draft_order(rows_07, other: str, src_draft: str, high_source: str) -> dict:
     """Whether the other draft (07's gamma sweep, per gamma: the only run that has it) puts the sources in the same
-    order as ``src_draft``'s run (printed); the report's numbers."""
+    order as ``src_draft``'s run (printed); the report's numbers: its highest source where one source is highest at
+    every gamma (``q07_other_top_fixed``) with its alpha's span, and the span of ``high_source``."""
     from helpers.experiments.specdec_costs import alpha_by_source
 
     per_gamma_src = {int(g): alpha_by_source(grp).set_index("source")["alpha"]
@@ -335,15 +332,16 @@ def other_draft_order(rows_07, other: str, src_draft: str, high_source: str) -> 
 
     def span(source):
         vals = [s[source] for s in per_gamma_src.values() if source in s]
-        return f"{min(vals):.2f}-{max(vals):.2f}"
+        return min(vals), max(vals)
 
-    order_differs = other_top is not None and other_top != high_source
-    other_text = (f"for {other} (07's gamma sweep, {len(per_gamma_src)} gammas) "
-                  + (f"{other_top} is highest at every gamma ({span(other_top)})" if other_top
-                     else "the highest source changes with gamma")
-                  + f" and {high_source} gives {span(high_source)}")
-    print(other_text + f" -> the order {'differs' if order_differs else 'does not differ'} from {src_draft}'s")
-    return {"q07_other_order_text": other_text, "q07_order_differs": int(order_differs), "q07_other_available": 1}
+    numbers = {"q07_other_available": 1, "q07_other_draft": other, "q07_other_gammas": len(per_gamma_src),
+               "q07_other_top_fixed": int(other_top is not None), "q07_other_top": other_top or "none",
+               "q07_order_differs": int(other_top is not None and other_top != high_source)}
+    numbers["q07_other_high_low"], numbers["q07_other_high_high"] = span(high_source)
+    if other_top:
+        numbers["q07_other_top_low"], numbers["q07_other_top_high"] = span(other_top)
+    print(numbers)
+    return numbers
 
 
 def source_numbers(drafts_07: dict, rows_07, by_source_07) -> dict:
@@ -353,46 +351,37 @@ def source_numbers(drafts_07: dict, rows_07, by_source_07) -> dict:
     if len(sources) < 2:
         return {"q07_sources": 0, "q07_other_available": 0}
     low, high = sources.iloc[0], sources.iloc[-1]
-    print(f"alpha per prompt source, {src_run}: " + ", ".join(f"{s.source} {s.alpha:.3f}" for s in sources.itertuples()))
+    print(src_run, "\n", sources.round(3).to_string(index=False))
     numbers = {"q07_source_low": low["source"], "q07_source_low_alpha": low["alpha"],
-               "q07_source_high": high["source"], "q07_source_high_alpha": high["alpha"],
-               "q07_source_run": src_run, "q07_sources": 1}
+               "q07_source_high": high["source"], "q07_source_high_alpha": high["alpha"], "q07_sources": 1, **src_run}
     cheap, dear = drafts_07["cheap"]["draft"], drafts_07["dear"]["draft"]
     other = cheap if src_draft != cheap else dear
     return numbers | other_draft_order(rows_07, other, src_draft, high["source"])
 
 
 def print_batch_trend(by_batch) -> dict:
-    """T_V/T_T, alpha and the decode speedup over the batch size (printed); the report's numbers."""
+    """T_V/T_T, alpha and the decode speedup over the batch size (printed); the report's numbers: whether T_V/T_T is
+    higher at the largest B than at the first (``batch_verify_grows``) and at every step between
+    (``batch_verify_monotone``), and whether the decode speedup falls (``batch_speedup_falls``). Each B runs on the
+    first B prompts: a different prompt set per B, so alpha and the speedup mix prompt effects with batch effects."""
     numbers = {}
     for key, column in (("speedup", "speedup"), ("decode_speedup", "decode_speedup"), ("predicted", "predicted"),
                         ("straggler", "straggler"), ("verify_ratio", "T_V/T_T")):
         numbers.update({f"batch{int(b)}_{key}": value for b, value in zip(by_batch["batch_size"], by_batch[column])})
     first_row, last_row = by_batch.iloc[0], by_batch.iloc[-1]
-    verify_grows = bool(last_row["T_V/T_T"] > first_row["T_V/T_T"])  # higher at the largest B than at B = 1
-    verify_monotone = bool(by_batch["T_V/T_T"].is_monotonic_increasing)  # and at every step in between?
     verify_dip = by_batch.loc[by_batch["T_V/T_T"].idxmin()]
-    # each B runs on the first B prompts (prompts[:B]): a different prompt set per B, so alpha and the speedup mix
-    # prompt effects with batch effects
-    print("alpha per B (prompt set = the first B held-out prompts; rounds of the batch): "
-          + ", ".join(f"B={int(r.batch_size)}: {r.alpha:.3f} ({int(r.rounds)} rounds)" for r in by_batch.itertuples()))
-    print(f"T_V/T_T over B: " + ", ".join(f"{v:.2f}" for v in by_batch["T_V/T_T"])
-          + f" -> {'monotone' if verify_monotone else 'NOT monotone'}; higher at B={int(last_row['batch_size'])} than "
-          f"at B=1: " + str(verify_grows))
-    speedup_falls = bool(last_row["decode_speedup"] < first_row["decode_speedup"])
-    print(f"B={int(first_row['batch_size'])} -> B={int(last_row['batch_size'])}: T_V/T_T {first_row['T_V/T_T']:.2f} -> "
-          f"{last_row['T_V/T_T']:.2f} ({'higher at the largest B' if verify_grows else 'NOT higher at the largest B'}"
-          f"{'' if verify_monotone else ', not monotone'}); decode speedup "
-          f"{first_row['decode_speedup']:.2f} -> {last_row['decode_speedup']:.2f} "
-          f"({'falls' if speedup_falls else 'does NOT fall'}); straggler factor up to {by_batch['straggler'].max():.2f}")
-    return numbers | {
-        "batch_verify_monotone": int(verify_monotone), "batch_verify_min": float(verify_dip["T_V/T_T"]),
-        "batch_verify_min_b": int(verify_dip["batch_size"]),
+    flags = {"batch_verify_grows": int(last_row["T_V/T_T"] > first_row["T_V/T_T"]),
+             "batch_verify_monotone": int(by_batch["T_V/T_T"].is_monotonic_increasing),
+             "batch_speedup_falls": int(last_row["decode_speedup"] < first_row["decode_speedup"]),
+             "batch_straggler_max": float(by_batch["straggler"].max())}
+    print(by_batch[["batch_size", "alpha", "rounds", "T_V/T_T", "decode_speedup", "straggler"]].round(3)
+          .to_string(index=False), "\n", flags)
+    return numbers | flags | {
+        "batch_verify_min": float(verify_dip["T_V/T_T"]), "batch_verify_min_b": int(verify_dip["batch_size"]),
         "batch_alpha_text": ", ".join(f"{a:.3f}" for a in by_batch["alpha"]),
         "batch_alpha_min": float(by_batch["alpha"].min()), "batch_alpha_max": float(by_batch["alpha"].max()),
         "batch_sizes_text": ", ".join(str(int(b)) for b in by_batch["batch_size"]),
         "batch1_rounds": int(by_batch["rounds"].iloc[0]),
-        "batch_verify_grows": int(verify_grows), "batch_speedup_falls": int(speedup_falls),
         "batch_first": int(first_row["batch_size"]), "batch_last": int(last_row["batch_size"])}
 
 
@@ -423,3 +412,20 @@ def kv_draft_ratio(gpu_name: str, context_len: int) -> float:
     gpu = gpu_spec(gpu_name)
     q06, q8 = load_config("Qwen/Qwen3-0.6B"), load_config("Qwen/Qwen3-8B")
     return roofline_seconds(q06, gpu, 1, 1, context_len) / roofline_seconds(q8, gpu, 1, 1, context_len)
+
+
+from helpers.experiments.nb09.parts import COST_PARTS  # noqa: E402 (its parts need this package's modules)
+
+GPU_PARTS = COST_PARTS + (notebook_part("09", (RESULT,), measure),)  # measured by the GPU window (helpers.gpu_parts)
+
+
+def target_steps(rows: dict) -> list[dict]:
+    """T_T of the cost rows, and at each batch of the batched rows (run-info page)."""
+    found = []
+    for row in rows.get(RESULT, []):
+        if row.get("target") == TARGET and row.get("kind") == "costs":
+            found.append(step_record("09", "T_T", row["T_T"], row.get("runtime", "minimal"), 1, row["context_len"], row))
+        if row.get("target") == TARGET and row.get("kind") == "batched":
+            found.append(step_record("09", f"T_T at batch {row['batch_size']}", row["T_T"], "minimal, ragged batch",
+                                     row["batch_size"], row["prompt_len"], row))
+    return found

@@ -3,8 +3,8 @@ analysis it prints.
 
 :func:`measure` builds every result-store configuration (the forward costs, then one row per prompt and workload
 with every method) and measures only what the store lacks. The analysis functions take the notebook's summaries
-and return what it prints (``text``) and the numbers the report quotes (``numbers``); the computations themselves
-live in :mod:`helpers.experiments.tree_study`.
+and return the numbers and flags the notebook prints and the report quotes; the computations themselves live in
+:mod:`helpers.experiments.nb10.study` and :mod:`helpers.experiments.comparison`.
 """
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ import os
 import numpy as np
 import pandas as pd
 
-from helpers.experiments.tree_study import (DRAFT_MODEL_METHODS, best_of, context_coverage, copied_prefix,
-                                            cost_model_agreement, forward_costs, greedy_continuation, method_configs,
-                                            method_specs,
-                                            per_prompt_speedup, ranking_beyond_noise, summarise_methods,
-                                            tau_against_linear, tied_with_fastest)
+from helpers.gpu_parts import notebook_part
+from helpers.run_info import TARGET, step_record
+from helpers.experiments.comparison import best_of, method_configs, summarise_methods
+from helpers.experiments.nb10.study import (context_coverage, copied_prefix, cost_model_agreement,
+                                            draft_model_methods, forward_costs, greedy_continuation, method_specs,
+                                            per_prompt_speedup, ranking_beyond_noise, tau_against_linear,
+                                            tied_with_fastest)
 from helpers.hardware import resolve_device
 
 RESULTS = "10_tree_and_lookup_decoding"
@@ -71,14 +73,12 @@ def showcase_case(params: dict, tokenizer, device) -> dict:
 
 def repetition(tokens) -> dict:
     """How much of an output repeats itself (:func:`helpers.stats.repeated_ngram_share`) and whether that passes
-    :data:`helpers.stats.REPETITIVE_SHARE`: printed beside a speedup measured on the output."""
+    :data:`helpers.stats.REPETITIVE_SHARE` (``threshold``): printed beside a speedup measured on the output (a loop
+    is easy to draft, so its speedup flatters the method)."""
     from helpers.stats import REPETITIVE_SHARE, repeated_ngram_share
 
     share = repeated_ngram_share(tokens)
-    return {"share": share, "repetitive": share > REPETITIVE_SHARE,
-            "flag": (f"REPETITIVE output ({share:.0%} of its 4-grams repeat, above {REPETITIVE_SHARE:.0%}): a loop "
-                     "is easy to draft, so its speedup flatters the method") if share > REPETITIVE_SHARE else
-                    f"not repetitive ({share:.0%} of its 4-grams repeat)"}
+    return {"share": share, "repetitive": share > REPETITIVE_SHARE, "threshold": REPETITIVE_SHARE}
 
 
 def round_to_draw(rounds) -> int:
@@ -130,7 +130,7 @@ def measure(params: dict, store, progress: bool = True, *, models=None, cases: d
     every method's runs over its prompts}}``. ``models`` is ``(target, draft, tokenizer)`` and ``cases`` the encoded
     :func:`workloads` when the caller has them (the notebook does); otherwise they are loaded here. ``store`` is a
     factory ``store(result_name) -> ResultStore``; a ``store.budget`` (the GPU window's) is checked before loading."""
-    from helpers.experiments.tree_study import compare_methods
+    from helpers.experiments.comparison import compare_methods
     from helpers.experiments.common import check_budget
     from helpers.results import run_metadata
 
@@ -177,28 +177,23 @@ def load_pair(params: dict) -> tuple:
 
 
 def cost_summary(costs: dict) -> dict:
-    """Section 2: T_T, a target forward over one, eight and the most positions in target steps (does it grow?),
-    T_D(k)/T_T. Eq. 5's T_V(n) verifies n drafted tokens, a forward over n + 1 positions: ``costs["T_V"]`` is keyed
-    by the positions."""
+    """Section 2's numbers: T_T, a target forward over one, eight and the most positions (``tv_max_nodes``) in target
+    steps (``tv_grows``: does it grow?), T_D(1)/T_T. Eq. 5's T_V(n) verifies n drafted tokens, a forward over n + 1
+    positions: ``costs["T_V"]`` is keyed by the positions, so the widest is T_V(tv_max_nodes - 1)."""
     tt, tv, td = costs["T_T"], costs["T_V"], costs["T_D"]
     nodes_max = max(tv)
     tv_one, tv_max = tv[min(tv)] / tt, tv[nodes_max] / tt
     tv_eight = float(np.interp(8, sorted(tv), [tv[n] for n in sorted(tv)])) / tt
     tv_grows = bool(tv_one < tv_eight < tv_max)
-    text = (f"T_T = {tt * 1e3:.2f} ms; T_V({nodes_max - 1})/T_T = {tv[nodes_max] / tt:.2f}; T_D(1)/T_T = "
-            f"{td[1] / tt:.3f}, T_D({max(td)})/T_T = {td[max(td)] / tt:.3f}\n"
-            f"a target forward over p positions (T_V(p - 1): p - 1 drafted tokens verified), in target steps: "
-            f"{tv_one:.2f} at p = {min(tv)}, {tv_eight:.2f} at 8, {tv_max:.2f} at {nodes_max} "
-            f"(grows with the positions: {tv_grows})")
-    return {"text": text, "numbers": {"tv_one": tv_one, "tv_grows": int(tv_grows), "T_T_ms": tt * 1e3,
-                                      "tv_max_nodes": nodes_max, "tv_max_ratio": tv[nodes_max] / tt,
-                                      "td_one": td[1] / tt, "tv_eight": tv_eight}}
+    return {"tv_one": tv_one, "tv_grows": int(tv_grows), "T_T_ms": tt * 1e3, "tv_max_nodes": nodes_max,
+            "tv_max_ratio": tv[nodes_max] / tt, "td_one": td[1] / tt, "tv_eight": tv_eight}
 
 
 def best_methods(open_summary: pd.DataFrame) -> dict:
     """Section 3: the best linear, static and dynamic configurations on the open-ended prompts, the best tree against
     the best linear (wall clock and τ; the largest τ gain at equal depth), and whether the fastest tree of each family
-    is its smallest. Returns ``at_depth`` (to display), ``linear``, ``tree_best``, ``text`` and ``numbers``."""
+    is its smallest. Returns ``at_depth`` (to display), ``linear``, ``tree_best``, ``smallest_fastest`` (by family)
+    and ``numbers``."""
     linear, tree_best = best_of(open_summary, "linear"), best_of(open_summary, TREES)
     static_best, dynamic_best = best_of(open_summary, "static"), best_of(open_summary, "dynamic")
     at_depth = tau_against_linear(open_summary)
@@ -207,14 +202,6 @@ def best_methods(open_summary: pd.DataFrame) -> dict:
     smallest_fastest = {family: best_of(open_summary, family).label
                         == open_summary[open_summary.method == family].sort_values("nodes").label.iloc[0]
                         for family in TREES}
-    text = (f"best linear: {linear.label}, {linear.speedup:.2f}x at tau {linear.tau:.2f} ({linear.nodes:.1f} "
-            f"drafts/round)\nbest static tree: {static_best.label}, {static_best.speedup:.2f}x at tau "
-            f"{static_best.tau:.2f}\nbest dynamic tree: {dynamic_best.label}, {dynamic_best.speedup:.2f}x at tau "
-            f"{dynamic_best.tau:.2f} ({dynamic_best.nodes:.1f} nodes/round)\n"
-            f"best tree / best linear: wall clock {tree_over_linear:.2f}x (the tree is faster: {tree_over_linear > 1}), "
-            f"tau {tau_gain:.2f}x; at equal depth the largest tau gain is {best_at_depth.tree} over "
-            f"{best_at_depth.linear}: {best_at_depth.tau_ratio:.2f}x, at {best_at_depth.speedup_ratio:.2f}x its speed\n"
-            f"the fastest tree of each family is its smallest (fewest nodes per round): {smallest_fastest}")
     numbers = {"best_linear": linear.label, "best_linear_speedup": linear.speedup, "best_linear_tau": linear.tau,
                "best_static": static_best.label, "best_static_speedup": static_best.speedup,
                "best_static_tau": static_best.tau, "best_dynamic": dynamic_best.label,
@@ -224,15 +211,16 @@ def best_methods(open_summary: pd.DataFrame) -> dict:
                "tau_same_depth": best_at_depth.tau_ratio, "tau_depth_tree": best_at_depth.tree,
                "tau_depth_linear": best_at_depth.linear, "tau_depth_speed": best_at_depth.speedup_ratio,
                "smallest_trees_fastest": int(all(smallest_fastest.values()))}
-    return {"at_depth": at_depth, "linear": linear, "tree_best": tree_best, "text": text, "numbers": numbers}
+    return {"at_depth": at_depth, "linear": linear, "tree_best": tree_best, "smallest_fastest": smallest_fastest,
+            "numbers": numbers}
 
 
-def ties_with_fastest(open_rows: list[dict], open_summary: pd.DataFrame, best: dict, prompt_count: int) -> dict:
+def ties_with_fastest(open_rows: list[dict], open_summary: pd.DataFrame, best: dict) -> dict:
     """Section 3: which draft-model methods the measurement cannot tell from the fastest (a paired bootstrap over
     the prompts of each one's time over the fastest's: the stored rows keep each method's fastest run per prompt, so
     the prompts, not the repeats, carry the spread; tied when the interval reaches 1), and adaptive γ against the
-    best fixed γ (``best``: :func:`best_methods`; ``prompt_count``: open-ended prompts). Returns ``ties`` (to
-    display), ``tied_labels``, ``text`` and ``numbers``."""
+    best fixed γ (``best``: :func:`best_methods`). Returns ``ties`` (to display), ``tied_labels``,
+    ``smallest_tied`` (by family) and ``numbers``."""
     linear, tree_best = best["linear"], best["tree_best"]
     ties = tied_with_fastest(open_rows)
     tied_labels = ties[ties.tied].label.tolist()
@@ -241,15 +229,9 @@ def ties_with_fastest(open_rows: list[dict], open_summary: pd.DataFrame, best: d
     # within each tree family: is its smallest tree the fastest, or tied with it (the same paired bootstrap)?
     smallest_tied = {}
     for family in TREES:
-        family_ties = tied_with_fastest(open_rows, methods=(family,))
+        family_ties = tied_with_fastest(open_rows, (family,))
         smallest = open_summary[open_summary.method == family].sort_values("nodes").label.iloc[0]
         smallest_tied[family] = bool(family_ties.set_index("label").loc[smallest, "tied"])
-    text = (f"tied with the fastest ({ties.label.iloc[0]}, {ties.speedup.iloc[0]:.2f}x) on {prompt_count} prompts: "
-            f"{tied_labels} ({ties[ties.tied].speedup.min():.2f}x .. {ties.speedup.iloc[0]:.2f}x); clearly slower: "
-            f"{len(ties) - len(tied_labels)} methods, every tree among them: {trees_all_slower}\n"
-            f"adaptive lookahead {adaptive.label}: {adaptive.speedup:.2f}x at {adaptive.depth:.1f} drafts/round vs "
-            f"best fixed gamma {linear.speedup:.2f}x ({adaptive.speedup / linear.speedup:.2f}x of it)\n"
-            f"the smallest tree of each family is the family's fastest or tied with it: {smallest_tied}")
     numbers = {"smallest_trees_tied": int(all(smallest_tied.values())),
                "adaptive": adaptive.label, "adaptive_speedup": adaptive.speedup,
                "adaptive_over_linear": adaptive.speedup / linear.speedup, "adaptive_depth": adaptive.depth,
@@ -261,7 +243,7 @@ def ties_with_fastest(open_rows: list[dict], open_summary: pd.DataFrame, best: d
                "tree_tied": int(bool(tree_best.label in tied_labels)), "trees_all_slower": int(trees_all_slower),
                "tree_slower_low": ties.set_index("label").loc[tree_best.label, "low"],
                "tree_slower_high": ties.set_index("label").loc[tree_best.label, "high"]}
-    return {"ties": ties, "tied_labels": tied_labels, "text": text, "numbers": numbers}
+    return {"ties": ties, "tied_labels": tied_labels, "smallest_tied": smallest_tied, "numbers": numbers}
 
 
 def by_source(open_rows: list[dict]) -> pd.DataFrame:
@@ -287,47 +269,30 @@ def greedy_outputs(target, cases: dict, new_tokens: int) -> dict:
 
 def coverage(cases: dict, greedy: dict, rows: dict, pld_label: str, ngram: int) -> pd.DataFrame:
     """Per prompt: the share of the output that continues an ``ngram`` of the prompt, or of the prompt and the
-    output before it (:func:`~helpers.experiments.tree_study.context_coverage`), and prompt lookup's speedup."""
+    output before it (:func:`~helpers.experiments.nb10.study.context_coverage`), and prompt lookup's speedup."""
     return pd.DataFrame([{"workload": workload, "id": case["id"], "source": case["source"],
                           **context_coverage(case["input_ids"][0], greedy[case["id"]], ngram),
                           "pld_speedup": per_prompt_speedup(rows[workload], pld_label)[case["id"]]}
                          for workload, group in cases.items() for case in group])
 
 
-def share_text(share: pd.DataFrame, ngram: int) -> str:
-    """One line per workload: how much of the output its context holds (``share``: the mean coverage by workload)."""
-    return "\n".join(f"{workload}: {100 * share.loc[workload, 'prompt']:.0f}% of the output continues a {ngram}-gram of "
-                     f"the prompt, {100 * share.loc[workload, 'context']:.0f}% one of the prompt or the output before it"
-                     for workload in share.index)
-
-
 def lookup_summary(coverage_frame: pd.DataFrame, summaries: dict, per_source: pd.DataFrame, pld_label: str,
-                   source_prompts: int, in_context_rows: list[dict]) -> dict:
+                   in_context_rows: list[dict]) -> dict:
     """Section 4: does prompt lookup follow the share of the output in the context (rank correlation over the
     prompts), PLD against the best draft-model method on each workload (with the draft-model methods the in-context
-    prompts cannot tell from that best: :func:`helpers.experiments.tree_study.tied_with_fastest`), and PLD per
-    source."""
+    prompts cannot tell from that best: :func:`helpers.experiments.nb10.study.tied_with_fastest`), and PLD per
+    source (``by_source``, with the share of each source's output in its context). Returns that, the slowest prompt
+    and its share (``slowest``, ``slowest_context``), both workloads' best lookup labels and ``numbers``."""
     share = coverage_frame.groupby("workload", sort=False)[["prompt", "context"]].mean()
     pld_corr = coverage_frame[["context", "pld_speedup"]].rank().corr().iloc[0, 1]
     slowest = coverage_frame.loc[coverage_frame.pld_speedup.idxmin()]
     in_context, open_summary = summaries["in-context"], summaries["open-ended"]
     pld_in, pld_open = best_of(in_context, "lookup"), best_of(open_summary, "lookup")
-    in_model = best_of(in_context, DRAFT_MODEL_METHODS)
+    in_model = best_of(in_context, draft_model_methods())
     in_ties = tied_with_fastest(in_context_rows)
     in_tied = in_ties[in_ties.tied]
     open_cover = coverage_frame[coverage_frame.workload == "open-ended"].groupby("source", sort=False).context.mean()
     pld_by_source = per_source.set_index("source")["lookup x"]
-    text = (f"{pld_label} per prompt: {coverage_frame.pld_speedup.min():.2f}x to {coverage_frame.pld_speedup.max():.2f}x "
-            f"over AR; rank correlation with the share of the output its context holds: {pld_corr:.2f} over "
-            f"{len(coverage_frame)} prompts; slowest on {slowest.id} ({100 * slowest.context:.0f}% of its output in "
-            f"the context)\nprompt lookup: {pld_in.speedup:.2f}x over AR at tau {pld_in.tau:.2f} on the in-context "
-            f"prompts ({pld_in.label}), {pld_open.speedup:.2f}x at tau {pld_open.tau:.2f} on the open-ended ones "
-            f"({pld_open.label}); the best draft-model method on the in-context prompts, {in_model.label}, "
-            f"{in_model.speedup:.2f}x at tau {in_model.tau:.2f}: PLD is {pld_in.speedup / in_model.speedup:.2f}x of it "
-            f"({len(in_tied)} draft-model methods tied with it there, {in_tied.speedup.min():.2f}x and up)\n"
-            f"PLD per source of the open-ended prompts ({source_prompts} prompts each, too few to rank the sources): "
-            + ", ".join(f"{s} {pld_by_source[s]:.2f}x ({100 * open_cover[s]:.0f}% in context)"
-                        for s in pld_by_source.index))
     numbers = {
         "cover_open_prompt": 100 * share.loc["open-ended", "prompt"],
         "cover_open_context": 100 * share.loc["open-ended", "context"],
@@ -344,7 +309,10 @@ def lookup_summary(coverage_frame: pd.DataFrame, summaries: dict, per_source: pd
         "pld_best_source": pld_by_source.idxmax(), "pld_best_source_speedup": pld_by_source.max(),
         "pld_best_source_cover": 100 * open_cover[pld_by_source.idxmax()],
         "pld_best_source_most_covered": int(pld_by_source.idxmax() == open_cover.idxmax())}
-    return {"text": text, "numbers": numbers}
+    return {"slowest": slowest.id, "slowest_context": slowest.context, "pld_in_label": pld_in.label,
+            "pld_open_label": pld_open.label, "by_source": pd.DataFrame({"PLD x": pld_by_source,
+                                                                          "context": open_cover[pld_by_source.index]}),
+            "numbers": numbers}
 
 
 def copies(tokenizer, in_context_cases: list[dict], greedy: dict) -> dict:
@@ -353,14 +321,13 @@ def copies(tokenizer, in_context_cases: list[dict], greedy: dict) -> dict:
     found = [copied_prefix(tokenizer, case, greedy[case["id"]]) for case in in_context_cases]
     share = sum(c for c, _ in found) / sum(n for _, n in found)
     full = sum(c >= n for c, n in found)
-    text = (f"in-context prompts: the target re-emits {100 * share:.0f}% of the continuation in its prompt before it "
-            f"first diverges ({full} of {len(found)} prompts in full)")
-    return {"share": share, "text": text, "numbers": {"in_copied_pct": 100 * share, "in_full_copies": full}}
+    return {"share": share, "prompts": len(found), "numbers": {"in_copied_pct": 100 * share, "in_full_copies": full}}
 
 
 def copy_task(target, tokenizer, params: dict) -> dict:
     """The copy task the target fails: a held-out function, then its first lines again; how many tokens of the rest
-    its greedy output re-emits before it diverges (written on the CPU: :func:`cpu_writer`)."""
+    its greedy output re-emits before it diverges on average (``copy_tokens`` of ``copy_reference``; written on the
+    CPU: :func:`cpu_writer`)."""
     from helpers.prompts import GROUNDED_HEAD_LINES, encode_prompts, grounded_prompts
     from helpers.specdec import autoregressive_generate
 
@@ -369,17 +336,14 @@ def copy_task(target, tokenizer, params: dict) -> dict:
     found = [copied_prefix(tokenizer, case, autoregressive_generate(writer, case["input_ids"], params["tree_new_tokens"],
                                                                      eos_token_id=-1).tokens) for case in cases]
     tokens, reference = np.mean([c for c, _ in found]), np.mean([n for _, n in found])
-    text = (f"the copy task (a held-out function, then its first {GROUNDED_HEAD_LINES} lines again): the target "
-            f"re-emits {tokens:.1f} of the {reference:.1f} tokens of the rest on average before its greedy output "
-            "diverges")
-    return {"text": text, "numbers": {"copy_tokens": tokens, "copy_reference": reference,
-                                      "copy_head_lines": GROUNDED_HEAD_LINES}}
+    return {"copy_tokens": tokens, "copy_reference": reference, "copy_head_lines": GROUNDED_HEAD_LINES}
 
 
 def eq5_summary(model_table: pd.DataFrame, open_rows: list[dict], best: dict) -> dict:
     """Section 5: Eq. 5 with measured terms against the measurement: its error, its bias per family, whether it ranks
     the methods as measured (and as far as the measurement can: the decode-time ties with the fastest), and the
-    best tree against the best linear configuration (``best``: :func:`best_methods`)."""
+    best tree against the best linear configuration (``best``: :func:`best_methods`). Returns the number of methods,
+    the fastest method in decode time (``decode_fastest``) and ``numbers``."""
     mean_error = model_table.error_pct.abs().mean()
     agreement = cost_model_agreement(model_table)
     bias = agreement["by_family"]
@@ -389,19 +353,7 @@ def eq5_summary(model_table: pd.DataFrame, open_rows: list[dict], best: dict) ->
     # models) and whether Eq. 5 puts every clearly slower one below all of them
     decode_ties = tied_with_fastest(open_rows, decode=True)
     beyond = ranking_beyond_noise(model_table, decode_ties)
-    text = [f"Eq. 5 with measured terms: mean absolute error {mean_error:.1f}% over {len(model_table)} methods",
-            "predicted / measured by family: " + ", ".join(f"{family} {value:.2f}" for family, value in bias.items())
-            + f"; largest over smallest {agreement['family_spread']:.2f} (alike within 5%: {families_alike})",
-            f"rank correlation of predicted and measured speedups {agreement['rank_corr']:.2f}; Eq. 5 puts "
-            f"{agreement['top_predicted']} first among the {agreement['draft_model_methods']} draft-model methods, "
-            f"measured {agreement['top_measured_rank']} of them (fastest measured: {agreement['top_measured']}) -> ranks "
-            f"the methods as measured: {ranks_as_measured}",
-            f"decode speedups tied with the fastest ({decode_ties.label.iloc[0]}, {decode_ties.speedup.iloc[0]:.2f}x): "
-            f"{beyond['tied']} (down to {decode_ties[decode_ties.tied].speedup.min():.2f}x); Eq. 5's first choice "
-            f"{beyond['top_predicted']} is among them: {beyond['top_tied']}; clearly slower methods Eq. 5 puts above a "
-            f"tied one: {beyond['misplaced'] or 'none'} -> orders the methods as far as the measurement can: "
-            f"{beyond['separates']}"]
-    tree_text, tree_numbers = _tree_against_linear(model_table, best, bias)
+    tree_numbers = _tree_against_linear(model_table, best, bias)
     numbers = {"eq5_tree_error_pct": mean_error, "eq5_rank_corr": agreement["rank_corr"],
                **{f"eq5_bias_{family}": value for family, value in bias.items()},
                "eq5_bias_tree": tree_numbers.pop("eq5_bias_tree"), "eq5_family_spread": agreement["family_spread"],
@@ -415,10 +367,10 @@ def eq5_summary(model_table: pd.DataFrame, open_rows: list[dict], best: dict) ->
                "eq5_tied": ", ".join(beyond["tied"]), "eq5_tied_count": len(beyond["tied"]),
                "eq5_tied_low": decode_ties[decode_ties.tied].speedup.min(),
                "eq5_fastest_decode": decode_ties.speedup.iloc[0], **tree_numbers}
-    return {"text": "\n".join(text + [tree_text]), "numbers": numbers}
+    return {"methods": len(model_table), "decode_fastest": decode_ties.label.iloc[0], "numbers": numbers}
 
 
-def _tree_against_linear(model_table: pd.DataFrame, best: dict, bias: dict) -> tuple[str, dict]:
+def _tree_against_linear(model_table: pd.DataFrame, best: dict, bias: dict) -> dict:
     """The best tree against the best linear configuration in Eq. 5's terms: τ ratio over round-cost ratio, against
     the measured ratio; and whether trees are mispredicted more than linear speculation."""
     tree_bias = float(np.mean([bias[f] for f in TREES if f in bias]))
@@ -427,18 +379,12 @@ def _tree_against_linear(model_table: pd.DataFrame, best: dict, bias: dict) -> t
     cost_ratio = (tree_row.draft_cost + tree_row.verify_cost) / (linear_row.draft_cost + linear_row.verify_cost)
     model_ratio = tree_row.tau / linear_row.tau / cost_ratio
     measured_ratio = tree_row.measured / linear_row.measured
-    text = (f"best tree vs best linear: tau x{tree_row.tau / linear_row.tau:.2f}, round cost x{cost_ratio:.2f} "
-            f"(draft {tree_row.draft_cost:.2f} vs {linear_row.draft_cost:.2f} T_T, verify "
-            f"{tree_row.verify_cost:.2f} vs {linear_row.verify_cost:.2f} T_T): Eq. 5 expects the tree at "
-            f"{model_ratio:.2f}x the linear speed, measured {measured_ratio:.2f}x (decode only); trees mispredicted "
-            f"more than linear speculation (predicted/measured {tree_bias:.2f} vs {bias['linear']:.2f}): "
-            f"{tree_bias > bias['linear']}")
-    return text, {"eq5_bias_tree": tree_bias, "trees_overpredicted": int(tree_bias > bias["linear"]),
-                  "tree_tau_ratio": tree_row.tau / linear_row.tau, "tree_cost_ratio": cost_ratio,
-                  "tree_draft_cost": tree_row.draft_cost, "linear_draft_cost": linear_row.draft_cost,
-                  "tree_verify_cost": tree_row.verify_cost, "linear_verify_cost": linear_row.verify_cost,
-                  "tree_model_ratio": model_ratio, "tree_model_wins": int(model_ratio > 1),
-                  "tree_measured_ratio": measured_ratio, "tree_measured_wins": int(measured_ratio > 1)}
+    return {"eq5_bias_tree": tree_bias, "trees_overpredicted": int(tree_bias > bias["linear"]),
+            "tree_tau_ratio": tree_row.tau / linear_row.tau, "tree_cost_ratio": cost_ratio,
+            "tree_draft_cost": tree_row.draft_cost, "linear_draft_cost": linear_row.draft_cost,
+            "tree_verify_cost": tree_row.verify_cost, "linear_verify_cost": linear_row.verify_cost,
+            "tree_model_ratio": model_ratio, "tree_model_wins": int(model_ratio > 1),
+            "tree_measured_ratio": measured_ratio, "tree_measured_wins": int(measured_ratio > 1)}
 
 
 def gpu_width_costs(folders=None) -> pd.DataFrame:
@@ -479,3 +425,12 @@ def gpu_width_numbers(table: pd.DataFrame, model: str, handout_target: str = "Qw
         return {}
     numbers["gpuwide_flat"] = int(numbers.get("gpuwide_handout_ratio", numbers["gpuwide_own_ratio"]) < 1.25)
     return numbers
+
+
+GPU_PARTS = (notebook_part("10", (RESULTS,), measure),)  # the GPU window measures these rows (helpers.gpu_parts)
+
+
+def target_steps(rows: dict) -> list[dict]:
+    """T_T of the cost rows (run-info page)."""
+    return [step_record("10", "T_T", row["T_T"], row.get("runtime", "minimal"), 1, row["context_len"], row)
+            for row in rows.get(RESULTS, []) if row.get("kind") == "costs" and row.get("T_T")]

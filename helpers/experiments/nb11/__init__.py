@@ -13,6 +13,8 @@ import os
 import pandas as pd
 from tqdm.auto import tqdm
 
+from helpers.gpu_parts import notebook_part
+from helpers.run_info import SAME_SHAPE, TARGET, step_record
 from helpers.experiments.nb11.study import against_one, byte_terms, compare_at, prefill_long, tied_with_best
 from helpers.specdec.analysis import predicted_speedup
 
@@ -230,3 +232,13 @@ def window_against_grid(windows: pd.DataFrame, sweep: pd.DataFrame, window: int,
     spread = max(a.full_batch_spread, b.full_batch_spread)
     return {"window_grid_compared": 1, "within": bool(apart <= spread), "window_grid_apart_pct": 100 * apart,
             "window_grid_spread_pct": 100 * spread, "here": a.full_batch_speedup, "grid": b.full_batch_speedup}
+
+
+GPU_PARTS = (notebook_part("11", (RESULTS,), measure),)  # the GPU window measures these rows (helpers.gpu_parts)
+
+
+def target_steps(rows: dict) -> list[dict]:
+    """The AR step at batch 1 of the target and target-long (the same shape) (run-info page)."""
+    return [step_record("11", f"AR step of {row['model'].split('/')[-1]}", row["ar_step_s"], "minimal", 1, row["context"], row)
+            for row in rows.get(RESULTS, [])
+            if row.get("kind") == "speedup" and row.get("model") in SAME_SHAPE and row.get("batch") == 1]

@@ -14,6 +14,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from helpers.gpu_parts import notebook_part
+from helpers.run_info import TARGET, step_record
 from helpers.experiments.nb12.study import (depth_latency, draft_config, eq5_agrees, gamma_ties, leave_one_out,
                                               measure_draft, measure_scale, predictors, scale_config, timing_noise)
 from helpers.stats import tied_with_best
@@ -249,3 +251,14 @@ def same_shape_recipes(by: pd.DataFrame, card: dict) -> dict:
     return {"same_shape": 1, "same_shape_draft": str(twin.name), "same_shape_loss": twin.heldout_loss,
             "same_shape_alpha": twin.alpha, "same_shape_speedup": twin.speedup, "ref_loss": ref.heldout_loss,
             "ref_steps": card["stages"]["draft"]["steps"]}
+
+
+GPU_PARTS = (notebook_part("12", (RESULTS,), measure),)  # the GPU window measures these rows (helpers.gpu_parts)
+
+
+def target_steps(rows: dict) -> list[dict]:
+    """T_T measured beside each draft (run-info page)."""
+    return [step_record("12", f"T_T (with {str(row.get('draft', '')).split('/')[-1]})", row["costs"]["T_T"],
+                        row["costs"].get("runtime", "minimal"), 1, row.get("context_len"), row)
+            for row in rows.get(RESULTS, [])
+            if row.get("target") == TARGET and isinstance(row.get("costs"), dict) and row["costs"].get("T_T")]

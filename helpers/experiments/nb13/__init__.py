@@ -1,7 +1,7 @@
 """Notebook 13 (drafting from the target itself: Medusa heads and a feature-level draft): its workloads, method list
 and result rows from the parameters, and the analysis it prints.
 
-Every method runs on the same prompts in one interleaved comparison (:func:`helpers.experiments.tree_study.
+Every method runs on the same prompts in one interleaved comparison (:func:`helpers.experiments.comparison.
 compare_methods`): AR, the distilled draft's linear speculation and its best dynamic tree (notebook 10's), prompt
 lookup, Medusa heads as a chain and as static trees, and the feature draft as a chain, with and without its
 confidence stop. Two workloads: held-out text like the training corpus (the CPU prompts, every source), and text far
@@ -15,8 +15,12 @@ import os
 import numpy as np
 import pandas as pd
 
-from helpers.experiments.tree_study import (depth_acceptance, expected_tau, method_configs, method_label,
-                                            predicted_speedup, summarise_methods)
+from helpers.gpu_parts import notebook_part
+from helpers.run_info import TARGET, step_record
+from helpers.experiments.comparison import (depth_acceptance, expected_tau, method_configs, predicted_speedup,
+                                            summarise_methods)
+from helpers.specdec import methods
+from helpers.specdec.methods import label as method_label
 from helpers.specdec.analysis import estimate_alpha
 
 RESULTS = "13_drafting_from_the_target"
@@ -31,14 +35,16 @@ __all__ = ["RESULTS", "PARAMETERS", "specs", "workloads", "configs", "load_model
 PARAMETERS = ("device", "fd_target", "fd_draft", "fd_dtype", "fd_threads", "fd_prompt_count", "fd_far_count",
               "fd_new_tokens", "fd_repeats", "fd_gammas", "fd_dynamic", "fd_medusa_trees", "fd_stop_below",
               "fd_backoff", "fd_cost_repeats")
-FAMILIES = {"linear": "draft model", "dynamic": "draft model", "lookup": "prompt lookup", "medusa": "Medusa heads",
-            "eagle": "feature draft"}
+# the methods whose specs notebook 13's parameters build, and the drafters it loads (:func:`load_models`); any other
+# registered method that needs no other drafter joins the comparison with its defaults
+CONFIGURED = ("ar", "linear", "dynamic", "lookup", "medusa", "eagle")
+DRAFTERS = ("draft", "medusa", "eagle")
 
 
 def specs(params: dict) -> list[dict]:
     """AR first, then the draft model's linear γ and dynamic tree, prompt lookup, Medusa (chain, then each static
     tree) and the feature draft (each γ, the same dynamic tree, then the largest γ with the confidence stop and the
-    back-off)."""
+    back-off); then the defaults of every other registered method it has the drafter for."""
     depth, topk, budget = params["fd_dynamic"]
     gammas = [int(g) for g in params["fd_gammas"]]
     return ([{"method": "ar"}]
@@ -50,7 +56,8 @@ def specs(params: dict) -> list[dict]:
             + [{"method": "eagle", "gamma": g} for g in gammas]
             + [{"method": "eagle", "tree": "dynamic", "depth": int(depth), "topk": int(topk), "budget": int(budget)},
                {"method": "eagle", "gamma": max(gammas), "stop_below": float(params["fd_stop_below"]),
-                "backoff": int(params["fd_backoff"])}])
+                "backoff": int(params["fd_backoff"])}]
+            + methods.extra_specs(CONFIGURED, DRAFTERS))
 
 
 def workloads(params: dict, tokenizer) -> dict:
@@ -87,7 +94,7 @@ def configs(params: dict, cases: dict) -> dict:
 
 
 def load_models(params: dict) -> tuple:
-    """``(target, drafters, tokenizer)``: the drafters as :func:`~helpers.experiments.tree_study.run_method` takes
+    """``(target, drafters, tokenizer)``: the drafters as :func:`helpers.specdec.methods.run` takes
     them: the distilled draft, the Medusa heads and the feature draft of the CPU pair."""
     import torch
 
@@ -108,7 +115,7 @@ def measure(params: dict, store, progress: bool = True, *, models=None, cases: d
     import torch
     from tqdm.auto import tqdm
 
-    from helpers.experiments.tree_study import compare_methods
+    from helpers.experiments.comparison import compare_methods
     from helpers.experiments.common import check_budget
     from helpers.results import run_metadata
 
@@ -172,15 +179,11 @@ def step_costs(target, drafters: dict, context, gammas, repeats: int) -> dict:
 # ------------------------------------------------------------------------------------------------ analysis
 
 
-def family(label: str) -> str:
-    return FAMILIES.get(label.split()[0], "AR") if label != "AR" else "AR"
-
-
 def comparison(rows: list[dict]) -> pd.DataFrame:
     """Per method (pooled over the workload's prompts): speedup over AR, τ, draft/verify shares, lossless, and
     which family drafted."""
     summary = summarise_methods(rows)
-    summary.insert(1, "drafter", summary.label.map(family))
+    summary.insert(1, "drafter", summary.method.map(lambda name: methods.get(name).family or name))
     return summary
 
 
@@ -204,7 +207,7 @@ def methods_table(summary: pd.DataFrame, method_specs: list[dict]) -> pd.DataFra
 
 def alpha_by_position(rows: list[dict], labels) -> pd.DataFrame:
     """a_d (the chance a round's accepted chain reaches draft position d, given d - 1) per method, by source and
-    pooled over every round (source ``"all"``), for the positions the method drafts."""
+    pooled over every round (source ``"all"``), for the positions the method drafts; ``drafter``: its family."""
     frame = pd.DataFrame(rows)
     frame = frame[frame.label.isin(labels)]
     out = []
@@ -212,8 +215,9 @@ def alpha_by_position(rows: list[dict], labels) -> pd.DataFrame:
                                    *(((label, "all"), group) for label, group in frame.groupby("label", sort=False))]:
         rates = depth_acceptance([n for per_round in group.accepted_per_round for n in per_round])
         deepest = max(d for per_round in group.depth_per_round for d in per_round)  # no position past the drafts
-        out += [{"label": label, "source": source, "position": d + 1, "alpha": rate} for d, rate in enumerate(rates)
-                if rate == rate and d < deepest]
+        drafter = methods.get(group.method.iloc[0]).family
+        out += [{"label": label, "source": source, "position": d + 1, "alpha": rate, "drafter": drafter}
+                for d, rate in enumerate(rates) if rate == rate and d < deepest]
     return pd.DataFrame(out)
 
 
@@ -233,12 +237,10 @@ def alpha_by_workload(rows: dict, labels) -> pd.DataFrame:
                          for label in labels]).set_index("label")
 
 
-def accepted_less_far(alphas: pd.DataFrame, labels) -> str:
+def accepted_less_far(alphas: pd.DataFrame, labels) -> dict[str, bool]:
     """Whether each method in ``labels`` is accepted less often on the far workload than on the held-out one
-    (:func:`alpha_by_workload`'s table), as one printable line."""
-    return "**Accepted less often far from the corpus** (α̂ held-out → far): " + ", ".join(
-        f"`{label}` {alphas.loc[label, 'held-out']:.3f} → {alphas.loc[label, 'far']:.3f} "
-        f"({'yes' if alphas.loc[label, 'far'] < alphas.loc[label, 'held-out'] else 'NO'})" for label in labels)
+    (:func:`alpha_by_workload`'s table)."""
+    return {label: bool(alphas.loc[label, "far"] < alphas.loc[label, "held-out"]) for label in labels}
 
 
 def costs_in_round(rows: list[dict]) -> pd.DataFrame:
@@ -298,7 +300,9 @@ def what_it_takes(eq5: pd.DataFrame, label: str, goal: float) -> dict:
     target steps as measured, and γc + T_V(γ)/T_T by Eq. 5's terms timed alone; at each cost, the τ that reaches
     the goal and the uniform per-token acceptance α giving that τ (Eq. 4; None where even α = 1, τ = γ + 1, falls
     short), next to the α its measured τ corresponds to. Also Eq. 5's speedup with a free draft (c = 0), the ceiling
-    verification alone sets at the measured τ, and the step cost c that would reach the goal there (None: none)."""
+    verification alone sets at the measured τ, and the step cost c that would reach the goal there (absent: none);
+    flags: ``goal_alpha_reachable_<cost>``, ``goal_c_reachable``, ``goal_verify_larger`` (verification costs more
+    than a decode step and than the round's draft steps together). Returns the report's numbers."""
     row = eq5.set_index("label").loc[label]
     gamma, verify, c = int(row.gamma), float(row["T_V/T_T"]), float(row.c)
     tau, measured = float(row.tau_measured), float(row.speedup_measured)
@@ -306,7 +310,6 @@ def what_it_takes(eq5: pd.DataFrame, label: str, goal: float) -> dict:
     numbers = {"goal": goal, "goal_label": label, "goal_gamma": gamma, "goal_tau": tau, "goal_measured": measured,
                "goal_c": c, "goal_verify": verify, "goal_eq5": float(row.speedup_eq5),
                "goal_free_draft": tau / verify, "goal_alpha_equivalent": _uniform_alpha(tau, gamma)}
-    needs = {}
     for name, cost in rounds.items():
         numbers[f"goal_round_{name}"] = cost
         numbers[f"goal_tau_needed_{name}"] = goal * cost
@@ -314,8 +317,6 @@ def what_it_takes(eq5: pd.DataFrame, label: str, goal: float) -> dict:
         numbers[f"goal_alpha_reachable_{name}"] = int(reachable)
         if reachable:
             numbers[f"goal_alpha_needed_{name}"] = _uniform_alpha(goal * cost, gamma)
-        needs[name] = (f"τ {goal * cost:.2f} (a per-token acceptance of {numbers[f'goal_alpha_needed_{name}']:.3f})"
-                       if reachable else f"τ {goal * cost:.2f}, more than {gamma} drafts can give")
     # the larger cost of a round: verification where a (gamma + 1)-token forward costs more than a decode step and
     # than all the round's draft steps together
     numbers["goal_verify_larger"] = int(verify > max(1.0, gamma * c))
@@ -323,20 +324,7 @@ def what_it_takes(eq5: pd.DataFrame, label: str, goal: float) -> dict:
     numbers["goal_c_reachable"] = int(c_needed > 0)
     if c_needed > 0:
         numbers["goal_c_needed"] = c_needed
-    text = (f"**What {goal}x would take for `{label}`.** It measured {measured:.2f}x in decoding (prefill left out) "
-            f"at τ {tau:.2f}: a round costs {rounds['measured']:.2f} target steps.\n\n"
-            f"- Eq. 5's terms timed alone give {rounds['eq5']:.2f} (verifying its {gamma + 1} tokens {verify:.2f}, "
-            f"{gamma} draft steps at $c$ = {c:.3f}), hence its {row.speedup_eq5:.2f}x; even a free draft ($c$ = 0) "
-            f"would give {tau / verify:.2f}x by Eq. 5.\n"
-            f"- For {goal}x: by Eq. 5, {needs['eq5']}"
-            + (f" or draft steps of $c$ ≤ {c_needed:.3f}" if c_needed > 0 else "")
-            + f"; at the measured round cost, {needs['measured']}.\n"
-              f"- Its measured τ corresponds to a per-token acceptance of {numbers['goal_alpha_equivalent']:.3f}.\n"
-              "- The larger cost of a round: "
-            + (f"**verification** ({verify:.2f} target steps, against {gamma} draft steps at {gamma * c:.2f})"
-               if numbers["goal_verify_larger"] else
-               f"not verification alone ({verify:.2f} target steps, against {gamma} draft steps at {gamma * c:.2f})"))
-    return {"text": text, "numbers": numbers}
+    return numbers
 
 
 def by_source(rows: list[dict], labels) -> pd.DataFrame:
@@ -378,11 +366,6 @@ FAMILY_COLOURS = {"draft model": "tab:blue", "Medusa heads": "tab:green", "featu
                   "prompt lookup": "tab:gray"}  # one hue per drafter, the same in every figure
 
 
-def _family(label: str) -> str:
-    """The drafter family of a method label ("linear g5", "eagle tree d6 k2 n10", "lookup ...")."""
-    return FAMILIES.get(label.split()[0], label.split()[0])
-
-
 def plot_speedup_tau(summary: pd.DataFrame, title: str):
     """Speedup over AR against τ, one marker per method, coloured by drafter."""
     import matplotlib.pyplot as plt
@@ -412,7 +395,7 @@ def plot_alpha_by_position(alpha: pd.DataFrame, title: str):
     pooled = alpha[alpha.source == "all"]
     seen: dict[str, int] = {}
     for label, group in pooled.groupby("label", sort=False):
-        family = _family(label)
+        family = group.drafter.iloc[0]
         style = ("o-", "s--", "^:")[seen.get(family, 0) % 3]
         seen[family] = seen.get(family, 0) + 1
         ax.plot(group.position, group.alpha, style, color=FAMILY_COLOURS.get(family), label=label)
@@ -455,25 +438,26 @@ def round_accounting(summary: pd.DataFrame, label: str) -> dict:
 
 
 def separating_terms(feature: dict, linear: dict, tau_bounds: tuple[float, float] | None = None,
-                     tolerance: float = 0.03) -> str:
-    """Which measured term separates two methods' speedups (:func:`round_accounting` of each): their τ (the same
-    where ``tau_bounds``, the bootstrap interval over prompts of the τ ratio, holds 1; else within ``tolerance``),
-    and their round's cost with the part of it that differs most (within ``tolerance``, relative, counts as equal)."""
+                     tolerance: float = 0.03) -> dict:
+    """Which measured term separates two methods' speedups (:func:`round_accounting` of each): their τ
+    (``tau_same`` where ``tau_bounds``, the bootstrap interval over prompts of the τ ratio, holds 1,
+    ``tau_by_interval``; without an interval, within ``tolerance``; ``tau_change_pct`` the signed difference,
+    ``tau_higher`` its sign), and
+    their round's cost (``cost_same`` within ``tolerance``, relative; else ``cost_cheaper`` and ``cost_factor``, the
+    dearer over the cheaper) with the part of it that differs most (``part``: "drafting", "verifying" or "the rest";
+    its values ``part_feature`` and ``part_linear``)."""
     tau_ratio = feature["tau"] / linear["tau"]
-    if tau_bounds is not None and tau_bounds[0] == tau_bounds[0]:
-        same = tau_bounds[0] <= 1 <= tau_bounds[1]
-        why = f"interval over prompts {tau_bounds[0]:.2f}-{tau_bounds[1]:.2f}"
-    else:
-        same, why = abs(tau_ratio - 1) <= tolerance, f"within {tolerance:.0%}"
-    tau = f"the same tau ({tau_ratio - 1:+.1%}, {why})" if same else f"a tau {tau_ratio - 1:+.0%}"
+    by_interval = tau_bounds is not None and tau_bounds[0] == tau_bounds[0]
+    same = tau_bounds[0] <= 1 <= tau_bounds[1] if by_interval else abs(tau_ratio - 1) <= tolerance
     cost_ratio = feature["round"] / linear["round"]
     part = max(("drafting", "verifying", "rest"), key=lambda k: abs(feature[k] - linear[k]))
-    where = (f", chiefly in {'the rest' if part == 'rest' else part} ({feature[part]:.2f} against "
-             f"{linear[part]:.2f} AR token times)")
-    cost = (f"rounds of the same cost ({cost_ratio - 1:+.1%})" if abs(cost_ratio - 1) <= tolerance else
-            f"rounds {1 / cost_ratio:.2f}x cheaper" + where if cost_ratio < 1 else f"rounds {cost_ratio:.2f}x dearer"
-            + where)
-    return f"the feature draft has {tau} and {cost}"
+    return {"tau_same": int(same), "tau_by_interval": int(by_interval), "tau_higher": int(tau_ratio > 1),
+            "tau_change_pct": 100 * (tau_ratio - 1),
+            "tau_low": tau_bounds[0] if by_interval else float("nan"),
+            "tau_high": tau_bounds[1] if by_interval else float("nan"), "tau_tolerance_pct": 100 * tolerance,
+            "cost_same": int(abs(cost_ratio - 1) <= tolerance), "cost_cheaper": int(cost_ratio < 1),
+            "cost_change_pct": 100 * (cost_ratio - 1), "cost_factor": max(cost_ratio, 1 / cost_ratio),
+            "part": "the rest" if part == "rest" else part, "part_feature": feature[part], "part_linear": linear[part]}
 
 
 def tau_interval(rows: list[dict], label: str, other: str, level: float = 0.95) -> tuple[float, float]:
@@ -485,32 +469,20 @@ def tau_interval(rows: list[dict], label: str, other: str, level: float = 0.95) 
 def who_wins(held: dict, alpha: pd.DataFrame, costs: dict, summary: pd.DataFrame, rows: list[dict]) -> dict:
     """The feature draft's best chain against the distilled draft's best linear speculation (:func:`paired_side`
     over ``rows``, the workload's runs), and why, from the measured rounds (:func:`round_accounting`: τ and a round's
-    cost, by part), with first-position acceptance a_1 and the step cost c timed alone beside them."""
+    cost, by part; :func:`separating_terms` as ``eagle_<key>``), with first-position acceptance a_1 and the step cost
+    c timed alone beside them; the trees of both drafters alongside. Returns ``numbers``."""
     eagle, linear = held["eagle"], held["linear"]
     a1 = alpha[(alpha.position == 1) & (alpha.source == "all")].set_index("label").alpha
     side, low, high = paired_side(rows, eagle["label"], linear["label"])
     tau_low, tau_high = tau_interval(rows, eagle["label"], linear["label"])
     rounds = {name: round_accounting(summary, held[name]["label"]) for name in ("eagle", "linear")}
     reason = separating_terms(rounds["eagle"], rounds["linear"], (tau_low, tau_high))
-    e, l = rounds["eagle"], rounds["linear"]
-    text = (f"**The feature draft `{eagle['label']}` ({eagle['speedup']:.2f}x, τ {eagle['tau']:.2f}) is {side} the "
-            f"distilled draft `{linear['label']}` ({linear['speedup']:.2f}x, τ {linear['tau']:.2f})**: the 95% "
-            f"bootstrap interval over prompts of its time ratio is {low:.2f}-{high:.2f}.\n\n"
-            f"- **Why**: {reason.replace(' tau', ' τ')}. A round costs {e['round']:.2f} against {l['round']:.2f} AR token times (end to "
-            f"end, prefill included): drafting {e['drafting']:.2f} against {l['drafting']:.2f}, verifying "
-            f"{e['verifying']:.2f} against {l['verifying']:.2f}, the rest {e['rest']:.2f} against {l['rest']:.2f}.\n"
-            f"- First-position acceptance $a_1$: {a1.get(eagle['label'], float('nan')):.3f} against "
-            f"{a1.get(linear['label'], float('nan')):.3f}; a draft step timed alone costs $c$ = "
-            f"{costs['c']['eagle']:.3f} against {costs['c']['draft']:.3f} of a target step.\n"
-            f"- Trees: the feature draft's `{held['eagle_tree']['label']}` {held['eagle_tree']['speedup']:.2f}x (τ "
-            f"{held['eagle_tree']['tau']:.2f}) against the distilled draft's `{held['tree']['label']}` "
-            f"{held['tree']['speedup']:.2f}x (τ {held['tree']['tau']:.2f}).")
-    return {"text": text, "numbers": {
+    return {"numbers": {
         "eagle_tree_label": held["eagle_tree"]["label"], "eagle_tree_speedup": held["eagle_tree"]["speedup"],
         "eagle_tree_tau": held["eagle_tree"]["tau"], "tree_label": held["tree"]["label"],
         "tree_speedup": held["tree"]["speedup"], "tree_tau": held["tree"]["tau"],
-        "eagle_reason": reason, "eagle_label": eagle["label"], "eagle_speedup": eagle["speedup"],
-        "eagle_tau": eagle["tau"],
+        **{f"eagle_{key}": value for key, value in reason.items()}, "eagle_label": eagle["label"],
+        "eagle_speedup": eagle["speedup"], "eagle_tau": eagle["tau"],
         "linear_label": linear["label"], "linear_speedup": linear["speedup"], "linear_tau": linear["tau"],
         "eagle_vs_linear": eagle["speedup"] / linear["speedup"], "eagle_side": side, "eagle_vs_linear_low": low,
         "eagle_vs_linear_high": high,
@@ -531,18 +503,14 @@ def linear_at_depth(summary: pd.DataFrame, depth: int) -> str:
 def medusa_against_linear(summary: pd.DataFrame, rows: list[dict], num_heads: int) -> dict:
     """Medusa's chain against linear speculation at the same depth (γ = the number of heads; the nearest measured γ
     where that one was not): τ, speedup and the acceptance by position that separates them (head k guesses without
-    seeing the k-1 drafts before it)."""
+    seeing the k-1 drafts before it): ``pairs`` (position d, Medusa's a_d, linear's a_d) and ``numbers``."""
     medusa = summary[summary.label == "medusa chain"].iloc[0]
     linear = summary[summary.label == linear_at_depth(summary, num_heads)].iloc[0]
     pooled = alpha_by_position(rows, ["medusa chain", linear.label])
     rates = pooled[pooled.source == "all"].set_index(["label", "position"]).alpha
     pairs = [(d, rates.get(("medusa chain", d), float("nan")), rates.get((linear.label, d), float("nan")))
              for d in range(1, num_heads + 1)]
-    text = (f"**Medusa's chain** ({num_heads} heads): {medusa.speedup:.2f}x, τ {medusa.tau:.2f}, against "
-            f"`{linear.label}` at the same depth: {linear.speedup:.2f}x, τ {linear.tau:.2f}. Acceptance by position "
-            "$a_d$, Medusa against linear: "
-            + ", ".join(f"$d$={d}: {m:.2f} against {lin:.2f}" for d, m, lin in pairs) + ".")
-    return {"text": text, "numbers": {"medusa_speedup": float(medusa.speedup), "medusa_tau": float(medusa.tau),
+    return {"pairs": pairs, "numbers": {"medusa_speedup": float(medusa.speedup), "medusa_tau": float(medusa.tau),
                                       "medusa_linear_label": linear.label, "medusa_linear_speedup": float(linear.speedup),
                                       "medusa_linear_tau": float(linear.tau), "medusa_a1": pairs[0][1],
                                       "medusa_alast": pairs[-1][1], "medusa_linear_alast": pairs[-1][2],
@@ -552,16 +520,12 @@ def medusa_against_linear(summary: pd.DataFrame, rows: list[dict], num_heads: in
 
 def far_from_corpus(table: pd.DataFrame, stop_label: str, floor: float = 0.95) -> dict:
     """Per source of the far workload: the lowest speedup of each method; on how many sources the feature draft with
-    its confidence stop stays at or above ``floor`` x AR."""
+    its confidence stop stays at or above ``floor`` x AR. Returns ``lowest`` (by method), ``below`` (the sources
+    under the floor) and ``numbers``."""
     lowest = table.min()
     below = table.index[table[stop_label] < floor].tolist()
     holds = not below
-    text = ("**Far from the corpus**, the lowest speedup over the sources: " + ", ".join(
-                f"`{label}` {value:.2f}x" for label, value in lowest.items())
-            + f". The feature draft with its confidence stop stays at or above {floor}x AR on "
-            + ("**every source**." if holds else f"**{len(table) - len(below)} of {len(table)} sources** (below on "
-               f"{', '.join(below)}; lowest {lowest[stop_label]:.2f}x, {table[stop_label].idxmin()})."))
-    return {"text": text, "numbers": {"far_stop_lowest": float(lowest[stop_label]), "far_stop_holds": int(holds),
+    return {"lowest": lowest, "below": below, "numbers": {"far_stop_lowest": float(lowest[stop_label]), "far_stop_holds": int(holds),
                                       "far_stop_all_faster": int(lowest[stop_label] > 1),
                                       "far_floor": floor, "far_sources": len(table), "far_stop_below": len(below),
                                       "far_stop_worst_source": str(table[stop_label].idxmin())}}
@@ -573,13 +537,8 @@ def stop_against_plain(held_summary: pd.DataFrame, far: pd.DataFrame, stop_label
     ``far`` holds the plain chain's column when it is among the labels :func:`by_source` was given."""
     speed = held_summary.set_index("label").speedup
     ahead = int((far[stop_label] > far[plain_label]).sum())
-    text = (f"**The confidence stop** (`{stop_label}`) against the plain chain (`{plain_label}`): held-out "
-            f"{speed[stop_label]:.2f}x against {speed[plain_label]:.2f}x; far sources, lowest "
-            f"{far[stop_label].min():.2f}x against {far[plain_label].min():.2f}x, the stop ahead on {ahead} of "
-            f"{len(far)} sources.")
-    return {"text": text, "numbers": {"stop_held_speedup": float(speed[stop_label]),
-                                      "plain_held_speedup": float(speed[plain_label]),
-                                      "plain_far_lowest": float(far[plain_label].min()), "stop_far_ahead": ahead}}
+    return {"stop_held_speedup": float(speed[stop_label]), "plain_held_speedup": float(speed[plain_label]),
+            "plain_far_lowest": float(far[plain_label].min()), "stop_far_ahead": ahead}
 
 
 def with_prompt_counts(table: pd.DataFrame, rows: list[dict]) -> pd.DataFrame:
@@ -588,10 +547,18 @@ def with_prompt_counts(table: pd.DataFrame, rows: list[dict]) -> pd.DataFrame:
 
 
 def far_prompt_counts(rows: list[dict]) -> dict:
-    """How many prompts each far source has (printed): a source of one prompt ranks methods by one timing, so
-    differences of a few percent there are not resolved. The report's numbers."""
+    """How many prompts each far source has: a source of one prompt ranks methods by one timing, so differences of a
+    few percent there are not resolved. The report's numbers (``far_single_list``: the sources of one prompt)."""
     counts = pd.DataFrame(rows).groupby("source")["id"].nunique()
     single = sorted(counts.index[counts == 1])
-    print(f"far prompts per source: {counts.to_dict()}; sources of a single prompt: {', '.join(single) or 'none'}")
     return {"far_min_prompts": int(counts.min()), "far_max_prompts": int(counts.max()),
             "far_single_sources": len(single), "far_single_list": ", ".join(single) or "none"}
+
+
+GPU_PARTS = (notebook_part("13", (RESULTS,), measure),)  # the GPU window measures these rows (helpers.gpu_parts)
+
+
+def target_steps(rows: dict) -> list[dict]:
+    """T_T of the cost rows (run-info page)."""
+    return [step_record("13", "T_T", row["T_T"], row.get("runtime", "minimal"), 1, row.get("context_len"), row)
+            for row in rows.get(RESULTS, []) if row.get("kind") == "costs" and row.get("target") == TARGET and row.get("T_T")]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
+from helpers.gpu_parts import notebook_part
 from helpers import memory
 from helpers.hardware import resolve_device
 from helpers.results import run_metadata
@@ -66,3 +67,6 @@ def measure(params: dict, store, progress: bool = True) -> pd.DataFrame:
                      "bytes held": found["bytes_held"], "kv_cache_bytes": predicted,
                      "equal": found["bytes_held"] == predicted})
     return pd.DataFrame(rows)
+
+
+GPU_PARTS = (notebook_part("01", (RESULT,), measure),)  # the GPU window measures these rows (helpers.gpu_parts)
