@@ -177,8 +177,8 @@ def test_select_sweep_keeps_the_answers_in_pair_order_with_eq5():
     assert frame["eq5"].iloc[0] == pytest.approx(float(predicted_speedup(1, 0.7, 0.1, 1.2)))
     optimum = pair_optimum(frame)
     assert list(optimum) == ["T / A", "T / B"]
-    assert optimum["T / A"]["shape"] == "is still rising at the largest gamma measured"
-    assert optimum["T / B"] == {"gamma": 3, "speedup": 1.5, "shape": "peaks inside the sweep", "first": 1, "last": 5,
+    assert optimum["T / A"]["shape"] == "at largest"
+    assert optimum["T / B"] == {"gamma": 3, "speedup": 1.5, "shape": "inside", "first": 1, "last": 5,
                                 "alpha_range": (0.7, 0.7), "c": 0.1, "tied": [3]}  # every prompt faster at 3
 
 
@@ -310,8 +310,10 @@ def test_alpha_speed_inversions_name_the_pairs_and_their_prompt_lengths():
                              index=["code", "data", "prose", "all sources"])
     found = alpha_speed_inversions(by_source)
     assert found["inversions"] == 1 and found["inversions_longer"] == 1  # the overall row does not count
-    assert found["inversions_text"].startswith("data (alpha 0.800, 90-token prompts) slower than code")
-    assert alpha_speed_inversions(by_source.drop(index="data"))["inversions_text"] == "none"
+    assert found["pairs"] == [("code", "data")]  # data: the higher alpha, the longer prompts, the lower speedup
+    assert alpha_speed_inversions(by_source.drop(index="data"))["pairs"] == []
+    shorter = alpha_speed_inversions(by_source.assign(prompt_tokens=[30.0, 10.0, 20.0, 60.0]))
+    assert shorter["inversions"] == 1 and shorter["inversions_longer"] == 0
 
 
 def test_phase_totals_of_runs_timed_whole_are_unknown_not_zero():

@@ -44,15 +44,16 @@ def measure_config(target, draft, cases: list[dict], gamma: int, max_new_tokens:
 
 
 def pair_optimum(frame) -> dict:
-    """Per pair of a sweep frame: the measured best gamma, its speedup, where it lies in the sweep (``shape``),
+    """Per pair of a sweep frame: the measured best gamma, its speedup, where it lies in the sweep (``shape``:
+    "inside", "at largest" where the speedup still rises at the largest gamma, "at smallest" where it falls from the
+    smallest),
     the largest gamma measured, the range of alpha and c, and the gammas the prompts do not separate from the best
     (``tied``: :func:`~helpers.experiments.specdec_costs.tied_gammas`)."""
     optimum = {}
     for pair, group in frame.groupby("pair", observed=True):
         top = group.loc[group["speedup"].idxmax()]
         g, first, last = int(top["gamma"]), int(group["gamma"].min()), int(group["gamma"].max())
-        shape = ("is still rising at the largest gamma measured" if g == last else
-                 "is already falling from the smallest gamma measured" if g == first else "peaks inside the sweep")
+        shape = "at largest" if g == last else "at smallest" if g == first else "inside"
         optimum[pair] = {"gamma": g, "speedup": float(top["speedup"]), "shape": shape, "first": first, "last": last,
                          "alpha_range": (group["alpha"].min(), group["alpha"].max()), "c": group["c"].iloc[0],
                          "tied": tied_gammas(group)}
@@ -202,19 +203,15 @@ def source_claims(by_source, per_prompt=None) -> dict:
 
 
 def alpha_speed_inversions(by_source) -> dict:
-    """Pairs of sources (not the ``all sources`` row) where the one with the higher alpha has the lower speedup, and
-    how many of those have the longer prompts (a longer prefill weighs on a short generation's speedup): the
-    report's sentence on why alpha alone does not order the sources."""
+    """Pairs of sources (not the ``all sources`` row) where the one with the higher alpha has the lower speedup, as
+    ``(faster, slower)`` in ``pairs``, and how many of those have the longer prompts (``inversions_longer``: a longer
+    prefill weighs on a short generation's speedup): why alpha alone does not order the sources."""
     sources = by_source.drop(index="all sources", errors="ignore")
     pairs = [(fast, slow) for fast in sources.index for slow in sources.index
              if sources.loc[fast, "speedup"] > sources.loc[slow, "speedup"]
              and sources.loc[slow, "alpha"] > sources.loc[fast, "alpha"]]
     longer = [(f, s) for f, s in pairs if sources.loc[s, "prompt_tokens"] > sources.loc[f, "prompt_tokens"]]
-    text = "; ".join(f"{s} (alpha {sources.loc[s, 'alpha']:.3f}, {sources.loc[s, 'prompt_tokens']:.0f}-token prompts) "
-                     f"slower than {f} (alpha {sources.loc[f, 'alpha']:.3f}, {sources.loc[f, 'prompt_tokens']:.0f} "
-                     f"tokens)" for f, s in pairs) or "none"
-    return {"inversions": len(pairs), "inversions_longer": len(longer), "inversions_text": text}
-
+    return {"inversions": len(pairs), "inversions_longer": len(longer), "pairs": pairs}
 
 
 def source_table(by_source):
