@@ -27,7 +27,7 @@ def test_the_prose_quotes_the_tables_throughput_over_the_mean_time():
     rows = [{**ok_row(n, 64, 1.0 + n / 512), "time_s_mean": 2.0 + n / 512} for n in (1, 64, 512)]
     for row in rows:
         row["throughput_tok_s"] = 8 * 64 / row["time_s_mean"]
-    found = gr.input_findings(rows, 8, None, PREDICTION, "Qwen3-8B in bf16")
+    found = gr.input_findings(rows, 8, PREDICTION)
     assert found["numbers"]["genInShortTput"] == round(rows[0]["throughput_tok_s"])  # as the table prints it
     assert gr.SWEEP_COLUMNS["throughput_tok_s"].startswith("Throughput, mean")
 
@@ -46,8 +46,13 @@ def test_prediction_matches_the_byte_formula_and_the_memory_the_card_exposes():
     assert PREDICTION.over_datasheet(2**15, 64) and not PREDICTION.over(2**15, 64)
     assert PREDICTION.headroom(2**15, 64) == 81559 * 2**20 - PREDICTION.bytes(2**15, 64) > 0
     assert not PREDICTION_40.over(2**13, 64) and PREDICTION_40.over(2**14, 64)
-    assert "81,559 MiB = 85.52 GB" in gr.prediction_card_text(PREDICTION)
-    assert "A100 80GB: 81,920 MiB" in gr.prediction_card_text(PREDICTION)
+    card = gr.card_numbers(PREDICTION)
+    assert (card["genPredictCardMiB"], card["genPredictCardGB"], card["genPredictCardGiB"]) == (81559, "85.52", "79.65")
+    assert card["genPredictListed"] == 1 and card["genPredictCard"] == "H100 80GB"
+    assert card["genPredictOthers"] == "A100 80GB: 81,920 MiB" and card["genPredictOtherCount"] == 1
+    assert card["genPredictDatasheetGiB"] == "74.51"
+    unlisted = gr.card_numbers(memory.GenerationPrediction(QWEN3_8B, 8, 2, 1000.0))  # no such card is listed
+    assert unlisted["genPredictListed"] == 0 and unlisted["genPredictOthers"] == "--"
 
 
 def test_sweep_table_keeps_every_row_and_adds_the_prediction():
@@ -72,20 +77,21 @@ def test_noise_is_flagged_in_the_table_and_left_out_of_the_findings():
     table = gr.sweep_table(noisy_input_rows(), "input_len", "Input", PREDICTION, "pred (GB)", "over")
     assert list(table["Status"][:3]) == ["measured; noise (slower than 16)", "measured; noise (slower than 16)",
                                          "measured"]
-    found = gr.input_findings(noisy_input_rows(), 8, 4.0, PREDICTION, "Qwen/Qwen3-8B in bfloat16")
+    found = gr.input_findings(noisy_input_rows(), 8, PREDICTION)
     assert found["noise"] == [1, 4] and found["clean_lengths"][0] == 16
     assert found["numbers"]["genInShortLen"] == 16  # growth from the first point not flagged
     assert found["growth"] == pytest.approx((2.0 + 0.001 * 4096) / (2.0 + 0.001 * 16))
     assert found["fit"]["intercept"] == pytest.approx(2.0) and found["fit"]["slope"] == pytest.approx(0.001)
-    assert found["numbers"]["genInNoiseText"].startswith("2 points flagged as noise")
-    assert found["lines"][0].startswith("Noise: 2 points flagged")
+    assert (found["numbers"]["genInNoiseCount"], found["numbers"]["genInNoiseLengths"]) == (2, "1, 4")
+    assert found["numbers"]["genInFigNoise"] == 1  # the caption names the crosses
     fig = gr.sweep_figure(noisy_input_rows(), "input_len", "input", "title", PREDICTION, "over", total=True)
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "noise: slower than a longer length beyond both min-max ranges" in labels
 
 
 def test_input_findings_recover_the_fixed_cost_and_the_crossover():
-    found = gr.input_findings(input_rows(), 8, 4.0, PREDICTION, "Qwen/Qwen3-8B in bfloat16")
+    found = gr.input_findings(input_rows(), 8, PREDICTION)
+    n = found["numbers"]
     assert found["fit"]["intercept"] == pytest.approx(2.0) and found["fit"]["slope"] == pytest.approx(0.001)
     # 2 s + 1 ms/token: the prefill (time minus the 2.001 s at 1 token) reaches 2.001 s at 2,002 tokens, between
     # the measured 1,024 and 4,096; the line's own crossover (intercept / slope) is 2,000
@@ -94,31 +100,36 @@ def test_input_findings_recover_the_fixed_cost_and_the_crossover():
     assert found["numbers"]["genInCrossover"] == 2002 and found["numbers"]["genInFitCrossover"] == 2000
     assert found["numbers"]["genInCrossFound"] == 1 and found["growth"] > 1
     assert found["numbers"]["genInSweptCount"] == 9 and found["numbers"]["genInMeasuredCount"] == 7
-    assert "2 longer inputs (16,384 to 32,768 tokens) are not run" in found["numbers"]["genInCutoffText"]
-    assert found["noise"] == [] and found["numbers"]["genInNoiseText"].startswith("no point is flagged")
-    assert found["numbers"]["genInPredictText"].startswith(
-        "at none of the swept input lengths: the longest, 32,768 tokens, is predicted at 83.0 GB, over the "
-        "datasheet's 80 GB but under the 85.5 GB the card exposes (H100 80GB: 81,559 MiB), leaving 2.49 GB (2.9% of it)")
+    assert (n["genInNotRunCount"], n["genInNotRunFrom"], n["genInNotRunTo"]) == (2, 16384, 32768)
+    assert (n["genInLastLen"], n["genInOomCount"], n["genInOomFrom"]) == (4096, 0, "--")
+    assert (n["genInFigNotRun"], n["genInFigOver"], n["genInFigOom"], n["genInFigNoise"]) == (1, 0, 0, 0)
+    assert found["noise"] == [] and n["genInNoiseCount"] == 0 and n["genInNoiseLengths"] == "--"
+    assert (n["genInPredictOver"], n["genInPredictFrom"], n["genInPredictTorch"]) == (0, "--", 0)
+    assert (n["genInPredictLongest"], n["genInPredictLongestGB"], n["genInPredictOverDatasheet"]) == (32768, "83.0", 1)
+    assert (n["genInLimitGB"], n["genInHeadroomGB"], n["genInHeadroomPct"]) == ("85.5", "2.49", "2.9%")
     # regression: the 2.5 GB left was not set against §1.2.1's 2 GB reserve for what the prediction leaves out
-    assert found["numbers"]["genInPredictText"].endswith("more than the 2 GB §1.2.1 reserves for them")
-    assert found["lines"][-1].startswith("Prediction: Qwen/Qwen3-8B in bfloat16 at batch 8 exceeds the memory the "
-                                         "card exposes at none")
+    assert n["genInReserveOk"] == 1 and n["genReserveGB"] == "2"
     # regression: the verdict was taken against nvidia-smi's MiB; the H100's rows record the bytes torch sees, and
     # against those the same prediction leaves under the 2 GB reserve
     h100 = (85_017_493_504, "NVIDIA H100 80GB HBM3", "results/gpu-h100")
-    torch_found = gr.input_findings(input_rows(), 8, 4.0, PREDICTION, "Qwen/Qwen3-8B in bfloat16", torch_card=h100)
-    text = torch_found["numbers"]["genInPredictText"]
+    torch_n = gr.input_findings(input_rows(), 8, PREDICTION, torch_card=h100)["numbers"]
     headroom = h100[0] - PREDICTION.bytes(32768, 64)
-    assert headroom < gr.RESERVE_GB * 1e9 and f"leaving {headroom / 1e9:.2f} GB" in text
-    assert "85,017,493,504 B) torch reported on an NVIDIA H100 80GB HBM3" in text and "81,559 MiB" in text
-    assert text.endswith("less than the 2 GB §1.2.1 reserves for them: borderline")
+    assert headroom < gr.RESERVE_GB * 1e9 and torch_n["genInHeadroomGB"] == f"{headroom / 1e9:.2f}"
+    assert (torch_n["genInLimitBytes"], torch_n["genInLimitGB"], torch_n["genInPredictTorch"]) == (h100[0], "85.02", 1)
+    assert (torch_n["genInTorchDevice"], torch_n["genInTorchWhere"]) == h100[1:]
+    assert torch_n["genInReserveOk"] == 0  # borderline
     rows = [dict(r, device="cuda", device_name=h100[1], device_memory_bytes=h100[0]) for r in input_rows()]
     assert gr.card_torch_bytes(80, rows) == (h100[0], h100[1], "this profile's rows")
     assert gr.card_torch_bytes(141, rows) != (h100[0], h100[1], "this profile's rows")  # not a 141 GB card
-    found_40 = gr.input_findings(input_rows(), 8, 4.0, PREDICTION_40, "Qwen/Qwen3-8B in bfloat16")
-    assert found_40["numbers"]["genInPredictText"].startswith("from 16,384 input tokens on (49.7 GB predicted")
+    found_40 = gr.input_findings(input_rows(), 8, PREDICTION_40)["numbers"]
+    assert (found_40["genInPredictOver"], found_40["genInPredictFrom"], found_40["genInPredictFromGB"]) == (1, 16384, "49.7")
+    assert found_40["genInFigOver"] == 1
     # time = 2 s + 1 ms/token: below the 2,000-token crossover a doubling adds < 50 %, above it more
-    assert found["steeper_above"] and "so it rises with every doubling" in found["numbers"]["genInGrowsText"]
+    assert found["steeper_above"] and n["genInSteeperAbove"] == 1 and n["genInAboveRises"] == 1
+    assert (n["genInBelowCount"], n["genInBelowTo"], n["genInAboveCount"], n["genInAboveFrom"]) == (5, 1024, 1, 1024)
+    assert (n["genInBelowMin"], n["genInBelowMax"], n["genInAboveMin"], n["genInAboveMax"]) == ("+0%", "+16%", "+42%", "+42%")
+    assert (n["genInDecodeS"], n["genInCrossLow"], n["genInCrossHigh"], n["genInCrossPrefillHigh"]) == (
+        "2.001", 1024, 4096, "4.095")
 
 
 def test_findings_need_three_measured_lengths():
@@ -131,24 +142,27 @@ def test_findings_need_three_measured_lengths():
 def test_output_findings_linear_time_and_rising_throughput():
     rows = [ok_row(64, 2**n, 0.5 + 0.05 * 2**n) for n in range(9)]
     found = gr.output_findings(rows)
-    assert found["numbers"]["genOutLinearText"].startswith("approximately")
+    assert found["numbers"]["genOutLinear"] == 1 and found["numbers"]["genOutFitMiss"] == "0%"
     assert found["numbers"]["genOutPrefillMs"] == pytest.approx(500)
     assert found["numbers"]["genOutStepMs"] == pytest.approx(50)
     # equal marginal costs: not dearer (their min-max ranges overlap)
-    assert found["numbers"]["genOutDearer"].startswith("are not measurably dearer")
+    assert (found["numbers"]["genOutDearer"], found["numbers"]["genOutCheaper"]) == (0, 0)
+    assert (found["numbers"]["genOutEarlyFrom"], found["numbers"]["genOutEarlyTo"]) == (8, 16)
+    assert (found["numbers"]["genOutLateFrom"], found["numbers"]["genOutLateTo"]) == (128, 256)
+    assert found["numbers"]["genOutEarlyMs"] == "50.0" and found["numbers"]["genOutPeakAt"] == 2
     assert found["numbers"]["genOutPeakLen"] == 256 and found["numbers"]["genOutInputLen"] == 64
 
 
 def test_output_findings_dearer_steps_and_a_fall_beyond_the_noise():
     rows = [ok_row(64, 2**n, 0.5 + 0.01 * 2**n + 0.0005 * 4**n) for n in range(9)]  # later steps dearer
     found = gr.output_findings(rows)
-    assert found["dearer"] and found["numbers"]["genOutDearer"] == "are dearer, beyond the batch-to-batch ranges"
+    assert found["dearer"] and found["numbers"]["genOutDearer"] == 1 and found["numbers"]["genOutCheaper"] == 0
     assert found["falls"] and found["numbers"]["genOutPeakLen"] == 32
-    assert found["numbers"]["genOutTputWhy"].endswith("until the dearer later steps outweigh that")
+    assert found["numbers"]["genOutFalls"] == 1 and found["numbers"]["genOutPeakAt"] == 1  # "until the dearer steps..."
     flat = [ok_row(64, 2**n, 0.5 + 0.05 * 2**n) for n in range(8)] + [ok_row(64, 256, 0.5 + 0.05 * 256 * 1.05)]
     found = gr.output_findings(flat)  # a 5 % dip at the end is within the +-10 % ranges: a plateau, not a fall
-    assert not found["falls"] and "within the two rows' min-max ranges" in found["numbers"]["genOutTputText"]
-    assert found["numbers"]["genOutTputWhy"].endswith("a plateau, not a fall")
+    assert not found["falls"] and found["numbers"]["genOutFalls"] == 0
+    assert found["numbers"]["genOutPeakAt"] == 1  # a peak then a fall within the noise: "a plateau, not a fall"
 
 
 def test_sweep_figure_marks_not_run_and_predicted_lengths():
@@ -167,16 +181,19 @@ def test_model_comparison_helpers():
         {"model": "c", "Time, median (s)": "OOM", "t_min": None, "t_max": None, "vocab": 1, "KV heads": 1}])
     measured = gr.measured_by_time(compare)
     assert list(measured["model"]) == ["b", "a"]
-    assert gr.overlap_text(measured).startswith("the min-max ranges of b and a overlap")
-    assert gr.ordering_verdict(measured, "KV heads").startswith("explains it: it orders every pair")
+    assert gr.overlaps(measured) == ["b and a"]
+    assert gr.ordering(measured, "KV heads") == {"explains": 2}  # it orders every pair
     # vocab misorders b and a, but their ranges overlap: that is no evidence against it
-    assert gr.ordering_verdict(measured, "vocab").startswith("explains every pair whose times are separated")
+    assert gr.ordering(measured, "vocab") | {} == {"explains": 1, "a": "b", "b": "a", "a_value": "200",
+                                                  "b_value": "100", "a_time": "1", "b_time": "2"}
     compare.loc[1, "t_max"] = 1.1  # now b and a are separated: vocab is contradicted
     measured = gr.measured_by_time(compare)
-    assert gr.overlap_text(measured).startswith("every neighbour")
-    assert gr.ordering_verdict(measured, "vocab").startswith("does not explain it: b has 200 and a 100")
+    assert gr.overlaps(measured) == []
+    verdict = gr.ordering(measured, "vocab")  # "does not explain it: b has 200 and a 100"
+    assert (verdict["explains"], verdict["a"], verdict["a_value"], verdict["b"], verdict["b_value"]) == (
+        0, "b", "200", "a", "100")
     found = gr.feature_verdicts(measured, ["KV heads", "vocab"])
-    assert found["explaining"] == ["KV heads"] and found["explained_by"] == "only KV heads"
+    assert found["explaining"] == ["KV heads"]
     assert (found["n_separated"], found["n_pairs"]) == (1, 1)
 
 
@@ -193,9 +210,9 @@ def test_measured_crossover_interpolates_between_the_bracketing_lengths():
     assert cross["prefill_low"] == pytest.approx(0.3) and cross["prefill_high"] == pytest.approx(0.7)
     # a straight line through the same points puts the crossover lower (it misses the convex curve)
     rows = [ok_row(n, 64, t) for n, t in zip([1, 64, 128, 256, 512], [0.4, 0.5, 0.7, 1.1, 2.2])]
-    found = gr.input_findings(rows, 8, None, PREDICTION, "m")
-    assert found["fit_crossover"] < 160 and found["steepens"]
-    assert "lies below the measured one" in found["numbers"]["genInFitText"]
+    found = gr.input_findings(rows, 8, PREDICTION)
+    assert found["fit_crossover"] < 160 and found["steepens"] and found["numbers"]["genInSteepens"] == 1
+    assert found["numbers"]["genInFitBelow"] == 1 and found["numbers"]["genInFitOutside"] == 0  # below the measured one
     not_reached = gr.measured_crossover([1, 2, 4], [1.0, 1.1, 1.3])
     assert not not_reached["found"] and not_reached["high"] == 4
     with pytest.raises(ValueError):

@@ -1,15 +1,17 @@
 """Tables, figures and findings of the generation benchmarks (notebook 02, handout §1.3): each function turns the
-sweep rows of :mod:`helpers.generation.sweeps` into what the notebook prints and the report quotes.
+sweep rows of :mod:`helpers.generation.sweeps` into what the notebook shows and the numbers and flags its sentences
+(and the report's) are chosen from.
 
 - :func:`sweep_table` / :func:`sweep_figure`: one sweep (input or output lengths) as a table with the memory
   prediction column, and as a figure (time with its least-squares line, throughput; OOM, not-run and
-  predicted-OOM lengths marked).
-- :func:`input_findings` / :func:`output_findings`: the sentences and numbers computed from each sweep. Points
-  slower than a longer length beyond the measured spread (:func:`helpers.generation.sweeps.non_monotone_noise`)
-  are flagged as noise in the table and figure and left out of the growth figures, fits and throughput claims.
-- :func:`prediction_card_text`: which memory the prediction column is compared with (what the card exposes).
-- :func:`compare_row` / :func:`ordering_verdict` / :func:`feature_verdicts`: the model comparison (§1.3.3), where
-  only pairs of models whose times are separated beyond their min-max ranges count as evidence.
+  predicted-OOM lengths marked; :func:`figure_marks` says which).
+- :func:`input_findings` / :func:`output_findings`: the numbers computed from each sweep. Points slower than a
+  longer length beyond the measured spread (:func:`helpers.generation.sweeps.non_monotone_noise`) are flagged as
+  noise in the table and figure and left out of the growth figures, fits and throughput numbers.
+- :func:`card_numbers` / :func:`prediction_numbers`: which memory the prediction column is compared with, and
+  where the prediction exceeds it.
+- :func:`compare_row` / :func:`ordering` / :func:`feature_verdicts`: the model comparison (§1.3.3), where only
+  pairs of models whose times are separated beyond their min-max ranges count as evidence.
 - :func:`lengths_text`: "powers of 2 from a to b (... not run)" for the protocol table.
 """
 from __future__ import annotations
@@ -126,198 +128,126 @@ def ok_frame(rows: list[dict], key: str) -> pd.DataFrame:
     return ok
 
 
-def noise_text(ok: pd.DataFrame, key: str, unit: str) -> str:
-    """Which points :func:`ok_frame` flagged, and what shows each is noise (or that none was flagged)."""
-    noisy = ok[ok["noise"]]
-    if not len(noisy):
-        return (f"no point is flagged as noise (none is slower than a longer {unit} beyond both rows' min-max "
-                f"ranges)")
-    shown = "; ".join(f"{int(r[key]):,} ({r['time_s_min']:.3g}-{r['time_s_max']:.3g} s, slower than "
-                      f"{int(r['slower_than']):,}: "
-                      f"{float(ok.loc[ok[key] == r['slower_than'], 'time_s_min'].iloc[0]):.3g}-"
-                      f"{float(ok.loc[ok[key] == r['slower_than'], 'time_s_max'].iloc[0]):.3g} s)"
-                      for _, r in noisy.iterrows())
-    lengths = ", ".join(f"{int(n):,}" for n in noisy[key])
-    return (f"{len(noisy)} point{'s' if len(noisy) > 1 else ''} flagged as noise, {'each' if len(noisy) > 1 else 'it'} "
-            f"slower than a longer {unit} beyond both rows' min-max ranges: {shown}; the growth, fit and throughput "
-            f"figures use the other points, not {lengths}")
+def _noise(ok: pd.DataFrame, key: str) -> dict:
+    """How many points :func:`ok_frame` flagged as noise and their lengths (a label, '--' for none)."""
+    noisy = [int(n) for n in ok.loc[ok["noise"], key]]
+    return {"NoiseCount": len(noisy), "NoiseLengths": ", ".join(f"{n:,}" for n in noisy) or "--"}
 
 
-def figure_note(rows: list[dict], key: str, prediction: memory.GenerationPrediction) -> str:
-    """What the marks of :func:`sweep_figure` show, for the figure's caption: only the marks that are there."""
+def figure_marks(rows: list[dict], key: str, prediction: memory.GenerationPrediction) -> dict:
+    """Which marks :func:`sweep_figure` draws (1 or 0), so that its caption names only those: crosses on points
+    flagged as noise, the band of lengths not run, lines at measured OOMs and at the first predicted OOM."""
     ok = ok_frame(rows, key)
-    notes = []
-    if ok["noise"].any():
-        notes.append("red crosses: points flagged as noise (left out of the line)")
-    if any(r["status"] == STATUS_NOT_RUN for r in rows):
-        notes.append("grey: lengths not run on this profile (time cap)")
-    if any(r["status"] == "oom" for r in rows):
-        notes.append("red dotted: measured out-of-memory errors")
-    over = any(prediction.over(r["input_len"], r["new_tokens"]) for r in rows)
-    notes.append("dashed orange: from where the handout's model is predicted to exceed the memory the card exposes "
-                 "(a prediction, not a measured OOM)" if over else
-                 "no swept length is predicted to exceed the memory the card exposes, so no dashed line is drawn")
-    return "; ".join(notes).capitalize() + "."
+    return {"FigNoise": int(ok["noise"].any()), "FigNotRun": int(any(r["status"] == STATUS_NOT_RUN for r in rows)),
+            "FigOom": int(any(r["status"] == "oom" for r in rows)),
+            "FigOver": int(any(prediction.over(r["input_len"], r["new_tokens"]) for r in rows))}
 
 
-def _range_text(low: float, high: float, scale: float = 1.0, digits: str = ".3g") -> str:
-    return f"{low * scale:{digits}} to {high * scale:{digits}}"  # "to": the low end can be negative
+def _prefixed(prefix: str, numbers: dict) -> dict:
+    return {prefix + k: v for k, v in numbers.items()}
 
 
-def _crossover_findings(clean: pd.DataFrame) -> dict:
-    """Where the prefill costs as much as the decode steps, from the measured points (``cross``, ``cross_text``),
-    and the least-squares line that only describes them (``fit``, ``fit_crossover``, ``fit_text``, ``steepens``)."""
-    short = clean.iloc[0]
+def _crossover(clean: pd.DataFrame) -> dict:
+    """Where the prefill costs as much as the decode steps, from the measured points (``cross``), and the
+    least-squares line that only describes them (``fit``, ``fit_crossover``), with the report's numbers: the
+    cost of an added input token up to the crossover's lower bracket and between the two longest lengths
+    (``Steepens`` where the latter is larger), and on which side of the measured crossover the line's lies."""
     # time ~ (decode steps, independent of the prompt) + (prefill, growing with it): where do the two cost the same?
-    # Taken from the measured points (the line below is only a description: it misses a convex curve).
+    # Taken from the measured points (the line is only a description: it misses a convex curve).
     fit = linear_fit(clean["input_len"], clean["time_s_median"], relative=True)
     fit_crossover = fit["intercept"] / fit["slope"]
     cross = measured_crossover(clean["input_len"], clean["time_s_median"])
-    decode_s = cross["decode_s"]
-    if cross["found"]:
-        cross_text = (f"the prefill (median time minus the {decode_s:.3f} s at {int(short['input_len']):,} input "
-                      f"token{'s' if short['input_len'] > 1 else ''}: a prefill of that few tokens plus the decode steps) is "
-                      f"{cross['prefill_low']:.3f} s at {cross['low']:,} input tokens, less than the decode steps, and "
-                      f"{cross['prefill_high']:.3f} s at {cross['high']:,}, more: interpolating linearly between those two "
-                      f"measured lengths, it costs as much as the decode steps at about {cross['crossover']:.0f} input "
-                      f"tokens")
-    else:
-        cross_text = (f"the prefill (median time minus the {decode_s:.3f} s at {int(short['input_len']):,} input "
-                      f"token{'s' if short['input_len'] > 1 else ''}) stays below the decode steps at every measured "
-                      f"length (at most {cross['prefill_high']:.3f} s at {cross['high']:,} input tokens), so the "
-                      f"crossover is not within the measured range")
-    n_all, t_all = clean["input_len"].to_numpy(dtype=float), clean["time_s_median"].to_numpy()
-    early_ms = 1000 * cross["prefill_low"] / (cross["low"] - n_all[0]) if cross["low"] > n_all[0] else float("nan")
-    late_ms = 1000 * (t_all[-1] - t_all[-2]) / (n_all[-1] - n_all[-2])
-    steepens = bool(late_ms > early_ms)
-    fit_side = (("below" if fit_crossover < cross["crossover"] else "above") + " the measured one") if cross["found"] \
-        else "outside the measured range" if fit_crossover > n_all[-1] else "inside the measured range"
-    fit_text = (f"a least-squares line (relative errors, points not flagged) describes the points as "
-                f"{fit['intercept']:.2f} s + {fit['slope'] * 1000:.2f} ms per input token, missing them by up to "
-                f"{fit['max_rel_residual']:.0%}; an added input token costs {early_ms:.2f} ms on average up to "
-                f"{cross['low']:,} tokens and {late_ms:.2f} ms between the two longest lengths (the curve "
-                f"{'steepens' if steepens else 'does not steepen'}), so the line's own crossover, {fit_crossover:.0f} "
-                f"tokens, lies {fit_side}: a description, not the answer")
-    return {"fit": fit, "fit_crossover": fit_crossover, "cross": cross, "cross_text": cross_text,
-            "fit_text": fit_text, "steepens": steepens}
-
-
-def _doubling_findings(clean: pd.DataFrame, crossover: float) -> dict:
-    """What one doubling of the input does to the time, below and above ``crossover`` (per doubling, between
-    consecutive points not flagged; a pair belongs to the side of the crossover its geometric mean lies on)."""
-    short = clean.iloc[0]
     n, t = clean["input_len"].to_numpy(dtype=float), clean["time_s_median"].to_numpy()
-    per_doubling = [(n0, n1, (t1 / t0) ** (1 / math.log2(n1 / n0)))
-                    for n0, n1, t0, t1 in zip(n, n[1:], t, t[1:])]
-    below = [r for n0, n1, r in per_doubling if math.sqrt(n0 * n1) < crossover]
-    above = [r for n0, n1, r in per_doubling if math.sqrt(n0 * n1) >= crossover]
-    below_lengths = [n1 for n0, n1, r in per_doubling if math.sqrt(n0 * n1) < crossover]
-    if below:
-        short_text = (f"below it (inputs {int(short['input_len']):,} to {int(max(below_lengths)):,}) one doubling of "
-                      f"the input changes the median time by {min(below) - 1:+.0%} to {max(below) - 1:+.0%}")
-    else:
-        short_text = "no measured doubling lies below it"
-    if above:
-        grows_from = int(min(n0 for n0, n1, r in per_doubling if math.sqrt(n0 * n1) >= crossover))
-        grows_text = (f"from {grows_from:,} tokens on, one doubling changes it by {min(above) - 1:+.0%} to "
-                      f"{max(above) - 1:+.0%}" + (", so it rises with every doubling" if min(above) > 1 else ""))
-    else:
-        grows_text = "no measured doubling lies above it"
-    steeper = bool(below and above and max(below) < min(above))
-    contrast = ("every doubling below it costs less than every doubling above it" if steeper else
-                "the doublings below and above it do not separate (or one side has none)")
-    return {"short_text": short_text, "grows_text": grows_text, "contrast": contrast, "steeper": steeper,
-            "clean_lengths": [int(x) for x in n]}
+    early_ms = 1000 * cross["prefill_low"] / (cross["low"] - n[0]) if cross["low"] > n[0] else float("nan")
+    late_ms = 1000 * (t[-1] - t[-2]) / (n[-1] - n[-2])
+    numbers = {"DecodeS": f"{cross['decode_s']:.3f}", "CrossFound": int(cross["found"]), "CrossLow": cross["low"],
+               "CrossHigh": cross["high"], "CrossPrefillLow": f"{cross['prefill_low']:.3f}",
+               "CrossPrefillHigh": f"{cross['prefill_high']:.3f}",
+               "Crossover": int(round(cross["crossover"])) if cross["found"] else "--",
+               "FixedS": fit["intercept"], "PerTokenMs": fit["slope"] * 1000,
+               "FitMiss": f"{fit['max_rel_residual']:.0%}", "FitCrossover": int(round(fit_crossover)),
+               "EarlyMs": f"{early_ms:.2f}", "LateMs": f"{late_ms:.2f}", "Steepens": int(late_ms > early_ms),
+               "FitBelow": int(cross["found"] and fit_crossover < cross["crossover"]),
+               "FitOutside": int(fit_crossover > n[-1])}
+    return {"fit": fit, "fit_crossover": fit_crossover, "cross": cross, "steepens": bool(late_ms > early_ms),
+            "numbers": numbers}
 
 
-def _total_throughput_text(clean: pd.DataFrame, batch_size: int) -> tuple[str, bool]:
-    """Throughput counting prompt tokens too: where it peaks, and whether it then falls beyond the min-max ranges
-    of the peak's and the longest input's rows (``(text, falls)``)."""
+def _doublings(clean: pd.DataFrame, crossover: float) -> dict:
+    """What one doubling of the input does to the time, below and above ``crossover`` (per doubling, between
+    consecutive points not flagged; a pair belongs to the side of the crossover its geometric mean lies on): the
+    range of the changes on each side (signed percentages), where each side starts and ends, ``AboveRises`` (every
+    doubling above raises the time) and ``SteeperAbove`` (every doubling below costs less than every one above)."""
+    n, t = clean["input_len"].to_numpy(dtype=float), clean["time_s_median"].to_numpy()
+    pairs = [(n0, n1, (t1 / t0) ** (1 / math.log2(n1 / n0))) for n0, n1, t0, t1 in zip(n, n[1:], t, t[1:])]
+    below = [p for p in pairs if math.sqrt(p[0] * p[1]) < crossover]
+    above = [p for p in pairs if math.sqrt(p[0] * p[1]) >= crossover]
+
+    def side(name, part, end, at):
+        ratios = [r for _, _, r in part]
+        return {f"{name}Count": len(part), f"{name}{end}": int(at(part)) if part else "--",
+                f"{name}Min": f"{min(ratios) - 1:+.0%}" if part else "--",
+                f"{name}Max": f"{max(ratios) - 1:+.0%}" if part else "--"}
+
+    steeper = bool(below and above and max(r for *_, r in below) < min(r for *_, r in above))
+    return {**side("Below", below, "To", lambda p: max(n1 for _, n1, _ in p)),
+            **side("Above", above, "From", lambda p: min(n0 for n0, _, _ in p)),
+            "AboveRises": int(bool(above) and min(r for *_, r in above) > 1), "SteeperAbove": int(steeper)}
+
+
+def _total_throughput(clean: pd.DataFrame, batch_size: int) -> dict:
+    """Throughput counting prompt tokens too: at the shortest input, at its peak (``TotalPeakAt``: 0 the shortest
+    input, 1 between, 2 the longest) and at the longest, and whether it falls after the peak beyond the min-max
+    ranges of the peak's and the longest input's rows (``TotalFalls``)."""
     short, long = clean.iloc[0], clean.iloc[-1]
     peak = clean.loc[clean["total_tok_s_median"].idxmax()]
-    total_range = {i: (batch_size * (r["input_len"] + r["new_tokens"]) / r["time_s_max"],
-                       batch_size * (r["input_len"] + r["new_tokens"]) / r["time_s_min"]) for i, r in clean.iterrows()}
-    if peak["input_len"] == short["input_len"]:
-        total_text = (f"is highest at the shortest input not flagged ({short['total_tok_s_median']:.0f} tokens/s at "
-                      f"{short['input_len']}), so it does not rise")
-    else:
-        total_text = (f"rises from {short['total_tok_s_median']:.0f} to a peak of {peak['total_tok_s_median']:.0f} "
-                      f"tokens/s at {peak['input_len']} input tokens")
-    total_falls = False
-    if peak["input_len"] < long["input_len"]:
-        total_falls = total_range[peak.name][0] > total_range[clean.index[-1]][1]
-        total_text += (f", then falls to {long['total_tok_s_median']:.0f} tokens/s at {long['input_len']} ("
-                       + ("beyond" if total_falls else "within") + " the two rows' min-max ranges)")
-    else:
-        total_text += ", the longest input measured (no fall within the measured range)"
-    return total_text, total_falls
+    tokens = batch_size * (clean["input_len"] + clean["new_tokens"])
+    falls = (peak["input_len"] < long["input_len"]
+             and tokens[peak.name] / clean["time_s_max"][peak.name] > tokens.iloc[-1] / long["time_s_min"])
+    at = 0 if peak["input_len"] == short["input_len"] else 2 if peak["input_len"] == long["input_len"] else 1
+    return {"TotalShort": round(float(short["total_tok_s_median"])), "TotalPeak": round(float(peak["total_tok_s_median"])),
+            "TotalPeakLen": int(peak["input_len"]), "TotalLong": round(float(long["total_tok_s_median"])),
+            "TotalPeakAt": at, "TotalFalls": int(falls)}
 
 
-def _cutoff_and_oom_texts(rows: list[dict], last, cap: float | None) -> tuple[str, str, list]:
-    """``(cutoff text, OOM text, the input lengths that ran out of memory)``."""
-    oom_inputs = [r["input_len"] for r in rows if r["status"] == "oom"]
-    not_run_inputs = [r["input_len"] for r in rows if r["status"] == STATUS_NOT_RUN]
-    if not_run_inputs:
-        cutoff_text = (f"the median batch at {last['input_len']} input tokens took {last['time_s_median']:.1f} s, over "
-                       f"the cap of {cap:g} s, so the {len(not_run_inputs)} longer inputs ({min(not_run_inputs):,} to "
-                       f"{max(not_run_inputs):,} tokens) are not run on this profile")
-    else:
-        cutoff_text = "every input length was measured"
-    oom_text = (f"{len(oom_inputs)} input lengths ran out of memory (from {min(oom_inputs)} tokens)" if oom_inputs
-                else "no measured configuration ran out of memory")
-    return cutoff_text, oom_text, oom_inputs
+def _cutoff_and_oom(rows: list[dict], last) -> dict:
+    """The lengths not run past the time cap (after ``last``, the longest measured row) and those out of memory."""
+    oom = [r["input_len"] for r in rows if r["status"] == "oom"]
+    not_run = [r["input_len"] for r in rows if r["status"] == STATUS_NOT_RUN]
+    return {"NotRunCount": len(not_run), "NotRunFrom": min(not_run, default="--"),
+            "NotRunTo": max(not_run, default="--"), "LastLen": int(last["input_len"]),
+            "LastS": f"{last['time_s_median']:.1f}", "OomCount": len(oom), "OomFrom": min(oom, default="--")}
 
 
-def input_findings(rows: list[dict], batch_size: int, cap: float | None,
-                   prediction: memory.GenerationPrediction, prediction_name: str, torch_card=None) -> dict:
-    """What the input-length sweep (§1.3.1) shows: ``lines`` to print, ``numbers`` for the report, and the
-    values the notebook's checks need (``growth``, ``fit``, ``noise``: the flagged input lengths). Growth, fit and
-    throughput claims use only the points not flagged as noise (:func:`ok_frame`)."""
+def input_findings(rows: list[dict], batch_size: int, prediction: memory.GenerationPrediction,
+                   torch_card=None) -> dict:
+    """What the input-length sweep (§1.3.1) shows: ``numbers`` for the notebook's and the report's sentences
+    (``genIn...``), and the values the notebook's checks need (``growth``, ``fit``, ``noise``: the flagged input
+    lengths). Growth, fit and throughput figures use only the points not flagged as noise (:func:`ok_frame`)."""
     ok = ok_frame(rows, "input_len")
     ok["total_tok_s_median"] = batch_size * (ok["input_len"] + ok["new_tokens"]) / ok["time_s_median"]
     clean = ok[~ok["noise"]].reset_index(drop=True)
     short, long = clean.iloc[0], clean.iloc[-1]
     growth = long["time_s_median"] / short["time_s_median"]
-    noise = noise_text(ok, "input_len", "input")
-    lines = [f"Noise: {noise}.",
-             f"From {short['input_len']} to {long['input_len']} input tokens (the shortest and longest points not "
-             f"flagged) the median time grows {growth:.1f}x and generated-token throughput (over the mean batch time) "
-             f"{'falls' if growth > 1 else 'rises'} from {short['throughput_tok_s']:.0f} to "
-             f"{long['throughput_tok_s']:.0f} tokens/s."]
-    c = _crossover_findings(clean)
-    fit, cross = c["fit"], c["cross"]
-    lines.append(f"Crossover, from the measured points: {c['cross_text']}. Fit: {c['fit_text']}.")
+    c = _crossover(clean)
+    cross = c["cross"]
     # the doublings split where the measured crossover is, or the line's when no measured length reaches it
-    d = _doubling_findings(clean, cross["crossover"] if cross["found"] else c["fit_crossover"])
+    doublings = _doublings(clean, cross["crossover"] if cross["found"] else c["fit_crossover"])
     spread = ((ok["time_s_max"] - ok["time_s_min"]) / ok["time_s_median"]).max()
-    lines.append(f"Per doubling of the input: {d['short_text']}; {d['grows_text']}: {d['contrast']}. Largest "
-                 f"batch-to-batch spread of a measured row: {spread:.0%} of its median.")
-    total_text, total_falls = _total_throughput_text(clean, batch_size)
-    lines.append(f"Counting prompt tokens too, throughput {total_text}.")
-    cutoff_text, oom_text, oom_inputs = _cutoff_and_oom_texts(rows, ok.iloc[-1], cap)
-    lines += ["Cutoff: " + cutoff_text, "OOM: " + oom_text]
     new_tokens = int(ok["new_tokens"].iloc[0])
-    predict_text = prediction_text(prediction, [r["input_len"] for r in rows], new_tokens, torch_card)
-    lines.append(f"Prediction: {prediction_name} at batch {batch_size} exceeds the memory the card exposes "
-                 f"{predict_text}.")
     numbers = dict(genInShortLen=int(short["input_len"]), genInLongLen=int(long["input_len"]), genInGrowth=growth,
                    genInShortTput=round(float(short["throughput_tok_s"])),  # as the table prints them
-                   genInLongTput=round(float(long["throughput_tok_s"])),
-                   genInNoiseText=noise, genInFixedS=fit["intercept"], genInPerTokenMs=fit["slope"] * 1000,
-                   genInFitMiss=f"{fit['max_rel_residual']:.0%}", genInCrossText=c["cross_text"],
-                   genInFitText=c["fit_text"], genInCrossFound=int(cross["found"]),
-                   genInFitCrossover=int(round(c["fit_crossover"])),
-                   genInCrossover=int(round(cross["crossover"])) if cross["found"] else "--",
-                   genInShortText=d["short_text"], genInGrowsText=d["grows_text"], genInContrastText=d["contrast"],
-                   genInSpread=f"{spread:.0%}",
-                   genInTotalText=total_text, genInCutoffText=cutoff_text, genInOomText=oom_text,
-                   genInPredictText=predict_text, genInNewTokens=new_tokens,
-                   genInMeasuredCount=len(ok), genInSweptCount=len(rows),
-                   genInFigNote=figure_note(rows, "input_len", prediction))
-    return {"lines": lines, "numbers": numbers, "growth": growth, "fit": fit, "oom_inputs": oom_inputs,
-            "noise": [int(x) for x in ok.loc[ok["noise"], "input_len"]], "clean_lengths": d["clean_lengths"],
-            "steeper_above": d["steeper"], "total_falls": total_falls, "crossover": cross,
-            "fit_crossover": c["fit_crossover"], "steepens": c["steepens"]}
+                   genInLongTput=round(float(long["throughput_tok_s"])), genInSpread=f"{spread:.0%}",
+                   genInNewTokens=new_tokens, genInMeasuredCount=len(ok), genInSweptCount=len(rows),
+                   **_prefixed("genIn", {**_noise(ok, "input_len"), **c["numbers"], **doublings,
+                                         **_total_throughput(clean, batch_size), **_cutoff_and_oom(rows, ok.iloc[-1]),
+                                         **figure_marks(rows, "input_len", prediction)}),
+                   **prediction_numbers(prediction, [r["input_len"] for r in rows], new_tokens, torch_card))
+    return {"numbers": numbers, "growth": growth, "fit": c["fit"],
+            "oom_inputs": [r["input_len"] for r in rows if r["status"] == "oom"],
+            "noise": [int(x) for x in ok.loc[ok["noise"], "input_len"]],
+            "clean_lengths": [int(x) for x in clean["input_len"]], "steeper_above": bool(doublings["SteeperAbove"]),
+            "crossover": cross, "fit_crossover": c["fit_crossover"], "steepens": c["steepens"]}
 
 
 def measured_crossover(lengths, times) -> dict:
@@ -343,20 +273,17 @@ def measured_crossover(lengths, times) -> dict:
             "prefill_low": t[-1] - decode_s, "prefill_high": t[-1] - decode_s}
 
 
-def prediction_card_text(prediction: memory.GenerationPrediction) -> str:
-    """Which memory the prediction column is compared with, in bytes and both units, and why that one."""
+def card_numbers(prediction: memory.GenerationPrediction) -> dict:
+    """The memory the prediction column is compared with (``genPredict...``): nvidia-smi's total of the smallest
+    listed card sold as that size, in MiB, GB and GiB, the other listed cards, and the datasheet's figure in GiB;
+    ``genPredictListed`` 0 where no card of that size is listed (the datasheet's figure stands in)."""
     card, gpu_gb = prediction.card, prediction.gpu_gb
     listed = memory.cards_sold_as(gpu_gb)
-    if not listed:
-        return (f"the datasheet's {gpu_gb:g} GB = {card.total_bytes / memory.GB:.2f} GB: no nvidia-smi total of a "
-                f"{gpu_gb:g} GB card is listed, so the datasheet figure stands in (a card exposes more)")
-    others = "; ".join(f"{c.label}" for c in listed[1:])
-    return (f"the {card.total_mib:,} MiB = {card.total_bytes / memory.GB:.2f} GB = {card.total_bytes / memory.GiB:.2f} "
-            f"GiB that nvidia-smi reports as the total of an {card.card}"
-            + (f", the smallest of the listed {gpu_gb:g} GB cards ({others})" if others else "")
-            + f", not the datasheet's {gpu_gb:g} GB = {gpu_gb * memory.GB / memory.GiB:.2f} GiB")
-
-
+    return {"genPredictListed": int(bool(listed)), "genPredictCard": card.card, "genPredictCardLabel": card.label,
+            "genPredictCardMiB": card.total_mib, "genPredictCardGB": f"{card.total_bytes / memory.GB:.2f}",
+            "genPredictCardGiB": f"{card.total_bytes / memory.GiB:.2f}", "genPredictOtherCount": len(listed[1:]),
+            "genPredictOthers": "; ".join(c.label for c in listed[1:]) or "--",
+            "genPredictDatasheetGiB": f"{gpu_gb * memory.GB / memory.GiB:.2f}"}
 RESERVE_GB = 2.0  # §1.2.1's fixed reserve for the CUDA context, allocator slack and temporaries
 
 
@@ -386,110 +313,75 @@ def card_torch_bytes(gpu_gb: float, rows: list[dict] | None = None, name: str = 
     return None
 
 
-def prediction_text(prediction: memory.GenerationPrediction, input_lens: list[int], new_tokens: int,
-                    torch_card=None) -> str:
-    """At which of ``input_lens`` the prediction exceeds what the card exposes, or, if none, how close the
-    longest comes (against the datasheet figure too, to show what reading GB for GiB would have claimed) and
-    whether what is left covers §1.2.1's reserve (:data:`RESERVE_GB`): if not, the longest is borderline.
+def prediction_numbers(prediction: memory.GenerationPrediction, input_lens: list[int], new_tokens: int,
+                       torch_card=None) -> dict:
+    """At which of ``input_lens`` the prediction exceeds what the card exposes (``genInPredictOver``, from
+    ``genInPredictFrom``), or, if none, how close the longest comes: against the datasheet figure too
+    (``genInPredictOverDatasheet``, what reading GB for GiB would have claimed), the headroom left and whether it
+    covers §1.2.1's reserve (:data:`RESERVE_GB`; ``genInReserveOk`` 0: the longest is borderline).
 
     ``torch_card`` (:func:`card_torch_bytes`): the total torch reported on a card of that size a row came from;
-    where given, the verdicts (over, headroom, reserve) are taken against those bytes, the ones an allocation can
-    reach, and nvidia-smi's figure is named beside them; else against nvidia-smi's total."""
-    card = prediction.card
-    limit = torch_card[0] if torch_card else card.total_bytes
-    limit_text = (f"the {limit / memory.GB:.2f} GB ({limit:,} B) torch reported on an {torch_card[1]} "
-                  f"({torch_card[2]}; nvidia-smi: {card.total_mib:,} MiB), a card of the size predicted for (its rows "
-                  f"need not reach these lengths)" if torch_card
-                  else f"the {limit / memory.GB:.1f} GB the card exposes ({card.label})")
+    where given (``genInPredictTorch``), the verdicts are taken against those bytes, the ones an allocation can
+    reach; else against nvidia-smi's total."""
+    limit = torch_card[0] if torch_card else prediction.card.total_bytes
     over = [n for n in input_lens if prediction.bytes(n, new_tokens) > limit]
-    if over:
-        first = min(over)
-        return f"from {first:,} input tokens on ({prediction.gb(first, new_tokens):.1f} GB predicted, over {limit_text})"
     longest = max(input_lens)
     headroom = limit - prediction.bytes(longest, new_tokens)
-    datasheet = ("over the datasheet's" if prediction.over_datasheet(longest, new_tokens)
-                 else "under both the datasheet's")
-    return (f"at none of the swept input lengths: the longest, {longest:,} tokens, is predicted at "
-            f"{prediction.gb(longest, new_tokens):.1f} GB, {datasheet} {prediction.gpu_gb:g} GB"
-            f"{' but under' if datasheet.startswith('over') else ' and'} {limit_text}, leaving "
-            f"{headroom / memory.GB:.2f} GB ({headroom / limit:.1%} of it) for what the prediction leaves out (CUDA "
-            "context, allocator slack), "
-            + (f"more than the {RESERVE_GB:g} GB §1.2.1 reserves for them" if headroom >= RESERVE_GB * memory.GB else
-               f"less than the {RESERVE_GB:g} GB §1.2.1 reserves for them: borderline"))
+    return {"genInPredictOver": int(bool(over)), "genInPredictFrom": min(over, default="--"),
+            "genInPredictFromGB": f"{prediction.gb(min(over), new_tokens):.1f}" if over else "--",
+            "genInPredictLongest": longest, "genInPredictLongestGB": f"{prediction.gb(longest, new_tokens):.1f}",
+            "genInPredictOverDatasheet": int(prediction.over_datasheet(longest, new_tokens)),
+            "genInPredictTorch": int(bool(torch_card)), "genInLimitBytes": limit,
+            "genInLimitGB": f"{limit / memory.GB:.2f}" if torch_card else f"{limit / memory.GB:.1f}",
+            "genInTorchDevice": torch_card[1] if torch_card else "--",
+            "genInTorchWhere": torch_card[2] if torch_card else "--",
+            "genInHeadroomGB": f"{headroom / memory.GB:.2f}", "genInHeadroomPct": f"{headroom / limit:.1%}",
+            "genInReserveOk": int(headroom >= RESERVE_GB * memory.GB), "genReserveGB": f"{RESERVE_GB:g}"}
+
+
+def _marginal_steps(clean: pd.DataFrame) -> dict:
+    """The marginal cost of a decode step over the first doubling from 8 new tokens and over the last, with the
+    range the rows' fastest and slowest batches allow for each; ``Dearer`` / ``Cheaper``: the later cost lies above
+    / below the earlier beyond those ranges."""
+    n, t = clean["new_tokens"].to_numpy(), clean["time_s_median"].to_numpy()
+    t_min, t_max = clean["time_s_min"].to_numpy(), clean["time_s_max"].to_numpy()
+    width = n[1:] - n[:-1]
+    marginal, low, high = (t[1:] - t[:-1]) / width, (t_min[1:] - t_max[:-1]) / width, (t_max[1:] - t_min[:-1]) / width
+    early = next(i for i in range(len(marginal)) if n[i] >= 8 or i == len(marginal) - 1)
+    late = len(marginal) - 1
+    out = {"Dearer": int(low[late] > high[early]), "Cheaper": int(high[late] < low[early])}
+    for name, i in (("Early", early), ("Late", late)):
+        out.update({f"{name}From": int(n[i]), f"{name}To": int(n[i + 1]), f"{name}Ms": f"{marginal[i] * 1000:.1f}",
+                    f"{name}LowMs": f"{low[i] * 1000:.1f}", f"{name}HighMs": f"{high[i] * 1000:.1f}"})
+    return out
 
 
 def output_findings(rows: list[dict], prediction: memory.GenerationPrediction | None = None) -> dict:
-    """What the output-length sweep (§1.3.2) shows: ``lines`` to print and ``numbers`` for the report (the
-    linear fit, the marginal cost of a decode step, where throughput peaks and why; with ``prediction``, the
-    figure's caption note). Every comparison says whether it holds beyond the rows' min-max ranges; points flagged
-    as noise (:func:`ok_frame`) are left out."""
+    """What the output-length sweep (§1.3.2) shows: ``numbers`` for the sentences (``genOut...``: the linear fit
+    and whether it is one, ``Linear``; the marginal cost of a decode step, :func:`_marginal_steps`; where
+    throughput peaks, ``PeakAt`` 0 the shortest output, 1 between, 2 the longest, and whether it then ``Falls``
+    beyond the rows' min-max ranges; with ``prediction``, the figure's marks). Points flagged as noise
+    (:func:`ok_frame`) are left out."""
     ok = ok_frame(rows, "new_tokens")
     clean = ok[~ok["noise"]].reset_index(drop=True)
-    noise = noise_text(ok, "new_tokens", "output")
-    lines = [f"Noise: {noise}."]
-    n, t = clean["new_tokens"].to_numpy(), clean["time_s_median"].to_numpy()
-    t_min, t_max = clean["time_s_min"].to_numpy(), clean["time_s_max"].to_numpy()
-    fit = linear_fit(n, t, relative=True)
-    linear = fit["max_rel_residual"] <= 0.25
-    linear_text = (("approximately" if linear else "not") + " a fixed cost plus a cost per new token: the "
-                   f"least-squares line (relative errors) {fit['intercept'] * 1000:.0f} ms + "
-                   f"{fit['slope'] * 1000:.1f} ms per new token misses the measured times by at most "
-                   f"{fit['max_rel_residual']:.0%}")
-    lines.append(f"Time is {linear_text}.")
-    # the marginal cost of a decode step over each doubling of the output length, with the range the rows'
-    # fastest and slowest batches allow for it
-    marginal = (t[1:] - t[:-1]) / (n[1:] - n[:-1])
-    low = (t_min[1:] - t_max[:-1]) / (n[1:] - n[:-1])
-    high = (t_max[1:] - t_min[:-1]) / (n[1:] - n[:-1])
-    early = next(i for i in range(len(marginal)) if n[i] >= 8 or i == len(marginal) - 1)
-    late = len(marginal) - 1
-    dearer, cheaper = low[late] > high[early], high[late] < low[early]
-    step_text = (f"a decode step costs {marginal[early] * 1000:.1f} ms between {n[early]} and {n[early + 1]} new "
-                 f"tokens "
-                 f"({_range_text(low[early], high[early], 1000, '.1f')} ms within the two rows' min-max times) and "
-                 f"{marginal[late] * 1000:.1f} ms between {n[late]} and {n[late + 1]} "
-                 f"({_range_text(low[late], high[late], 1000, '.1f')} ms)")
-    if dearer:
-        dearer_text = "are dearer, beyond the batch-to-batch ranges"
-    elif cheaper:
-        dearer_text = "are cheaper, beyond the batch-to-batch ranges"
-    else:
-        dearer_text = "are not measurably dearer: the two ranges overlap"
-    lines.append(f"Marginal cost: {step_text}; later steps {dearer_text}.")
+    n, t_min, t_max = clean["new_tokens"].to_numpy(), clean["time_s_min"].to_numpy(), clean["time_s_max"].to_numpy()
+    fit = linear_fit(n, clean["time_s_median"].to_numpy(), relative=True)
+    steps = _marginal_steps(clean)
     tput, t_mean = clean["throughput_tok_s"].to_numpy(), clean["time_s_mean"].to_numpy()  # the tables' throughput
     tput_low, tput_high = tput * t_mean / t_max, tput * t_mean / t_min  # the same tokens over the slowest/fastest batch
     top = int(tput.argmax())
-    falls, rises = False, bool(tput_low[top] > tput_high[0])
-    if top == len(tput) - 1:
-        tput_text = f"rises from {tput[0]:.0f} to {tput[-1]:.0f} tokens/s, highest at the longest output measured"
-    elif top == 0:
-        falls = bool(tput_low[0] > tput_high[-1])
-        tput_text = (f"is highest at the shortest output ({tput[0]:.0f} tokens/s at {n[0]}) and ends at "
-                     f"{tput[-1]:.0f} tokens/s at {n[-1]} (" + ("beyond" if falls else "within")
-                     + " the two rows' min-max ranges)")
-    else:
-        falls = bool(tput_low[top] > tput_high[-1])
-        tput_text = (f"rises from {tput[0]:.0f} to a peak of {tput[top]:.0f} tokens/s at {n[top]} new tokens, then "
-                     f"falls to {tput[-1]:.0f} tokens/s at {n[-1]} ("
-                     + ("beyond" if falls else "within") + " the two rows' min-max ranges)")
-    lines.append(f"Throughput (over the mean batch time) {tput_text}.")
-    tput_why = ("the fixed prefill is spread over more generated tokens" if top > 0 else
-                "the fixed prefill does not dominate even the shortest output")
-    if falls and dearer:
-        tput_why += ", until the dearer later steps outweigh that"
-    elif falls:
-        tput_why += "; the fall after the peak is not explained by measurably dearer later steps"
-    elif top < len(tput) - 1:
-        tput_why += "; past the peak the fall is within the noise, so the measurement shows a plateau, not a fall"
-    lines.append("Why: " + tput_why)
-    numbers = dict(genOutNoiseText=noise, genOutLinearText=linear_text, genOutPrefillMs=fit["intercept"] * 1000,
-                   genOutStepMs=fit["slope"] * 1000, genOutStepText=step_text, genOutDearer=dearer_text,
-                   genOutTputText=tput_text, genOutTputWhy=tput_why, genOutPeakLen=int(n[top]),
-                   genOutFirstLen=int(n[0]), genOutLastLen=int(n[-1]), genOutInputLen=int(ok["input_len"].iloc[0]))
+    at = 2 if top == len(tput) - 1 else 0 if top == 0 else 1
+    falls = bool(at < 2 and tput_low[top] > tput_high[-1])
+    numbers = {**_noise(ok, "new_tokens"), "Linear": int(fit["max_rel_residual"] <= 0.25),
+               "PrefillMs": fit["intercept"] * 1000, "StepMs": fit["slope"] * 1000,
+               "FitMiss": f"{fit['max_rel_residual']:.0%}", **steps, "TputFirst": round(float(tput[0])),
+               "TputPeak": round(float(tput[top])), "TputLast": round(float(tput[-1])), "PeakLen": int(n[top]),
+               "PeakAt": at, "Falls": int(falls), "FirstLen": int(n[0]), "LastLen": int(n[-1]),
+               "InputLen": int(ok["input_len"].iloc[0])}
     if prediction is not None:
-        numbers["genOutFigNote"] = figure_note(rows, "new_tokens", prediction)
-    return {"lines": lines, "numbers": numbers, "fit": fit, "dearer": bool(dearer), "falls": falls, "rises": rises,
-            "noise": [int(x) for x in ok.loc[ok["noise"], "new_tokens"]]}
+        numbers.update(figure_marks(rows, "new_tokens", prediction))
+    return {"numbers": _prefixed("genOut", numbers), "fit": fit, "dearer": bool(steps["Dearer"]), "falls": falls,
+            "rises": bool(tput_low[top] > tput_high[0]), "noise": [int(x) for x in ok.loc[ok["noise"], "new_tokens"]]}
 
 
 def compare_row(name: str, note: str, model, row: dict, kv_bytes: int) -> dict:
@@ -521,44 +413,30 @@ def _value(value) -> str:
     return f"{int(value):,}" if float(value).is_integer() else f"{value:.3g}"
 
 
-def ordering_verdict(measured: pd.DataFrame, feature: str) -> str:
-    """A sentence, from the data, on whether ``feature`` alone explains the ordering of ``measured["time"]``.
-
-    Only pairs of models whose min-max ranges do not overlap count as evidence: a counterexample is always such a
-    pair, and a feature contradicted only by a pair within the noise is said to be so."""
+def ordering(measured: pd.DataFrame, feature: str) -> dict:
+    """Whether ``feature`` alone orders the models as ``measured["time"]``: ``explains`` 2 (every pair), 1 (every
+    pair whose min-max ranges do not overlap; it misorders only pairs within the noise) or 0 (a pair beyond the
+    noise contradicts it); ``a``/``b`` the models of the pair that contradicts it (0) or that it misorders (1),
+    with their feature values and median times (absent for 2)."""
     beyond = ordering_violation(measured[feature], measured["time"], comparable=_separated_pairs(measured))
-    if beyond is not None:
-        a, b = measured.iloc[beyond[0]], measured.iloc[beyond[1]]
-        return (f"does not explain it: {a['model']} has {_value(a[feature])} and {b['model']} {_value(b[feature])}, "
-                f"yet their "
-                f"median times are {a['time']:.3g} s and {b['time']:.3g} s (min-max ranges apart)")
     within = ordering_violation(measured[feature], measured["time"])
-    if within is None:
-        return "explains it: it orders every pair of models as their median times do"
-    a, b = measured.iloc[within[0]], measured.iloc[within[1]]
-    return (f"explains every pair whose times are separated beyond their min-max ranges; it misorders only "
-            f"{a['model']} and {b['model']}, whose ranges overlap")
+    pair = beyond if beyond is not None else within
+    if pair is None:
+        return {"explains": 2}
+    a, b = measured.iloc[pair[0]], measured.iloc[pair[1]]
+    return {"explains": 0 if beyond is not None else 1, "a": a["model"], "b": b["model"],
+            "a_value": _value(a[feature]), "b_value": _value(b[feature]), "a_time": f"{a['time']:.3g}",
+            "b_time": f"{b['time']:.3g}"}
 
 
 def feature_verdicts(measured: pd.DataFrame, features: list[str]) -> dict:
-    """For each feature: ``explains`` (it orders every pair of models whose times are separated beyond their
-    min-max ranges) and the ``text`` of :func:`ordering_verdict`; plus ``explained_by`` (the features that do, as
-    text, with what the evidence can and cannot tell apart) and the pair counts."""
+    """For each feature its :func:`ordering` (``verdicts``); ``explaining``: the features that order every pair
+    of models whose times are separated beyond their min-max ranges; and the pair counts."""
     comparable = _separated_pairs(measured)
     pairs = [(i, j) for i in range(len(measured)) for j in range(i + 1, len(measured))]
-    n_separated = sum(comparable(i, j) for i, j in pairs)
-    verdicts = {f: {"explains": ordering_violation(measured[f], measured["time"], comparable=comparable) is None,
-                    "text": ordering_verdict(measured, f)} for f in features}
-    explaining = [f for f in features if verdicts[f]["explains"]]
-    if not explaining:
-        explained_by = "none of the single features"
-    elif len(explaining) == 1:
-        explained_by = f"only {explaining[0]}"
-    else:
-        explained_by = (f"{', '.join(explaining)}; with {n_separated} of the {len(pairs)} pairs of models separated "
-                        f"beyond the noise, this comparison cannot tell these features apart")
-    return {"verdicts": verdicts, "explaining": explaining, "explained_by": explained_by,
-            "n_separated": n_separated, "n_pairs": len(pairs)}
+    verdicts = {f: ordering(measured, f) for f in features}
+    return {"verdicts": verdicts, "explaining": [f for f in features if verdicts[f]["explains"]],
+            "n_separated": sum(comparable(i, j) for i, j in pairs), "n_pairs": len(pairs)}
 
 
 def lengths_text(rows: list[dict], key: str, cap: float | None) -> str:
@@ -577,10 +455,7 @@ def measured_by_time(compare: pd.DataFrame) -> pd.DataFrame:
     return measured.sort_values("time").reset_index(drop=True)
 
 
-def overlap_text(measured: pd.DataFrame) -> str:
-    """Whether neighbours in the time ordering are separated beyond their batch-to-batch (min-max) spread."""
+def overlaps(measured: pd.DataFrame) -> list[str]:
+    """The neighbours in the time ordering ("a and b") whose batch-to-batch (min-max) ranges overlap."""
     rows = measured.to_dict("records")
-    overlaps = [f"{a['model']} and {b['model']}" for a, b in zip(rows, rows[1:])
-                if not separated(a, b, "t_min", "t_max")]
-    return ("the min-max ranges of " + "; ".join(overlaps) + " overlap, so their order is within the noise"
-            if overlaps else "every neighbour in the ordering is separated beyond its min-max range")
+    return [f"{a['model']} and {b['model']}" for a, b in zip(rows, rows[1:]) if not separated(a, b, "t_min", "t_max")]
