@@ -272,6 +272,26 @@ def test_the_committed_card_is_what_the_generator_writes():
     assert f"`{COMMAND} --stage drafts`" in render_card(card)
 
 
+def test_drafters_card_names_a_reduced_draft_vocabulary_only_where_there_is_one():
+    """The drafters' section (its wording in helpers/training/model_card.md) adds the FR-Spec sentence only for a
+    draft vocabulary smaller than the tokenizer's, and its full-vocabulary figure only where it was measured."""
+    from helpers.training.card import drafters_card_section
+
+    card = json.loads((CPU_PAIR_DIR / "card.json").read_text())
+    d = card["drafters"]
+    assert drafters_card_section({}) == ""
+    full = d["heldout"]["feature_draft_top1_step1_full_vocab"]
+    text = drafters_card_section(card)
+    assert f"the {d['draft_vocab']} tokens most frequent" in text and f"agrees {full:.3f}." in text
+    assert text.endswith(".\n\n") and "{" not in text
+    unmeasured = {**card, "drafters": {**d, "heldout": {k: v for k, v in d["heldout"].items()
+                                                       if k != "feature_draft_top1_step1_full_vocab"}}}
+    assert "whole vocabulary" not in drafters_card_section(unmeasured)
+    assert f"{card['vocab_size']} rows)." in drafters_card_section(unmeasured)
+    whole = {**card, "drafters": {**d, "draft_vocab": card["vocab_size"]}}
+    assert "most frequent" not in drafters_card_section(whole)
+
+
 def test_command_line_keeps_every_flag_and_resolves_the_defaults(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--help"])
