@@ -16,6 +16,7 @@ pending, the others still render, and the report shows a pending box in its plac
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -193,10 +194,34 @@ def write_student_macro(report_dir: Path, source: Path = STUDENT_FILE) -> Path:
     return target
 
 
+def notebook_title(stem: str) -> str:
+    """A notebook's first heading without its number (``# 13 · Beyond the handout: ...``), or its file name."""
+    path = paths.NOTEBOOKS_DIR / f"{stem}.ipynb"
+    cells = json.loads(path.read_text())["cells"] if path.exists() else []
+    heading = next((line for cell in cells if cell["cell_type"] == "markdown"
+                    for line in "".join(cell["source"]).splitlines() if line.startswith("# ")), None)
+    return re.sub(r"^#\s*\d+\s*[·.:-]?\s*", "", heading).strip() if heading else stem
+
+
+def write_section_list(report_dir: Path) -> Path:
+    """Write ``report_dir/build/more_sections.tex``: a subsection (titled by its notebook's first heading) and
+    ``\\wbsection`` for each ``sections/NN_*.tex`` that report.tex does not place itself, so that a new notebook's
+    section enters the report without editing report.tex."""
+    placed = set(re.findall(r"\\wbsection\{([^}]*)\}", (report_dir / "report.tex").read_text()))
+    escape = lambda text: "".join(_TEX_SPECIALS.get(c, c) for c in text)  # noqa: E731
+    lines = [f"\\subsection{{{escape(notebook_title(section.stem))}}}\n\\wbsection{{{section.stem}}}"
+             for section in sorted((report_dir / "sections").glob("[0-9][0-9]_*.tex")) if section.stem not in placed]
+    target = report_dir / "build" / "more_sections.tex"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return target
+
+
 def build_report(profile: str, report_dir: Path | None = None) -> Path | None:
     """latexmk the report for ``profile``; returns the PDF, or None (with advice) when TeX is missing."""
     report_dir = report_dir or paths.output_root() / "report"
     write_student_macro(report_dir)  # the title block's name: submission/specdec.py's header
+    write_section_list(report_dir)  # sections report.tex does not place (a new notebook's)
     if shutil.which("latexmk") is None or shutil.which("pdflatex") is None:
         print(
             "latexmk/pdflatex not found, so the PDF was not built (tables and figures are ready in "

@@ -167,3 +167,17 @@ def test_gpu_paragraph_builds_from_whatever_numbers_the_rows_gave(tmp_path):
                           text=True).stdout
     assert "each layer still costs 150–170" in " ".join(text.split()) and "less time" not in text
     assert "?]" not in text and "At batch 1" not in text  # no eager rows: no eager sentence, no red marker
+
+
+def test_a_new_notebooks_section_enters_the_report_without_editing_report_tex(tmp_path):
+    """Issue 42 (add a notebook in three files): sections report.tex does not place are listed, each under its
+    notebook's first heading; those it places are not listed twice."""
+    (tmp_path / "sections").mkdir()
+    (tmp_path / "report.tex").write_text("\\wbsection{01_gpu_memory_math}\n")
+    for stem in ("01_gpu_memory_math", "13_drafting_from_the_target", "99_new_notebook"):
+        (tmp_path / "sections" / f"{stem}.tex").write_text("text\n")
+    listed = run_all.write_section_list(tmp_path).read_text()
+    assert "01_gpu" not in listed
+    assert "\\subsection{Beyond the handout: drafting from the target itself" in listed
+    assert "\\wbsection{13_drafting_from_the_target}" in listed
+    assert "\\subsection{99\\_new\\_notebook}\n\\wbsection{99_new_notebook}" in listed
