@@ -262,7 +262,7 @@ def grounded_prompts(tokenizer, count: int = 12, *, head_lines: int = GROUNDED_H
     ``tokenizer``), a blank line, and the first ``head_lines`` lines of the same function again: a model that
     has learnt in-context copying re-emits the rest of it. Rows are shaped like :func:`load_prompts`'s (``id``,
     ``profile`` "cpu", ``source`` "grounded", ``document``, ``prompt``) plus ``reference``, the text a
-    verbatim copy would continue with (:func:`helpers.experiments.tree_study.copied_prefix` counts how far a
+    verbatim copy would continue with (:func:`helpers.experiments.nb10.study.copied_prefix` counts how far a
     model follows it); :func:`encode_prompts` encodes them.
 
     The CPU pair's 7.7 M-parameter target fails this task: greedy, it diverges from the copy within the first
@@ -292,14 +292,14 @@ def in_context_prompts(tokenizer, count: int, continuation, *, min_lines: int = 
 
     Each prompt is a held-out library function ``f`` (picked as :func:`grounded_prompts` picks them),
     ``continuation(f)`` (a callable returning text: the continuation a model writes after ``f``, e.g.
-    :func:`helpers.experiments.tree_study.greedy_continuation` of the target itself), a blank line, and ``f`` again.
+    :func:`helpers.experiments.nb10.study.greedy_continuation` of the target itself), a blank line, and ``f`` again.
     A model whose greedy continuation of ``f`` is ``continuation(f)`` will usually write it again after the
     second ``f``, and then every token it writes is already in the prompt: the workload of prompt lookup (a
     document rewritten with few changes, a quoted passage) without depending on the model's in-context copying,
     which the CPU target barely has (:func:`grounded_prompts`). "Usually" is measured, not assumed: notebook 10
-    counts how much of ``reference`` the target re-emits (:func:`helpers.experiments.tree_study.copied_prefix`)
+    counts how much of ``reference`` the target re-emits (:func:`helpers.experiments.nb10.study.copied_prefix`)
     and what share of its output continues an n-gram of the prompt
-    (:func:`helpers.experiments.tree_study.context_coverage`).
+    (:func:`helpers.experiments.nb10.study.context_coverage`).
 
     Rows: ``id`` ("cpu-incontext-N"), ``profile`` "cpu", ``source`` "in-context", ``document``, ``prompt`` and
     ``reference`` (the continuation, the text a verbatim copy continues with).

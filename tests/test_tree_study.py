@@ -1,4 +1,4 @@
-"""helpers.experiments.tree_study and tree_figures: notebook 10's side-by-side comparison, cost model and figures
+"""helpers.experiments.comparison, nb10.study and nb10.figures: notebook 10's side-by-side comparison, cost model and figures
 (the tree drawing and its explorer: tests/test_tree_explorer.py)."""
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ import torch
 
 from helpers import bench
 from helpers.specdec import tree_generate
-from helpers.experiments.tree_study import (compare_methods, context_coverage, cost_model, cost_model_agreement,
-                                            depth_acceptance, expected_tau, method_label, method_specs,
-                                            per_prompt_speedup, predicted_speedup, ranking_beyond_noise, round_cost,
-                                            summarise_methods, tied_with_fastest)
+from helpers.experiments.comparison import (compare_methods, depth_acceptance, expected_tau, predicted_speedup,
+                                            summarise_methods)
+from helpers.experiments.nb10.study import (context_coverage, cost_model, cost_model_agreement, method_specs,
+                                            per_prompt_speedup, ranking_beyond_noise, round_cost, tied_with_fastest)
+from helpers.specdec.methods import label as method_label
 from helpers.specdec.tree import TreeRound
-from helpers.experiments.tree_figures import sweep_figure, workload_figure
+from helpers.experiments.nb10.figures import sweep_figure, workload_figure
 from tiny_models import PEAK, perturbed_copy, tiny_qwen3
 
 SPECS = method_specs([2], [[4, 0.05]], [[2, 1]], [[3, 2, 4]], ngram=2, num_draft=4)
@@ -143,7 +144,7 @@ def test_per_prompt_speedup(rows):
 def test_first_choice_calibration_compares_draft_probability_with_acceptance():
     from math import log
 
-    from helpers.experiments.tree_study import first_choice_calibration
+    from helpers.experiments.nb10.study import first_choice_calibration
 
     # root -> children 1 (p 0.6) and 2 (p 0.3); node 1 -> child 3 (p 0.5 given 1). The target takes 1, then not 3.
     tree = TreeRound(tokens=[0, 1, 2, 3], parents=[-1, 0, 0, 1], scores=[0, log(0.6), log(0.3), log(0.3)],
@@ -170,7 +171,7 @@ def test_tree_benchmark_is_registered():
 
 def test_copied_prefix_counts_the_reemitted_start_of_the_reference():
     from helpers.models import load_cpu_tokenizer
-    from helpers.experiments.tree_study import copied_prefix
+    from helpers.experiments.nb10.study import copied_prefix
 
     tokenizer = load_cpu_tokenizer()
     case = {"prompt": "def f(x):\n    return x\n\ndef f(x):", "reference": "\n    return x\n"}
@@ -180,7 +181,7 @@ def test_copied_prefix_counts_the_reemitted_start_of_the_reference():
 
 
 def test_trees_are_compared_with_linear_of_their_depth(rows):
-    from helpers.experiments.tree_study import nominal_depth, tau_against_linear
+    from helpers.experiments.nb10.study import nominal_depth, tau_against_linear
 
     assert nominal_depth({"method": "static", "topk": [2, 1, 1]}) == 3
     assert nominal_depth({"method": "lookup", "ngram": 3, "num_draft": 8}) is None
@@ -195,7 +196,7 @@ def test_in_context_prompts_hold_what_the_cpu_target_writes():
     from helpers.models import load_cpu_pair
     from helpers.prompts import encode_prompts, in_context_prompts
     from helpers.specdec import autoregressive_generate
-    from helpers.experiments.tree_study import copied_prefix, greedy_continuation
+    from helpers.experiments.nb10.study import copied_prefix, greedy_continuation
 
     target, _, tokenizer = load_cpu_pair()
     new_tokens = 24
@@ -340,7 +341,7 @@ def test_sweep_figure_labels_stay_clear_of_each_other_in_notebook_10s_cluster():
 def test_a_near_tie_divergence_is_lossless_and_a_real_one_is_not():
     """Regression (the GPU student's rehearsal, bf16): a static tree's output parted from AR's where the target's two
     best tokens tie within bf16 rounding, and notebook 10's lossless check failed on it."""
-    from helpers.experiments.tree_study import summarise_methods
+    from helpers.experiments.comparison import summarise_methods
 
     def row(method, label, pid, identical=True, near_tie=None):
         return {"id": pid, "method": method, "label": label, "spec": {"method": method}, "seconds": 1.0,

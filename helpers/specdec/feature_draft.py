@@ -27,6 +27,7 @@ from torch import nn
 from helpers.models.decoder import DecoderConfig, MiniDecoder
 from helpers.models.runtime import resolve_runtime
 from helpers.specdec.chain import Drafter, generate_chain
+from helpers.specdec.methods import Method, register
 from helpers.specdec.core import GenerationResult, GenerationStats, check_positive_int, sample
 from helpers.specdec.tree import (AcceptanceTable, TreeDrafter, TreeStats, _children, _Tree, draft_tree,
                                   generate_tree, max_nodes, tree_runtime, tree_shape)
@@ -300,3 +301,21 @@ def eagle_generate(target, draft: FeatureDraft, input_ids: torch.Tensor, max_new
     return generate_tree(target, drafter, input_ids, max_new_tokens, temperature, seed,
                          stats=TreeStats(runtime=tree_runtime(target), tree=f"eagle-{tree}"),
                          eos_token_id=eos_token_id, time_phases=time_phases, record_rounds=record_rounds)
+
+
+def _eagle_label(spec: dict) -> str:
+    if spec.get("tree"):
+        return f"eagle tree d{spec['depth']} k{spec['topk']} n{spec['budget']}"
+    return (f"eagle g{spec['gamma']}" + (f" p<{spec['stop_below']:g}" if spec.get("stop_below") else "")
+            + (f" b{spec['backoff']}" if spec.get("backoff") else ""))
+
+
+def _run_eagle(spec, target, draft, input_ids, max_new_tokens, **options):
+    if spec.get("tree"):
+        return eagle_generate(target, draft, input_ids, max_new_tokens, tree=spec["tree"], depth=spec["depth"],
+                              topk=spec["topk"], budget=spec["budget"], **options)
+    return eagle_generate(target, draft, input_ids, max_new_tokens, gamma=spec["gamma"],
+                          stop_below=spec.get("stop_below"), backoff=spec.get("backoff", 0), **options)
+
+
+register(Method("eagle", _eagle_label, _run_eagle, "eagle", "feature draft", order=7))

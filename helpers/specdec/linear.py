@@ -30,6 +30,7 @@ import torch
 
 from helpers.models.runtime import cached_decoder, resolve_runtime
 from helpers.specdec.chain import Drafter, generate_chain
+from helpers.specdec.methods import Method, register
 from helpers.specdec.core import (GenerationResult, GenerationStats, PhaseClock, accept, check_draft,
                                   check_generation, eos_ids, finish_row, make_generator, sample)
 
@@ -204,3 +205,18 @@ def speculative_generate(
     drafter = ModelDrafter(draft, gamma, stats.runtime, compile=compile, stop_below=stop_below)
     return generate_chain(target, drafter, input_ids, max_new_tokens, temperature, seed, stats=stats,
                           eos_token_id=eos_token_id, time_phases=time_phases, compile=compile)
+
+
+def _run_ar(spec, target, draft, input_ids, max_new_tokens, time_phases=True, **options):
+    return autoregressive_generate(target, input_ids, max_new_tokens, **options)  # its one phase is untimed
+
+
+def _run_linear(spec, target, draft, input_ids, max_new_tokens, **options):
+    return speculative_generate(target, draft, input_ids, max_new_tokens, spec["gamma"],
+                                stop_below=spec.get("stop_below"), **options)
+
+
+register(Method("ar", lambda spec: "AR", _run_ar, family="AR", order=0))
+register(Method("linear", lambda spec: f"linear g{spec['gamma']}", _run_linear, "draft", "draft model", order=1))
+register(Method("adaptive", lambda spec: f"adaptive g{spec['gamma']} p<{spec['stop_below']:g}", _run_linear,
+                "draft", "draft model", order=2))

@@ -34,6 +34,7 @@ import torch
 
 from helpers.models.runtime import resolve_runtime
 from helpers.specdec.chain import Drafter, generate_chain
+from helpers.specdec.methods import Method, register
 from helpers.specdec.core import GenerationResult, GenerationStats, check_positive_int
 
 __all__ = ["LookupDrafter", "NgramIndex", "prompt_lookup_generate"]
@@ -177,3 +178,12 @@ def _check_lookup_options(ngram, num_draft, min_ngram) -> None:
     check_positive_int("min_ngram", min_ngram, "the shortest suffix looked up")
     if min_ngram > ngram:
         raise ValueError(f"min_ngram ({min_ngram}) must not exceed ngram ({ngram})")
+
+
+def _run_lookup(spec, target, draft, input_ids, max_new_tokens, **options):
+    return prompt_lookup_generate(target, input_ids, max_new_tokens, ngram=spec["ngram"], num_draft=spec["num_draft"],
+                                  adaptive=spec.get("adaptive", False), **options)
+
+
+register(Method("lookup", lambda spec: f"lookup n{spec['ngram']} {'adaptive' if spec.get('adaptive') else 'fixed'} "
+                                       f"{spec['num_draft']}", _run_lookup, family="prompt lookup", order=5))

@@ -24,6 +24,7 @@ from torch import nn
 
 from helpers.models.runtime import resolve_runtime
 from helpers.specdec.chain import Drafter, generate_chain
+from helpers.specdec.methods import Method, register
 from helpers.specdec.core import GenerationResult, GenerationStats, check_positive_int, probs
 from helpers.specdec.tree import (TreeDrafter, TreeStats, _gumbel_topk, _prune, _Tree, generate_tree, max_nodes,
                                   tree_runtime)
@@ -164,3 +165,13 @@ def medusa_generate(target, heads: MedusaHeads, input_ids: torch.Tensor, max_new
     return generate_tree(target, drafter, input_ids, max_new_tokens, temperature, seed,
                          stats=TreeStats(runtime=tree_runtime(target), tree="medusa"), eos_token_id=eos_token_id,
                          time_phases=time_phases, record_rounds=record_rounds)
+
+
+def _run_medusa(spec, target, heads, input_ids, max_new_tokens, **options):
+    topk = spec.get("topk")
+    return medusa_generate(target, heads, input_ids, max_new_tokens, topk=None if topk is None else tuple(topk),
+                           **options)
+
+
+register(Method("medusa", lambda spec: "medusa chain" if spec.get("topk") is None else
+                "medusa " + "-".join(str(w) for w in spec["topk"]), _run_medusa, "medusa", "Medusa heads", order=6))

@@ -45,6 +45,7 @@ import torch
 
 from helpers.models.runtime import cached_decoder, resolve_runtime
 from helpers.specdec.chain import prefill_target
+from helpers.specdec.methods import Method, register
 from helpers.specdec.core import (GenerationResult, GenerationStats, PhaseClock, check_draft, check_generation,
                                   eos_ids, finish_row, make_generator, probs)
 
@@ -533,3 +534,18 @@ def _walk_sampling(nodes: _Tree, children: list[list[int]], logits: torch.Tensor
         if accepted is None:
             return path, int(torch.multinomial(q, 1, generator=generator))
         path.append(accepted)
+
+
+def _run_static(spec, target, draft, input_ids, max_new_tokens, **options):
+    return tree_generate(target, draft, input_ids, max_new_tokens, tree="static", topk=tuple(spec["topk"]), **options)
+
+
+def _run_dynamic(spec, target, draft, input_ids, max_new_tokens, **options):
+    return tree_generate(target, draft, input_ids, max_new_tokens, tree="dynamic", depth=spec["depth"],
+                         topk=spec["topk"], budget=spec["budget"], **options)
+
+
+register(Method("static", lambda spec: "static " + "-".join(str(w) for w in spec["topk"]), _run_static, "draft",
+                "draft model", order=3))
+register(Method("dynamic", lambda spec: f"dynamic d{spec['depth']} k{spec['topk']} n{spec['budget']}", _run_dynamic,
+                "draft", "draft model", order=4))

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import torch
 
-from helpers.experiments.tree_study import (best_of, compare_methods, greedy_continuation, summarise_methods,
-                                            tau_against_linear)
+from helpers.experiments.comparison import best_of, compare_methods, summarise_methods
+from helpers.experiments.nb10.study import greedy_continuation, method_specs, tau_against_linear
 from helpers.models import load_cpu_model, load_cpu_tokenizer
 from helpers.prompts import encode_prompts, in_context_prompts, load_prompts, select_prompts
 
-DEFAULT_SPECS = (
-    [{"method": "ar"}]
-    + [{"method": "linear", "gamma": g} for g in (3, 4, 5, 6)]
-    + [{"method": "adaptive", "gamma": 8, "stop_below": p} for p in (0.02, 0.05, 0.1)]
-    + [{"method": "static", "topk": list(shape)} for shape in ((2, 1, 1, 1, 1), (2, 2, 1, 1, 1), (3, 2, 1, 1))]
-    + [{"method": "dynamic", "depth": d, "topk": k, "budget": n} for d, k, n in ((5, 2, 8), (6, 2, 10), (6, 3, 12))]
-    + [{"method": "lookup", "ngram": 3, "num_draft": 8, "adaptive": flag} for flag in (False, True)]
-)
+
+def default_specs() -> list[dict]:
+    """AR, linear γ 3-6, adaptive γ 8 at three stops, three static and three dynamic trees, prompt lookup fixed and
+    adaptive; then every other registered method's defaults (:func:`helpers.experiments.nb10.study.method_specs`)."""
+    return method_specs((3, 4, 5, 6), [(8, p) for p in (0.02, 0.05, 0.1)],
+                        ((2, 1, 1, 1, 1), (2, 2, 1, 1, 1), (3, 2, 1, 1)), ((5, 2, 8), (6, 2, 10), (6, 3, 12)),
+                        ngram=3, num_draft=8)
 
 
 def add_arguments(parser) -> None:
@@ -74,7 +73,7 @@ def run(args) -> dict:
     print(f"threads: {torch.get_num_threads()}")
     for name, cases in workloads.items():
         print(f"{name}: {len(cases)} prompts, {args.max_new_tokens} new tokens, {args.repeats} interleaved repeats")
-        rows = compare_methods(target, draft, cases, list(DEFAULT_SPECS), args.max_new_tokens,
+        rows = compare_methods(target, draft, cases, default_specs(), args.max_new_tokens,
                                repeats=args.repeats, progress=True)
         summary = summarise_methods(rows)
         _print(summary, f"{name} (speedup over AR on the same prompts; draft/verify = shares of the wall time)")

@@ -12,9 +12,13 @@ FAMILY_COLOURS = {"ar": "#000000", "linear": "#1f77b4", "adaptive": "#17becf", "
                   "dynamic": "#d62728", "lookup": "#2ca02c"}
 
 
-LABEL_KEY = ("labels: g5 = γ drafts per round;  g8 p<0.05 = at most 8, stop when the draft's probability < 0.05;  "
-             "2-1-1-1-1 = children per depth of a static tree;\nd6 k3 n12 = dynamic tree of depth 6, top-3 "
-             "expansion, 12 nodes;  n3 fixed 8 = prompt lookup with 3-grams, 8 drafts")
+# the abbreviations of the point labels, spelled out under the plots
+LABEL_KEY = {"g5": "γ drafts per round", "g8 p<0.05": "at most 8, stop when the draft's probability < 0.05",
+             "2-1-1-1-1": "children per depth of a static tree",
+             "d6 k3 n12": "dynamic tree of depth 6, top-3 expansion, 12 nodes",
+             "n3 fixed 8": "prompt lookup with 3-grams, 8 drafts"}
+
+
 def sweep_figure(summary, title: str = ""):
     """τ (left) and measured speedup over AR (right) against the nodes verified per round, one point per method
     configuration, coloured by family: what more nodes buy in accepted tokens and what they cost in time. Point
@@ -38,7 +42,9 @@ def sweep_figure(summary, title: str = ""):
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    fig.text(0.5, 0.01, LABEL_KEY, ha="center", va="bottom", fontsize=6.5)
+    key = [f"{short} = {meaning}" for short, meaning in LABEL_KEY.items()]
+    fig.text(0.5, 0.01, "labels: " + ";  ".join(key[:3]) + ";\n" + ";  ".join(key[3:]), ha="center", va="bottom",
+             fontsize=6.5)
     fig.canvas.draw()  # label boxes are measured in drawn pixels
     for ax, column in zip(axes, ("tau", "speedup")):
         place_labels(ax, list(zip(methods.nodes, methods[column])),
@@ -98,7 +104,7 @@ def cost_model_figure(model_table):
 def forward_costs_figure(costs: dict):
     """What a round costs in target decode steps: a target forward over p positions, T_V(p - 1)/T_T (it verifies
     p - 1 drafted tokens), and a draft forward over k nodes, T_D(k)/T_T (``costs``:
-    :func:`helpers.experiments.tree_study.forward_costs` with int keys)."""
+    :func:`helpers.experiments.nb10.study.forward_costs` with int keys)."""
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
     ax.plot(sorted(costs["T_V"]), [costs["T_V"][n] / costs["T_T"] for n in sorted(costs["T_V"])], "o-",
             label=r"target forward over $p$ positions, $T_V(p-1)/T_T$")

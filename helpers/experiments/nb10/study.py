@@ -1,224 +1,25 @@
-"""Every decoding method of notebook 10 side by side: AR, linear speculation (fixed and adaptive γ), static and
-dynamic trees, prompt lookup — on the same prompts, interleaved, with τ next to every speedup.
+"""Notebook 10's study of the method comparison (:mod:`helpers.experiments.comparison`): what a round's forwards
+cost (:func:`forward_costs`) and Eq. 5 from them (:func:`cost_model`), which methods the prompts cannot tell from
+the fastest (:func:`tied_with_fastest`), how much of an output its context holds (:func:`context_coverage`), and
+the draft's calibration in a tree (:func:`first_choice_calibration`).
 
-A method is a small dict (a *spec*) so that a result row can carry it: ``{"method": "ar"}``,
+A method is a small dict (a *spec*, :mod:`helpers.specdec.methods`): ``{"method": "ar"}``,
 ``{"method": "linear", "gamma": 5}``, ``{"method": "adaptive", "gamma": 8, "stop_below": 0.3}``,
 ``{"method": "static", "topk": [2, 1, 1, 1, 1]}``, ``{"method": "dynamic", "depth": 6, "topk": 3, "budget": 12}``,
-``{"method": "lookup", "ngram": 3, "num_draft": 8, "adaptive": False}``, and notebook 13's drafters from the target
-itself, ``{"method": "medusa", "topk": None}`` (a chain; a list of widths: a static tree) and
-``{"method": "eagle", "gamma": 5, "stop_below": 0.5}`` (a chain) or ``{"method": "eagle", "tree": "dynamic",
-"depth": 6, "topk": 2, "budget": 10}``. :func:`compare_methods` runs every spec on every prompt
-in interleaved rounds (a slow phase of a shared machine hits all methods alike) and keeps each method's fastest
-run per prompt; :func:`summarise_methods` pools the prompts.
+``{"method": "lookup", "ngram": 3, "num_draft": 8, "adaptive": False}``.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
-from helpers.experiments.specdec_costs import interleaved_runs
-from helpers.specdec.feature_draft import eagle_generate
-from helpers.specdec.linear import autoregressive_generate, speculative_generate
-from helpers.specdec.lookup import prompt_lookup_generate
-from helpers.specdec.divergence import greedy_divergence, greedy_lossless, near_ties
-from helpers.specdec.medusa import medusa_generate
-from helpers.specdec.tree import tree_generate
+from helpers.experiments.comparison import depth_acceptance, predicted_speedup
+from helpers.specdec import methods
+from helpers.specdec.linear import autoregressive_generate
 
-METHODS = ("ar", "linear", "adaptive", "static", "dynamic", "lookup", "medusa", "eagle")
-ORDER = {name: i for i, name in enumerate(METHODS)}
-
-
-def method_label(spec: dict) -> str:
-    """A short ASCII name for tables, plots and the LaTeX report: 'linear g5', 'adaptive g8 p<0.3',
-    'static 2-1-1-1-1', 'dynamic d6 k3 n12' (depth, top-k, node budget), 'lookup n3'."""
-    method = spec["method"]
-    if method == "ar":
-        return "AR"
-    if method == "linear":
-        return f"linear g{spec['gamma']}"
-    if method == "adaptive":
-        return f"adaptive g{spec['gamma']} p<{spec['stop_below']:g}"
-    if method == "static":
-        return "static " + "-".join(str(w) for w in spec["topk"])
-    if method == "dynamic":
-        return f"dynamic d{spec['depth']} k{spec['topk']} n{spec['budget']}"
-    if method == "lookup":
-        return f"lookup n{spec['ngram']} {'adaptive' if spec.get('adaptive') else 'fixed'} {spec['num_draft']}"
-    if method == "medusa":
-        return "medusa chain" if spec.get("topk") is None else "medusa " + "-".join(str(w) for w in spec["topk"])
-    if method == "eagle" and spec.get("tree"):
-        return f"eagle tree d{spec['depth']} k{spec['topk']} n{spec['budget']}"
-    if method == "eagle":
-        return (f"eagle g{spec['gamma']}" + (f" p<{spec['stop_below']:g}" if spec.get("stop_below") else "")
-                + (f" b{spec['backoff']}" if spec.get("backoff") else ""))
-    raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
-
-
-def run_method(spec: dict, target, draft, input_ids: torch.Tensor, max_new_tokens: int, *,
-               eos_token_id=-1, time_phases: bool = True, **options):
-    """One generation of ``spec`` (greedy unless ``options`` say otherwise); returns the GenerationResult.
-    ``draft``: the draft model, or a dict of drafters ``{"draft": model, "medusa": MedusaHeads, "eagle":
-    FeatureDraft}`` for the methods that draft from the target itself."""
-    drafters = draft if isinstance(draft, dict) else {"draft": draft}
-    method = spec["method"]
-    common = dict(eos_token_id=eos_token_id, time_phases=time_phases, **options)
-    if method == "ar":
-        return autoregressive_generate(target, input_ids, max_new_tokens, **options, eos_token_id=eos_token_id)
-    if method in ("linear", "adaptive"):
-        return speculative_generate(target, drafters["draft"], input_ids, max_new_tokens, spec["gamma"],
-                                    stop_below=spec.get("stop_below"), **common)
-    if method in ("static", "dynamic"):
-        shape = (dict(topk=tuple(spec["topk"]), depth=None, budget=None) if method == "static" else
-                 dict(depth=spec["depth"], topk=spec["topk"], budget=spec["budget"]))
-        return tree_generate(target, drafters["draft"], input_ids, max_new_tokens, tree=method, **shape, **common)
-    if method == "lookup":
-        return prompt_lookup_generate(target, input_ids, max_new_tokens, ngram=spec["ngram"],
-                                      num_draft=spec["num_draft"], adaptive=spec.get("adaptive", False), **common)
-    if method == "medusa":
-        topk = spec.get("topk")
-        return medusa_generate(target, drafters["medusa"], input_ids, max_new_tokens,
-                               topk=None if topk is None else tuple(topk), **common)
-    if method == "eagle" and spec.get("tree"):
-        return eagle_generate(target, drafters["eagle"], input_ids, max_new_tokens, tree=spec["tree"],
-                              depth=spec["depth"], topk=spec["topk"], budget=spec["budget"], **common)
-    if method == "eagle":
-        return eagle_generate(target, drafters["eagle"], input_ids, max_new_tokens, gamma=spec["gamma"],
-                              stop_below=spec.get("stop_below"), backoff=spec.get("backoff", 0), **common)
-    raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
-
-
-def method_configs(cases: dict, setup: dict, *, new_tokens: int, repeats: int, specs: list[dict]) -> dict:
-    """The result-store configuration of every ``(workload, prompt id)`` of ``cases`` for :func:`compare_methods`:
-    ``setup`` (models, dtype, device, ...) plus the workload, the prompt, the tokens, the repeats and the specs."""
-    return {(workload, case["id"]): {"kind": "methods", **setup, "workload": workload, "prompt": case["id"],
-                                     "new_tokens": new_tokens, "repeats": repeats, "specs": specs}
-            for workload, group in cases.items() for case in group}
-
-
-def compare_methods(target, draft, cases: list[dict], specs: list[dict], max_new_tokens: int, *, repeats: int = 2,
-                    progress: bool = False, on_prompt=None) -> list[dict]:
-    """Rows (one per prompt and spec): the fastest of ``repeats`` interleaved runs, its τ, nodes per round, phase
-    times, whether its tokens equal AR's and, where not, whether they part at a near-tie (``near_tie``, bf16
-    rounding: :mod:`helpers.specdec.divergence`). ``specs`` must start with ``{"method": "ar"}`` (the reference).
-    Every run generates exactly ``max_new_tokens`` (EOS ignored), so all methods produce the same tokens.
-    ``on_prompt(rows)`` is called with each prompt's rows as soon as they exist (append them to a result file)."""
-    if not specs or specs[0] != {"method": "ar"}:
-        raise ValueError('specs must start with {"method": "ar"}: AR is the reference of every speedup')
-    for spec in specs:
-        method_label(spec)  # unknown methods fail before anything runs
-    device = next(target.parameters()).device
-    timed = device.type != "cuda"  # phase timing would add a synchronize per phase on a GPU
-    for spec in specs:  # warm-up: allocator, lazy imports
-        run_method(spec, target, draft, cases[0]["input_ids"], min(8, max_new_tokens), time_phases=timed)
-    rows = []
-    for case in tqdm(cases, desc="prompts", disable=not progress):
-        runs = interleaved_runs({i: (lambda spec=spec: run_method(spec, target, draft, case["input_ids"],
-                                                                   max_new_tokens, time_phases=timed))
-                                 for i, spec in enumerate(specs)}, repeats, device=device)
-        reference = None
-        prompt_rows = []
-        for i, spec in enumerate(specs):
-            seconds, results = runs[i]
-            best = int(np.argmin(seconds))
-            result = results[best]
-            reference = result.tokens if reference is None else reference
-            stats = result.stats
-            # in bf16 an output may part from AR's where the target's two best tokens tie within rounding
-            identical, near_tie = _against_ar(target, case, reference, result.tokens)
-            prompt_rows.append({
-                **{k: case[k] for k in ("id", "source") if k in case},
-                "prompt_tokens": int(case["input_ids"].shape[1]),
-                "method": spec["method"], "label": method_label(spec), "spec": spec,
-                "seconds": float(seconds[best]), "new_tokens": stats.new_tokens, "rounds": stats.rounds,
-                "accepted": stats.accepted, "proposed": stats.proposed, "draft_forwards": stats.draft_forwards,
-                "target_forwards": stats.target_forwards,
-                "nodes": float(np.mean(getattr(stats, "nodes_per_round", None) or stats.gamma_per_round or [0])),
-                "depth": float(np.mean(stats.gamma_per_round or [0])),
-                "accepted_per_round": stats.accepted_per_round, "depth_per_round": stats.gamma_per_round,
-                "prefill_s": stats.time_prefill_s, "draft_s": stats.time_draft_s, "verify_s": stats.time_verify_s,
-                "identical_to_ar": identical, "near_tie": near_tie,
-                "max_new_tokens": max_new_tokens,
-            })
-        if on_prompt is not None:
-            on_prompt(prompt_rows)
-        rows.extend(prompt_rows)
-    return rows
-
-
-def _against_ar(target, case: dict, reference, tokens) -> tuple[bool, bool | None]:
-    """(identical to AR's tokens, and where not whether they part at a near-tie; None where identical)."""
-    if torch.equal(tokens, reference):
-        return True, None
-    return False, greedy_divergence(target, case["input_ids"], reference, tokens)["near_tie"]
-
-
-def summarise_methods(rows, by=("label",)) -> pd.DataFrame:
-    """Pooled over prompts per method (and ``by``): seconds, speedup over AR on the same prompts, τ (new tokens
-    per target forward of the decode rounds), nodes verified per round, draft/verify shares, all lossless?"""
-    frame = pd.DataFrame(rows)
-    keys = [k for k in by if k != "label"]
-    ar = frame[frame.method == "ar"].groupby(keys + ["id"] if keys else ["id"]).seconds.sum()
-    out = []
-    for key, group in frame.groupby(list(by) if len(by) > 1 else by[0], sort=False):
-        ar_seconds = sum(ar[tuple(r[k] for k in keys) + (r["id"],)] if keys else ar[r["id"]]
-                         for _, r in group.iterrows())
-        seconds = group.seconds.sum()
-        out.append({
-            **dict(zip(by, key if isinstance(key, tuple) else (key,))),
-            "method": group.method.iloc[0], "spec": group.spec.iloc[0],
-            "prompts": len(group), "seconds": seconds, "speedup": ar_seconds / seconds,
-            "tau": group.new_tokens.sum() / group.rounds.sum(),
-            "nodes": (group.nodes * group.rounds).sum() / group.rounds.sum(),
-            "depth": (group.depth * group.rounds).sum() / group.rounds.sum(),
-            "draft_share": group.draft_s.sum() / seconds, "verify_share": group.verify_s.sum() / seconds,
-            "lossless": greedy_lossless(group), "near_ties": near_ties(group),
-        })
-    summary = pd.DataFrame(out)
-    summary["order"] = summary.method.map(ORDER)
-    return summary.sort_values(["order", "speedup"], ascending=[True, False]).drop(columns="order").reset_index(drop=True)
-
-
-def best_of(summary: pd.DataFrame, methods) -> pd.Series:
-    """The fastest row among ``methods`` (a name or a tuple of names)."""
-    methods = (methods,) if isinstance(methods, str) else tuple(methods)
-    pick = summary[summary.method.isin(methods)]
-    if pick.empty:
-        raise ValueError(f"no rows for {methods}")
-    return pick.loc[pick.speedup.idxmax()]
-
-
-def depth_acceptance(accepted_per_round) -> list[float]:
-    """a_d = P(a round's accepted path reaches depth d | it reached d - 1), d = 1, 2, ... over all rounds.
-
-    A round that drafted fewer than d tokens (adaptive lookahead, a lookup without a long match, the last round)
-    counts as not reaching d: its draft length is part of the method, as the tree's shape is."""
-    accepted = np.asarray(accepted_per_round)
-    rates = []
-    for d in range(1, int(accepted.max(initial=0)) + 2):
-        reached = accepted >= d - 1
-        rates.append(float((accepted[reached] >= d).mean()) if reached.any() else float("nan"))
-    return rates
-
-
-def expected_tau(rates) -> float:
-    """Eq. 4 generalised to any tree: 1 + Σ_d Π_{j≤d} a_j (the target's own token plus the expected path length)."""
-    tau, reach = 1.0, 1.0
-    for rate in rates:
-        if rate != rate:  # never reached
-            break
-        reach *= rate
-        tau += reach
-    return tau
-
-
-def predicted_speedup(tau: float, draft_costs, verify_cost: float) -> float:
-    """Eq. 5 for one round of any shape: τ tokens for the price of its draft forwards and one verify forward,
-    all in units of a target decode step T_T: τ / (Σ T_D(k_i)/T_T + T_V(n)/T_T)."""
-    return tau / (float(np.sum(draft_costs)) + verify_cost)
-
-
+# the methods whose specs notebook 10's parameters build (any other registered method joins with its defaults)
+CONFIGURED = ("ar", "linear", "adaptive", "static", "dynamic", "lookup")
 def forward_costs(target, draft, context: torch.Tensor, node_counts, draft_widths, *, repeats: int = 10) -> dict:
     """Median seconds of the forwards a round is made of, after a cached ``context``: ``T_T`` (one target token),
     ``T_V[n]`` (the target over n positions: the root and n - 1 nodes, Eq. 5's T_V(n - 1)) and ``T_D[k]`` (the
@@ -258,14 +59,16 @@ def round_cost(spec: dict, costs: dict, nodes: float) -> tuple[float, float]:
 
 def method_specs(gammas, adaptive, static_shapes, dynamic, *, ngram: int, num_draft: int) -> list[dict]:
     """Notebook 10's method list from its parameters: AR first, then linear γ, adaptive (γ_max, stop_below),
-    static shapes, dynamic (depth, topk, budget) and prompt lookup with a fixed and with an adaptive draft length."""
+    static shapes, dynamic (depth, topk, budget) and prompt lookup with a fixed and with an adaptive draft length;
+    then the default specs of every other registered method that needs no drafter or the draft model."""
     return ([{"method": "ar"}]
             + [{"method": "linear", "gamma": int(g)} for g in gammas]
             + [{"method": "adaptive", "gamma": int(g), "stop_below": float(p)} for g, p in adaptive]
             + [{"method": "static", "topk": [int(w) for w in shape]} for shape in static_shapes]
             + [{"method": "dynamic", "depth": int(d), "topk": int(k), "budget": int(n)} for d, k, n in dynamic]
             + [{"method": "lookup", "ngram": int(ngram), "num_draft": int(num_draft), "adaptive": flag}
-               for flag in (False, True)])
+               for flag in (False, True)]
+            + methods.extra_specs(CONFIGURED, drafters=("draft",)))
 
 
 def cost_model(rows, costs: dict) -> pd.DataFrame:
@@ -303,7 +106,9 @@ def cost_model(rows, costs: dict) -> pd.DataFrame:
     return table
 
 
-DRAFT_MODEL_METHODS = ("linear", "adaptive", "static", "dynamic")
+def draft_model_methods() -> tuple[str, ...]:
+    """The registered methods that draft with a separate draft model (linear, adaptive, static, dynamic, ...)."""
+    return tuple(name for name in methods.names() if methods.get(name).drafter == "draft")
 
 
 def cost_model_agreement(table: pd.DataFrame) -> dict:
@@ -321,7 +126,7 @@ def cost_model_agreement(table: pd.DataFrame) -> dict:
     by_family = ratio.groupby(table.method, sort=False).mean()
     ranks = table[["predicted", "measured"]].rank()
     rank_corr = float(ranks.predicted.corr(ranks.measured)) if len(table) > 1 else float("nan")
-    models = table[table.method.isin(DRAFT_MODEL_METHODS)]
+    models = table[table.method.isin(draft_model_methods())]
     out = {"by_family": {family: float(value) for family, value in by_family.items()},
            "family_spread": float(by_family.max() / by_family.min()), "rank_corr": rank_corr}
     if len(models):
@@ -446,9 +251,10 @@ def tau_against_linear(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["tree", "linear", "depth", "nodes", "tau_ratio", "speedup_ratio"])
 
 
-def tied_with_fastest(rows, methods=DRAFT_MODEL_METHODS, *, decode: bool = False, level: float = 0.95,
+def tied_with_fastest(rows, families=None, *, decode: bool = False, level: float = 0.95,
                       resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Which methods the measurement cannot tell from the fastest, per method of ``methods`` (families) in
+    """Which methods the measurement cannot tell from the fastest, per method of ``families`` (method names; default
+    :func:`draft_model_methods`) in
     :func:`compare_methods` rows: ``speedup`` over AR (pooled; prefill excluded when ``decode``, as Eq. 5 models),
     ``slower`` = its pooled seconds over the fastest's on the same prompts, and a paired percentile bootstrap
     interval of that ratio over prompts (``low``, ``high``; :func:`helpers.stats.bootstrap_ratio_interval`:
@@ -462,9 +268,10 @@ def tied_with_fastest(rows, methods=DRAFT_MODEL_METHODS, *, decode: bool = False
     frame = frame.assign(time=frame.seconds - frame.prefill_s if decode else frame.seconds)
     times = frame.pivot_table(index="id", columns="label", values="time", aggfunc="sum")
     ar = times[frame[frame.method == "ar"].label.iloc[0]]
-    labels = frame[frame.method.isin(methods)].label.unique()
+    families = draft_model_methods() if families is None else families
+    labels = frame[frame.method.isin(families)].label.unique()
     if not len(labels):
-        raise ValueError(f"no rows for {methods}")
+        raise ValueError(f"no rows for {families}")
     speedup = pd.Series({label: ar.sum() / times[label].sum() for label in labels}).sort_values(ascending=False)
     fastest = speedup.index[0]
     out = []

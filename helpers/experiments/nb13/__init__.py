@@ -24,14 +24,6 @@ from helpers.specdec.methods import label as method_label
 from helpers.specdec.analysis import estimate_alpha
 
 RESULTS = "13_drafting_from_the_target"
-__all__ = ["RESULTS", "PARAMETERS", "specs", "workloads", "configs", "load_models", "measure", "step_costs",
-           "method_label", "comparison", "alpha_by_position", "method_alpha", "alpha_by_workload", "accepted_less_far",
-           "costs_in_round",
-           "eq5_table", "by_source", "headline", "training_costs", "round_accounting", "separating_terms", "who_wins",
-           "tau_interval", "paired_side", "far_prompt_counts", "with_prompt_counts",
-           "linear_at_depth",
-           "medusa_against_linear", "far_from_corpus", "stop_against_plain", "uniform_tau", "what_it_takes",
-           "methods_table", "METHOD_COLUMNS", "METHOD_FORMATS", "EQ5_FORMATS"]
 PARAMETERS = ("device", "fd_target", "fd_draft", "fd_dtype", "fd_threads", "fd_prompt_count", "fd_far_count",
               "fd_new_tokens", "fd_repeats", "fd_gammas", "fd_dynamic", "fd_medusa_trees", "fd_stop_below",
               "fd_backoff", "fd_cost_repeats")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from helpers.experiments import nb13
-from helpers.experiments.tree_study import best_of, compare_methods
+from helpers.experiments.comparison import best_of, compare_methods
 from helpers.prompts import encode_prompts, load_prompts, select_prompts
 
 
