@@ -105,6 +105,25 @@ def _at(sweep: pd.DataFrame, context: int) -> pd.DataFrame:
     return sweep[sweep.context == context].sort_values("batch")
 
 
+def _sweep_frames(sweep: pd.DataFrame, contexts, gamma: int) -> tuple:
+    """The sweep with the columns section 3 compares (Eq. 5's error, c of a full step at the shortest context,
+    Eq. 5 with T_V = T_T), and the corner of context >= 2048 and batch >= 8 with each speedup against 1."""
+    short_ctx = min(contexts)
+    # what holds the speedup back: a full step of the same batch at the shortest context, over T_T, is what the draft
+    # would cost if the KV it reads did not matter. Not a floor: the draft reads window + sinks tokens, fewer than the
+    # shortest context, so it may cost a little less; near it, reading less KV has little left to save
+    short_step = sweep[sweep.context == short_ctx].set_index("batch").ar_step_s
+    sweep = sweep.assign(eq5_error_pct=100 * (sweep.eq5_speedup / sweep.full_batch_speedup - 1),
+                         c_short_step=sweep.batch.map(short_step).values / sweep.ar_step_s,
+                         eq5_if_v1=predicted_speedup(gamma, sweep.alpha, sweep.draft_ratio, 1.0))
+    region = sweep[(sweep.context >= 2048) & (sweep.batch >= 8)].copy()
+    # against 1, beyond each point's own repeat spread ((max - min) / median of its per-repeat ratios): a speedup
+    # closer to 1 than that is within the noise, neither faster nor slower
+    region["full_vs_ar"] = [against_one(s, d) for s, d in zip(region.full_batch_speedup, region.full_batch_spread)]
+    region["run_vs_ar"] = [against_one(s, d) for s, d in zip(region.speedup, region.speedup_spread)]
+    return sweep, region.assign(vs_short=region.draft_ratio / region.c_short_step)  # 1: c is a short-context step
+
+
 def sweep_summary(sweep: pd.DataFrame, contexts, gamma: int) -> dict:
     """Section 3: the long-context, large-batch corner where MagicDec's mechanism should show (each speedup against
     1 beyond its own repeat spread), how the speedup and c move with the batch at the longest and the shortest
@@ -113,94 +132,62 @@ def sweep_summary(sweep: pd.DataFrame, contexts, gamma: int) -> dict:
     the short-context step and Eq. 5 with T_V = T_T; ``verify_ends``: T_V/T_T at the smallest and the largest batch
     per context), ``long_ctx``, ``long_rows``, ``long_rises`` (section 5 reads them) and ``numbers`` (the notebook's
     sentences and the report choose their words from its flags)."""
-    v = _sweep_values(sweep, contexts, gamma)
-    held = v["held_rows"].assign(vs_short=v["vs_short"])[["context", "batch", "draft_ratio", "c_short_step",
-                                                         "vs_short", "verify_ratio", "eq5_if_v1"]]
-    ends = pd.DataFrame(v["verify_ends"], index=["first_batch", "last_batch"]).T.rename_axis("context")
-    return {"region": v["region"], "held": held, "verify_ends": ends, "long_ctx": v["long_ctx"],
-            "long_rows": v["long_rows"], "long_rises": v["long_rises"], "numbers": _sweep_numbers(v)}
-
-
-def _sweep_values(sweep: pd.DataFrame, contexts, gamma: int) -> dict:
-    sweep = sweep.copy()
+    sweep, region = _sweep_frames(sweep, contexts, gamma)
     long_ctx = max(c for c in contexts if c >= 2048) if max(contexts) >= 2048 else max(contexts)
-    short_ctx = min(contexts)
-    region = sweep[(sweep.context >= 2048) & (sweep.batch >= 8)].copy()
-    # against 1, beyond each point's own repeat spread ((max - min) / median of its per-repeat ratios): a speedup
-    # closer to 1 than that is within the noise, neither faster nor slower
-    region["full_vs_ar"] = [against_one(s, d) for s, d in zip(region.full_batch_speedup, region.full_batch_spread)]
-    region["run_vs_ar"] = [against_one(s, d) for s, d in zip(region.speedup, region.speedup_spread)]
-    long_rows, short_rows = _at(sweep, long_ctx), _at(sweep, short_ctx)
-    sweep["eq5_error_pct"] = 100 * (sweep.eq5_speedup / sweep.full_batch_speedup - 1)
-    # verification: its cost against a decode step, and how it moves with the batch at every context
-    verify_ends = {ctx: (_at(sweep, ctx).verify_ratio.iloc[0], _at(sweep, ctx).verify_ratio.iloc[-1]) for ctx in contexts}
-    round_cost = lambda r: gamma * r.draft_ratio + r.verify_ratio  # noqa: E731 - a round in target steps, T_D and T_V
-    # what holds the speedup back: a full step of the same batch at the shortest context, over T_T, is what the draft
-    # would cost if the KV it reads did not matter. Not a floor: the draft reads window + sinks tokens, fewer than the
-    # shortest context, so it may cost a little less; near it, reading less KV has little left to save
-    sweep["c_short_step"] = [sweep[(sweep.context == short_ctx) & (sweep.batch == b)].ar_step_s.iloc[0] / t
-                             for b, t in zip(sweep.batch, sweep.ar_step_s)]
-    sweep["eq5_if_v1"] = predicted_speedup(gamma, sweep.alpha, sweep.draft_ratio, 1.0)
-    held_rows = sweep.loc[region.index]  # with the columns computed above
-    vs_short = held_rows.draft_ratio / held_rows.c_short_step  # 1: the draft costs what a full step at short context does
-    return {"sweep": sweep, "region": region, "long_ctx": long_ctx, "short_ctx": short_ctx, "long_rows": long_rows,
-            "short_rows": short_rows, "count": lambda column, side: int((region[column] == side).sum()),
-            "run_above": ", ".join(f"{r.context}x{r.batch}" for r in region[region.run_vs_ar == "above"].itertuples()),
-            "run_above_long_only": sorted(set(region[region.run_vs_ar == "above"].context)) == [max(contexts)],
-            "long_rises": bool(long_rows.full_batch_speedup.iloc[-1] > long_rows.full_batch_speedup.iloc[0]),
-            "short_falls": bool(short_rows.full_batch_speedup.iloc[-1] < short_rows.full_batch_speedup.iloc[0]),
-            "worst": sweep.loc[sweep.eq5_error_pct.abs().idxmax()], "verify_ends": verify_ends,
-            "verify_above_step": bool(sweep.verify_ratio.min() > 1),
-            "verify_grows": all(last > first for first, last in verify_ends.values()),
-            "round_first": round_cost(long_rows.iloc[0]), "round_last": round_cost(long_rows.iloc[-1]),
-            "short_c_near_one": bool((short_rows.draft_ratio - 1).abs().max() <= 0.15),
-            "tail": sweep.full_batch_speedup / sweep.speedup, "held_rows": held_rows, "vs_short": vs_short,
-            # near, on both sides: within 30% of the short-context step
-            "c_near_short_step": bool(len(held_rows) and 1 / 1.3 <= vs_short.median() <= 1.3),
-            "draft_kv_tokens": int(sweep.window.iloc[0] + sweep.sinks.iloc[0]),
-            "verify_costly": bool(len(held_rows) and held_rows.verify_ratio.min() >= 1.2),
-            "best": sweep.loc[sweep.full_batch_speedup.idxmax()]}
-
-
-def _sweep_numbers(v: dict) -> dict:
-    region, count, sweep, worst, tail, best = v["region"], v["count"], v["sweep"], v["worst"], v["tail"], v["best"]
-    long_rows, short_rows, held_rows, vs_short = v["long_rows"], v["short_rows"], v["held_rows"], v["vs_short"]
-    return {
+    long_rows, short_rows = _at(sweep, long_ctx), _at(sweep, min(contexts))
+    ends = pd.DataFrame({ctx: (_at(sweep, ctx).verify_ratio.iloc[0], _at(sweep, ctx).verify_ratio.iloc[-1])
+                         for ctx in contexts}, index=["first_batch", "last_batch"]).T.rename_axis("context")
+    rounds = [gamma * r.draft_ratio + r.verify_ratio for r in (long_rows.iloc[0], long_rows.iloc[-1])]  # in T_T
+    count = {(column, side): int((region[column] == side).sum()) for column in ("full_vs_ar", "run_vs_ar")
+             for side in ("above", "within", "below")}
+    run_above = region[region.run_vs_ar == "above"]
+    worst, best, tail = (sweep.loc[sweep.eq5_error_pct.abs().idxmax()], sweep.loc[sweep.full_batch_speedup.idxmax()],
+                         sweep.full_batch_speedup / sweep.speedup)
+    first, last = (lambda rows, column: rows[column].iloc[0]), (lambda rows, column: rows[column].iloc[-1])
+    long_rises = bool(last(long_rows, "full_batch_speedup") > first(long_rows, "full_batch_speedup"))
+    numbers = {
         "region_min": region.full_batch_speedup.min(), "region_max": region.full_batch_speedup.max(),
         "region_run_min": region.speedup.min(), "region_run_max": region.speedup.max(),
-        "region_points": len(region), "region_full_above": count("full_vs_ar", "above"),
-        "region_full_within": count("full_vs_ar", "within"), "region_full_below": count("full_vs_ar", "below"),
-        "region_run_above": count("run_vs_ar", "above"), "region_run_within": count("run_vs_ar", "within"),
-        "region_run_below": count("run_vs_ar", "below"), "region_run_above_points": v["run_above"],
-        "region_run_above_long_only": int(v["run_above_long_only"]),
+        "region_points": len(region), "region_full_above": count["full_vs_ar", "above"],
+        "region_full_within": count["full_vs_ar", "within"], "region_full_below": count["full_vs_ar", "below"],
+        "region_run_above": count["run_vs_ar", "above"], "region_run_within": count["run_vs_ar", "within"],
+        "region_run_below": count["run_vs_ar", "below"],
+        "region_run_above_points": ", ".join(f"{r.context}x{r.batch}" for r in run_above.itertuples()),
+        "region_run_above_long_only": int(sorted(set(run_above.context)) == [max(contexts)]),
         "region_full_spread_max": 100 * region.full_batch_spread.max(), "region_kv_min": region.kv_weight_ratio.min(),
         "tail_min": tail.min(), "tail_max": tail.max(), "straggler_max": sweep.straggler.max(),
-        "long_ctx": v["long_ctx"], "short_ctx": v["short_ctx"], "long_first": long_rows.full_batch_speedup.iloc[0],
-        "long_last": long_rows.full_batch_speedup.iloc[-1], "short_first": short_rows.full_batch_speedup.iloc[0],
-        "short_last": short_rows.full_batch_speedup.iloc[-1], "first_batch": int(long_rows.batch.iloc[0]),
-        "last_batch": int(long_rows.batch.iloc[-1]), "long_rises": int(v["long_rises"]),
-        "short_falls": int(v["short_falls"]),
-        "c_long_first": long_rows.draft_ratio.iloc[0], "c_long_last": long_rows.draft_ratio.iloc[-1],
-        "c_short_first": short_rows.draft_ratio.iloc[0], "c_short_last": short_rows.draft_ratio.iloc[-1],
-        "v_long_last": long_rows.verify_ratio.iloc[-1], "v_short_last": short_rows.verify_ratio.iloc[-1],
+        "long_ctx": long_ctx, "short_ctx": min(contexts), "long_first": first(long_rows, "full_batch_speedup"),
+        "long_last": last(long_rows, "full_batch_speedup"), "short_first": first(short_rows, "full_batch_speedup"),
+        "short_last": last(short_rows, "full_batch_speedup"), "first_batch": int(first(long_rows, "batch")),
+        "last_batch": int(last(long_rows, "batch")), "long_rises": int(long_rises),
+        "short_falls": int(last(short_rows, "full_batch_speedup") < first(short_rows, "full_batch_speedup")),
+        "c_long_first": first(long_rows, "draft_ratio"), "c_long_last": last(long_rows, "draft_ratio"),
+        "c_short_first": first(short_rows, "draft_ratio"), "c_short_last": last(short_rows, "draft_ratio"),
+        "v_long_last": last(long_rows, "verify_ratio"), "v_short_last": last(short_rows, "verify_ratio"),
         "eq5_mean_error": sweep.eq5_error_pct.abs().mean(), "eq5_worst_error": abs(worst.eq5_error_pct),
         "eq5_worst_context": int(worst.context), "eq5_worst_batch": int(worst.batch),
         "eq5_points": len(sweep), "eq5_below": int((sweep.eq5_error_pct < 0).sum()),
         "eq5_below_max": max(0.0, -sweep.eq5_error_pct.min()), "eq5_above": int((sweep.eq5_error_pct > 0).sum()),
-        "v_long_first": long_rows.verify_ratio.iloc[0], "v_short_first": short_rows.verify_ratio.iloc[0],
-        "v_above_step": int(v["verify_above_step"]), "v_grows": int(v["verify_grows"]),
-        "round_long_first": v["round_first"], "round_long_last": v["round_last"],
-        "round_falls": int(v["round_last"] < v["round_first"]),
-        "short_c_near_one": int(v["short_c_near_one"]), "short_kv_max": short_rows.kv_weight_ratio.max(),
-        "held_c_min": held_rows.draft_ratio.min(), "held_c_max": held_rows.draft_ratio.max(),
-        "held_short_min": held_rows.c_short_step.min(), "held_short_max": held_rows.c_short_step.max(),
-        "held_v_min": held_rows.verify_ratio.min(), "held_v_max": held_rows.verify_ratio.max(),
-        "held_if_v1_min": held_rows.eq5_if_v1.min(), "held_if_v1_max": held_rows.eq5_if_v1.max(),
+        "v_long_first": first(long_rows, "verify_ratio"), "v_short_first": first(short_rows, "verify_ratio"),
+        "v_above_step": int(sweep.verify_ratio.min() > 1), "v_grows": int((ends.last_batch > ends.first_batch).all()),
+        "round_long_first": rounds[0], "round_long_last": rounds[1], "round_falls": int(rounds[1] < rounds[0]),
+        "short_c_near_one": int((short_rows.draft_ratio - 1).abs().max() <= 0.15),
+        "short_kv_max": short_rows.kv_weight_ratio.max(),
+        "held_c_min": region.draft_ratio.min(), "held_c_max": region.draft_ratio.max(),
+        "held_short_min": region.c_short_step.min(), "held_short_max": region.c_short_step.max(),
+        "held_v_min": region.verify_ratio.min(), "held_v_max": region.verify_ratio.max(),
+        "held_if_v1_min": region.eq5_if_v1.min(), "held_if_v1_max": region.eq5_if_v1.max(),
         "v_min": sweep.verify_ratio.min(), "v_max": sweep.verify_ratio.max(),
         "best_speedup": best.full_batch_speedup, "best_context": int(best.context), "best_batch": int(best.batch),
         "alpha_min": sweep.alpha.min(), "alpha_max": sweep.alpha.max(),
-        "c_near_short_step": int(v["c_near_short_step"]), "verify_costly": int(v["verify_costly"]),
-        "draft_kv_tokens": v["draft_kv_tokens"], "vs_short_min": vs_short.min(), "vs_short_max": vs_short.max()}
+        # near, on both sides: within 30% of the short-context step
+        "c_near_short_step": int(len(region) > 0 and 1 / 1.3 <= region.vs_short.median() <= 1.3),
+        "verify_costly": int(len(region) > 0 and region.verify_ratio.min() >= 1.2),
+        "draft_kv_tokens": int(sweep.window.iloc[0] + sweep.sinks.iloc[0]),
+        "vs_short_min": region.vs_short.min(), "vs_short_max": region.vs_short.max()}
+    held = region[["context", "batch", "draft_ratio", "c_short_step", "vs_short", "verify_ratio", "eq5_if_v1"]]
+    return {"region": region, "held": held, "verify_ends": ends, "long_ctx": long_ctx, "long_rows": long_rows,
+            "long_rises": long_rises, "numbers": numbers}
 
 
 def window_summary(windows: pd.DataFrame) -> dict:
