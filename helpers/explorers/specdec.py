@@ -11,7 +11,6 @@ verification cost T_V(γ)/T_T that grows linearly in γ, with the workbook's mea
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import html
 import time
@@ -117,23 +116,37 @@ def tokens_html(pieces: Sequence[str], provenance: Sequence[tuple[int, str]], pr
     return f'<div class="code">{"".join(spans)}</div>'
 
 
-CSS = """<style>
-.wb-explorer .code {font-family: var(--jp-code-font-family, monospace); font-size: 13px; line-height: 1.55;
-  white-space: pre-wrap; background: #fafafa; border: 1px solid #ddd; padding: 8px 10px; max-height: 20em;
-  overflow-y: auto; color: #222}
-.wb-explorer .prompt {color: #888}
-.wb-explorer .ws {color: #999; font-size: 11px}
-.wb-explorer .tok {box-shadow: inset -1px 0 0 #ffffff}  /* token boundaries, without moving the code */
-.wb-explorer .legend .tok {border-radius: 3px; box-shadow: none}
-.wb-explorer .summary {margin: 4px 0 6px 0; font-size: 13px}
-""" + "".join(f".wb-explorer .tok.{kind} {{background: {bg}; color: {fg}; border-bottom: {border}}}\n"
-              for kind, (bg, fg, border) in STYLES.items()) + """
-.wb-explorer table {border-collapse: collapse; font-size: 12px; margin-top: 4px}
-.wb-explorer td, .wb-explorer th {padding: 1px 8px; text-align: right; border-bottom: 1px solid #eee}
-.wb-explorer .rounds {max-height: 12em; overflow-y: auto; display: inline-block; vertical-align: top; margin-right: 2em}
-.wb-explorer .numbers {display: inline-block; vertical-align: top}
-.wb-explorer .error {color: #a00; font-weight: bold}
-</style>"""
+_STYLE = {  # selector (inside .wb-explorer) -> its declarations
+    ".code": {"font-family": "var(--jp-code-font-family, monospace)", "font-size": "13px", "line-height": "1.55",
+              "white-space": "pre-wrap", "background": "#fafafa", "border": "1px solid #ddd", "padding": "8px 10px",
+              "max-height": "20em", "overflow-y": "auto", "color": "#222"},
+    ".prompt": {"color": "#888"},
+    ".ws": {"color": "#999", "font-size": "11px"},
+    ".tok": {"box-shadow": "inset -1px 0 0 #ffffff"},  # token boundaries, without moving the code
+    ".legend .tok": {"border-radius": "3px", "box-shadow": "none"},
+    ".summary": {"margin": "4px 0 6px 0", "font-size": "13px"},
+    **{f".tok.{kind}": {"background": bg, "color": fg, "border-bottom": border}
+       for kind, (bg, fg, border) in STYLES.items()},
+    "table": {"border-collapse": "collapse", "font-size": "12px", "margin-top": "4px"},
+    "td, .wb-explorer th": {"padding": "1px 8px", "text-align": "right", "border-bottom": "1px solid #eee"},
+    ".rounds": {"max-height": "12em", "overflow-y": "auto", "display": "inline-block", "vertical-align": "top",
+                "margin-right": "2em"},
+    ".numbers": {"display": "inline-block", "vertical-align": "top"},
+    ".error": {"color": "#a00", "font-weight": "bold"},
+}
+CSS = "<style>\n" + "".join(f".wb-explorer {selector} {{{'; '.join(f'{k}: {v}' for k, v in rules.items())}}}\n"
+                            for selector, rules in _STYLE.items()) + "</style>"
+
+
+def _tag(name: str, content, **attributes) -> str:
+    """``<name ...>content</name>``; the attribute ``cls`` is written ``class``, ``data_run`` ``data-run``."""
+    written = "".join(f' {k.replace("cls", "class").replace("_", "-")}="{value}"' for k, value in attributes.items())
+    return f"<{name}{written}>{content}</{name}>"
+
+
+def _page(counter: int, body: str) -> str:
+    """The explorer's output: its style and ``body`` in a div that names the run (the browser test waits for it)."""
+    return _tag("div", CSS + body, cls="wb-explorer explorer-07", data_run=counter)
 
 
 def rounds_table(accepted_per_round: Sequence[int], gamma_per_round: Sequence[int]) -> pd.DataFrame:
@@ -145,6 +158,34 @@ def rounds_table(accepted_per_round: Sequence[int], gamma_per_round: Sequence[in
                          "tokens": [a + 1 for a in accepted_per_round]})
 
 
+def _rounds_html(stats) -> str:
+    """The rounds as an HTML table: γ_r, accepted, the target's token (coloured) and tokens emitted per round."""
+    head = "".join(_tag("th", name) for name in ("round", "γ_r", "accepted", "target token", "tokens"))
+    rows = [(r["round"], r["drafts"], r["accepted"], _tag("span", r["target token"], cls=f"tok {r['target token']}"),
+             r["tokens"]) for r in rounds_table(stats.accepted_per_round, stats.gamma_per_round).to_dict("records")]
+    body = "".join(_tag("tr", "".join(_tag("td", cell) for cell in row)) for row in rows)
+    return _tag("div", _tag("table", _tag("tr", head) + body), cls="rounds")
+
+
+def _numbers(run: Mapping, counts: dict, alpha: float, speedup: float, repeats: str, same: str) -> list[tuple]:
+    """The explorer's (label, value) rows beside the rounds."""
+    stats, ar = run["stats"], run["ar_stats"]
+    return [
+        ("new tokens", f"{stats.new_tokens} in {stats.rounds} rounds ({counts[ACCEPTED]} accepted, "
+                       f"{counts[CORRECTED]} corrected, {counts[BONUS]} bonus)"),
+        ("α̂ (MLE)", f"{alpha:.3f}"),
+        ("accepted drafts per round", f"{stats.mean_accepted_per_round:.2f}"),
+        ("tokens per round", f"{stats.tokens_per_round:.2f}"),
+        ("speculative", f"{stats.tokens_per_second:.0f} tok/s ({stats.time_total_s * 1e3:.0f} ms: "
+                        f"draft {stats.time_draft_s * 1e3:.0f}, verify {stats.time_verify_s * 1e3:.0f})"),
+        ("plain decoding", f"{ar.tokens_per_second:.0f} tok/s ({ar.time_total_s * 1e3:.0f} ms, "
+                           f"{ar.new_tokens} tokens)"),
+        ("speedup", f"<b>{speedup:.2f}x</b>"),
+        ("repetition", repeats),
+        ("output", same),
+    ]
+
+
 def result_html(run: Mapping, counter: int = 0) -> str:
     """The explorer's output for one :func:`run_speculative` result."""
     stats, ar = run["stats"], run["ar_stats"]
@@ -152,73 +193,40 @@ def result_html(run: Mapping, counter: int = 0) -> str:
     counts = {kind: sum(k == kind for _, k in provenance) for kind in (ACCEPTED, CORRECTED, BONUS)}
     speedup = stats.tokens_per_second / ar.tokens_per_second
     share = repeated_ngram_share(run["tokens"])
-    repeats = (f'<span style="color:#b00"><b>repetitive output</b>: {share:.0%} of its 4-grams repeat (above '
-               f"{REPETITIVE_SHARE:.0%}); a loop is easy to draft, so this speedup flatters speculation</span>"
-               if share > REPETITIVE_SHARE else f"{share:.0%} of its 4-grams repeat (not repetitive)")
+    repetitive = share > REPETITIVE_SHARE
+    repeats = f"{share:.0%} of its 4-grams repeat " + (_tag(
+        "span", f"(above {REPETITIVE_SHARE:.0%}): <b>repetitive output</b>, easy to draft", style="color:#b00")
+        if repetitive else "(not repetitive)")
     alpha = estimate_alpha(stats.accepted_per_round, stats.gamma_per_round) if stats.proposed else float("nan")
     if run["temperature"] == 0:
-        same = ("the same tokens as plain decoding (greedy: lossless)" if run["identical"] else
-                "NOT the same tokens as plain decoding")
+        same = "the same tokens as plain decoding (greedy: lossless)" if run["identical"] else "NOT the same tokens"
     else:
-        same = f"a sample at temperature {run['temperature']:g} (plain decoding drew its own; compare rates only)"
-    rows = "".join(f"<tr><td>{r['round']}</td><td>{r['drafts']}</td><td>{r['accepted']}</td>"
-                   f'<td><span class="tok {r["target token"]}">{r["target token"]}</span></td><td>{r["tokens"]}</td></tr>'
-                   for r in rounds_table(stats.accepted_per_round, stats.gamma_per_round).to_dict("records"))
-    numbers = [
-        ("new tokens", f"{stats.new_tokens} in {stats.rounds} rounds "
-                       f"({counts[ACCEPTED]} accepted, {counts[CORRECTED]} corrected, {counts[BONUS]} bonus)"),
-        ("α̂ (MLE)", f"{alpha:.3f}"),
-        ("accepted drafts per round", f"{stats.mean_accepted_per_round:.2f}"),
-        ("tokens per round", f"{stats.tokens_per_round:.2f}"),
-        ("speculative", f"{stats.tokens_per_second:.0f} tok/s ({stats.time_total_s * 1e3:.0f} ms: "
-                        f"draft {stats.time_draft_s * 1e3:.0f}, verify {stats.time_verify_s * 1e3:.0f})"),
-        ("plain decoding", f"{ar.tokens_per_second:.0f} tok/s ({ar.time_total_s * 1e3:.0f} ms, {ar.new_tokens} tokens)"),
-        ("speedup", f"<b>{speedup:.2f}x</b>"),
-        ("repetition", repeats),
-        ("output", same),
-    ]
-    table = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{v}</td></tr>"
-                    for k, v in numbers)
-    summary = (f"<b>{speedup:.2f}x</b> over plain decoding: {stats.tokens_per_second:.0f} vs "
-               f"{ar.tokens_per_second:.0f} tok/s &nbsp;·&nbsp; {stats.new_tokens} tokens in {stats.rounds} rounds, "
-               f"{stats.tokens_per_round:.2f} per round &nbsp;·&nbsp; α̂ = {alpha:.3f} &nbsp;·&nbsp; {same}"
-               + (f" &nbsp;·&nbsp; {repeats}" if share > REPETITIVE_SHARE else ""))
-    return (f'<div class="wb-explorer explorer-07" data-run="{counter}">{CSS}'
-            f'<div class="summary">{summary}</div>'
-            f'<div class="legend" style="margin: 2px 0 4px 0">{legend_html()} &nbsp;&nbsp;<span style="color:#888">'
-            f'(grey: the prompt; hover a token for its round)</span></div>'
-            f'{tokens_html(run["pieces"], provenance, run["prompt"])}'
-            f'<div class="rounds"><table><tr><th>round</th><th>γ_r</th><th>accepted</th><th>target token</th>'
-            f'<th>tokens</th></tr>{rows}</table></div>'
-            f'<div class="numbers"><table>{table}</table>'
-            f'<div style="font-size: 11px; color: #666">target cpu-pair/target (16 layers) with '
-            f'{DRAFTS.get(run["draft"], run["draft"])}, γ = {run["gamma"]}; one run of each, on a shared CPU: expect '
-            f'noise in the times</div></div></div>')
+        same = f"a sample at temperature {run['temperature']:g} (plain decoding drew its own)"
+    summary = " &nbsp;·&nbsp; ".join(
+        [f"<b>{speedup:.2f}x</b> over plain decoding: {stats.tokens_per_second:.0f} vs "
+         f"{ar.tokens_per_second:.0f} tok/s",
+         f"{stats.new_tokens} tokens in {stats.rounds} rounds, {stats.tokens_per_round:.2f} per round",
+         f"α̂ = {alpha:.3f}", same] + ([repeats] if repetitive else []))
+    legend = legend_html() + " &nbsp;&nbsp;" + _tag("span", "(grey: the prompt; hover a token for its round)",
+                                                     style="color:#888")
+    table = "".join(_tag("tr", _tag("th", k, style="text-align:left") + _tag("td", v, style="text-align:left"))
+                    for k, v in _numbers(run, counts, alpha, speedup, repeats, same))
+    setting = f"target cpu-pair/target (16 layers) with {DRAFTS.get(run['draft'], run['draft'])}, γ = {run['gamma']}"
+    note = _tag("div", f"{setting}; one run of each: expect noise in the times", style="font-size: 11px; color: #666")
+    legend = _tag("div", legend, cls="legend", style="margin: 2px 0 4px 0")
+    tokens = tokens_html(run["pieces"], provenance, run["prompt"])
+    numbers = _tag("div", _tag("table", table) + note, cls="numbers")
+    return _page(counter, _tag("div", summary, cls="summary") + legend + tokens + _rounds_html(stats) + numbers)
 
 
 # ---------------------------------------------------------------------------------------------------- live runs
-
-
-@contextlib.contextmanager
-def quiet_loading():
-    """Load models without transformers' "Loading weights" progress bar (it would land in the widget's cell)."""
-    from transformers.utils import logging as hf_logging
-
-    shown = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if shown:
-            hf_logging.enable_progress_bar()
 
 
 @functools.lru_cache(maxsize=None)
 def _cpu_model(name: str):
     """A CPU-pair model, loaded once."""
     from helpers.models import load_cpu_model
-    with quiet_loading():
-        return load_cpu_model(name)
+    return load_cpu_model(name)  # quiet: no "Loading weights" bar in the widget's cell
 
 
 @functools.lru_cache(maxsize=1)
@@ -289,7 +297,7 @@ def speculative_explorer(prompt: str | None = None, *, draft: str = "draft", gam
     button = widgets.Button(description="Generate", button_style="primary", icon="play",
                             tooltip="run speculative and plain decoding with these settings")
     status = widgets.Label("")
-    output = widgets.HTML(f'<div class="wb-explorer explorer-07" data-run="0">{CSS}press Generate</div>')
+    output = widgets.HTML(_page(0, "press Generate"))
     state = {"runs": 0}
 
     def generate():
@@ -300,8 +308,8 @@ def speculative_explorer(prompt: str | None = None, *, draft: str = "draft", gam
         return (result_html(result, state["runs"]),
                 f"done in {time.perf_counter() - start:.1f} s (both generations and the page)")
 
-    press = on_press(button, status, output, generate, busy="generating…", error_html=lambda message: (
-        f'<div class="wb-explorer explorer-07" data-run="{state["runs"]}">{CSS}<span class="error">{message}</span></div>'))
+    press = on_press(button, status, output, generate, busy="generating…",
+                     error_html=lambda message: _page(state["runs"], _tag("span", message, cls="error")))
     if run:
         press()
     controls = widgets.HBox([draft_box, gamma_box, temperature_box, length_box],
@@ -378,9 +386,9 @@ def speedup_figure(alpha: float, c: float, verify_ratio: float, verify_slope: fl
                                                   *[float(np.nanmax(f["speedup"])) * 1.15 for f in (measured or {}).values()])),
            title=f"Eq. 5: α={alpha:.2f}, c={c:.3f}, T_V/T_T={verify_ratio:.2f}+{verify_slope:.3f}(γ−1)")
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    fig.text(0.02, 0.01, "Eq. 5 times isolated forwards; measured runs also pay per-round work (and the prefill, "
-             "where marked),\nso they can sit below a curve drawn at their own α.", ha="left", va="bottom", fontsize=7,
-             color="0.35")
+    note = ("Eq. 5 times isolated forwards; measured runs also pay per-round work",
+            "(and the prefill, where marked), so they can sit below a curve at their own α.")
+    fig.text(0.02, 0.01, "\n".join(note), ha="left", va="bottom", fontsize=7, color="0.35")
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 

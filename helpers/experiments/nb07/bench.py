@@ -37,11 +37,14 @@ def add_arguments(parser) -> None:
 def print_table(summary, costs: dict) -> None:
     """The comparison, with the terms of Eq. 5 and its prediction next to each measured speedup."""
     c = costs["T_D"] / costs["T_T"]
-    print(f"\nT_T = {costs['T_T'] * 1e3:.2f} ms, T_D = {costs['T_D'] * 1e3:.3f} ms, c = T_D/T_T = {c:.3f}; "
-          f"T_V(gamma)/T_T = " + ", ".join(f"{g}: {t / costs['T_T']:.2f}" for g, t in sorted(costs["T_V"].items())))
-    print("a draft forward inside a round (after the target's forward), c_round = T_D_round/T_T = "
-          + ", ".join(f"{g}: {t / costs['T_T']:.3f}" for g, t in sorted(costs["T_D_round"].items()))
-          + "\n(Eq.5: with c; Eq.5r: with c_round, the draft's cost as the round pays it)")
+
+    def per_gamma(terms: dict, digits: int) -> str:
+        return ", ".join(f"{g}: {t / costs['T_T']:.{digits}f}" for g, t in sorted(terms.items()))
+
+    print(f"\nT_T = {costs['T_T'] * 1e3:.2f} ms, T_D = {costs['T_D'] * 1e3:.3f} ms, c = T_D/T_T = {c:.3f}")
+    print(f"T_V(gamma)/T_T = {per_gamma(costs['T_V'], 2)}")
+    print(f"c_round = T_D_round/T_T, a draft forward inside a round = {per_gamma(costs['T_D_round'], 3)}")
+    print("Eq.5: with c; Eq.5r: with c_round, the draft's cost as the round pays it")
     print(f"{'method':<10}{'gamma':>6}{'tok/s':>9}{'speedup':>9}{'Eq.5':>7}{'Eq.5r':>7}{'alpha':>7}{'acc.rate':>9}"
           f"{'acc/round':>10}{'tok/round':>10}{'c':>7}{'c_round':>8}{'T_V/T_T':>8}{'same':>6}")
     for row in summary.itertuples():
@@ -86,11 +89,11 @@ def pair_figures(summary, costs: dict, draft_name: str) -> dict:
             assisted_identical_to_ar=bool(peer["identical_to_ar"].all()),
             speedup_vs_assisted=float(best["tokens_per_s"] / best_peer["tokens_per_s"]),
         )
-    print(f"best for {figures['pair']}: gamma={gamma}, {figures['speedup_vs_ar']:.2f}x over AR"
-          + (f", {figures['speedup_vs_assisted']:.2f}x over assisted generation's best setting" if len(peer) else "")
-          + f"; Eq. 5 predicts {figures['eq5_predicted_speedup']:.2f}x from alpha={figures['alpha']:.3f}, "
-            f"c={c:.3f}, T_V/T_T={verify_ratio:.2f} ({figures['eq5_round_predicted_speedup']:.2f}x with the in-round "
-            f"draft cost c_round={figures['c_round']:.3f})")
+    vs_peer = f"{figures['speedup_vs_assisted']:.2f}x over assisted generation's best" if len(peer) else "no peer"
+    print(f"best for {figures['pair']}: gamma={gamma}, {figures['speedup_vs_ar']:.2f}x over AR, {vs_peer}")
+    print(f"  Eq. 5: {figures['eq5_predicted_speedup']:.2f}x from alpha={figures['alpha']:.3f}, c={c:.3f}, "
+          f"T_V/T_T={verify_ratio:.2f}; {figures['eq5_round_predicted_speedup']:.2f}x with c_round="
+          f"{figures['c_round']:.3f}")
     return figures
 
 
@@ -105,9 +108,9 @@ def run(args) -> dict:
                             peer=not args.no_peer and not args.compile, progress=False, compile=args.compile)
         summary = summarise([{**row, "pair": draft_name} for row in rows])
         costs = measure_costs(target, draft, cases[0]["input_ids"], args.gammas, repeats=20, compile=args.compile)
-        print(f"\n== cpu-pair/target / cpu-pair/{draft_name} ({len(cases)} prompts, {args.max_new_tokens} new tokens, "
-              f"greedy, {count(args.threads, 'thread')}; ours and AR on the {costs['runtime']} runtime"
-              + (", decode steps compiled)" if args.compile else ")"))
+        setting = f"{len(cases)} prompts, {args.max_new_tokens} new tokens, greedy, {count(args.threads, 'thread')}"
+        print(f"\n== cpu-pair/target / cpu-pair/{draft_name} ({setting})")
+        print(f"ours and AR on the {costs['runtime']} runtime" + (", decode steps compiled" if args.compile else ""))
         print_table(summary, costs)
         per_pair.append(pair_figures(summary, costs, draft_name))
     best = max(per_pair, key=lambda f: f["speedup_vs_ar"])
