@@ -59,10 +59,9 @@ def run_start(run_id) -> str:
     return f"{found[1]}-{found[2]} {found[3]}:{found[4]}" if found else str(run_id)
 
 
-def other_sources(profile: str) -> str:
-    """The sentence naming the rows of other profiles that this profile's sections quote (a CPU report sets the GPU
-    window's measurements beside its own): each folder with its devices, torch versions and thread counts; empty
-    where there are none."""
+def other_sources(profile: str) -> list[str]:
+    """The rows of other profiles that this profile's sections may quote (a CPU report sets the GPU window's
+    measurements beside its own), one label per folder: its rows, devices, torch versions and thread counts."""
     from helpers.tables import count
 
     root = paths.results_dir(profile, create=False).parent
@@ -73,11 +72,11 @@ def other_sources(profile: str) -> str:
         if summary["rows"]:
             torches = ", ".join(sorted({str(r.get("torch_version")) for rows in by_file.values() for r in rows}))
             threads = summary["threads"]
+            threads = count(threads[0], "CPU thread") if len(threads) == 1 else \
+                f"{', '.join(map(str, threads)) or 'unrecorded'} CPU threads"
             found.append(f"results/{folder.name}/ ({count(summary['rows'], 'row')}: {', '.join(summary['devices'])}, "
-                         f"torch {torches}, " + (count(threads[0], "CPU thread") if len(threads) == 1 else
-                                                 f"{', '.join(map(str, threads)) or 'unrecorded'} CPU threads") + ")")
-    return ("Where a section compares with another machine it quotes rows measured there, labelled where they appear: "
-            + "; ".join(found) + ".") if found else ""
+                         f"torch {torches}, {threads})")
+    return found
 
 
 def step_record(notebook, what, seconds, runtime, batch, context, row) -> dict:
@@ -182,8 +181,10 @@ def write(profile: str) -> dict:
                "first_day": summary["first_day"], "last_day": summary["last_day"], "rows": summary["rows"],
                "dates": (f"on {summary['first_day']}" if summary["first_day"] == summary["last_day"] else
                          f"from {summary['first_day']} to {summary['last_day']}"),
-               "files": summary["files"], "others": other_sources(profile)}
-    tables.write_numbers("00_run_info", profile, numbers)
+               "files": summary["files"]}
+    others = other_sources(profile)
+    if others:  # the report's first page names them (report.tex)
+        numbers["others"] = "; ".join(others)
     if len(steps):
         tolerance, band = steps.attrs["tolerance"], steps.attrs["band"]
         ordered = steps.sort_values("notebook", kind="stable")  # notebook order; each notebook's rows as measured
@@ -192,18 +193,11 @@ def write(profile: str) -> dict:
             ordered = ordered.assign(run=ordered["run"].map(run_start))
             columns.insert(-2, "run")
         tables.write_table(ordered[columns], "00_step_times", profile, float_format="{:.3g}",
-                           formats={"ms": "{:.2f}", "vs reference": "{:.3f}"},
-                           caption="The CPU target's decode step as each notebook measured it (notebook 11: the "
-                                   "target trained further, the same shape); vs reference: over the median batch-1 "
-                                   f"step of the minimal runtime at a context of at most {SHORT_CONTEXT} tokens or unrecorded, "
-                                   f"{steps.attrs['reference_ms']:.2f} ms; context --: not recorded with the timing; "
-                                   f"why: the condition that explains a ratio outside 1/{band:.3f}-{band:.3f}, so "
-                                   f"that any two agreeing rows lie within {tolerance:.3f}x of each other, the largest "
-                                   "spread of one notebook's repeated timings under equal conditions; timing drift: "
-                                   "the reference's conditions (or its ragged-batch variant at batch 1), timed minutes "
-                                   "apart by another notebook or for "
-                                   f"another pair (those steps span {steps.attrs['base_low_ms']:.2f}-"
-                                   f"{steps.attrs['base_high_ms']:.2f} ms, "
-                                   f"{steps.attrs['base_high_ms'] / steps.attrs['base_low_ms']:.2f}x: the resolution "
-                                   "of any comparison between notebooks)")
+                           formats={"ms": "{:.2f}", "vs reference": "{:.3f}"})
+        numbers.update({"step_reference_ms": f"{steps.attrs['reference_ms']:.2f}", "step_band": f"{band:.3f}",
+                        "short_context": SHORT_CONTEXT, "step_tolerance": f"{tolerance:.3f}",  # the table's caption
+                        "step_low_ms": f"{steps.attrs['base_low_ms']:.2f}",
+                        "step_high_ms": f"{steps.attrs['base_high_ms']:.2f}",
+                        "step_spread": f"{steps.attrs['base_high_ms'] / steps.attrs['base_low_ms']:.2f}"})
+    tables.write_numbers("00_run_info", profile, numbers)
     return summary

@@ -52,15 +52,16 @@ def test_write_states_the_machine_for_the_report(profile):
 def test_the_report_names_the_rows_of_other_machines_it_quotes(profile):
     """Regression (grader): the CPU report quoted the H100 window's rows in three sections while its first page
     said every number came from this profile's rows."""
-    assert run_info.other_sources("p") == ""
+    assert run_info.other_sources("p") == []
     gpu = profile / "results" / "gpu-x"
     gpu.mkdir(parents=True)
     (gpu / "09_compiled_decode.jsonl").write_text(json.dumps(
         {"status": "ok", "config_key": "g", "device_name": "GPU Y", "torch_version": "2.11", "threads": 4}) + "\n")
-    text = run_info.other_sources("p")
-    assert text.endswith("results/gpu-x/ (1 row: GPU Y, torch 2.11, 4 CPU threads).") and "labelled" in text
+    assert run_info.other_sources("p") == ["results/gpu-x/ (1 row: GPU Y, torch 2.11, 4 CPU threads)"]
     run_info.write("p")
-    assert "GPU Y" in (paths.generated_dir("p") / "00_run_info.numbers.tex").read_text()
+    numbers = (paths.generated_dir("p") / "00_run_info.numbers.tex").read_text()
+    assert r"\wbset{others}{results/gpu-x/ (1 row: GPU Y, torch 2.11, 4 CPU threads)}" in numbers
+    assert "labelled" in (paths.REPO_ROOT / "report" / "report.tex").read_text()  # the sentence is the report's
 
 
 def test_rows_record_the_run(monkeypatch):
