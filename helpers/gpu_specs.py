@@ -141,17 +141,15 @@ def best_and_worst(rows: pd.DataFrame, metric: str = "speedup", tolerance: float
     return picked
 
 
-def describe_ties(tied: pd.DataFrame, metric: str = "speedup", group: str = "draft", key: str = "gamma") -> str:
-    """The configurations of one ``ties`` frame of :func:`best_and_worst` in words, per ``group``:
-    "cpu-pair/draft at gamma in {2, 7}" (one: "cpu-pair/draft at gamma=7"), with the range of ``metric``."""
+def describe_ties(tied: pd.DataFrame, group: str = "draft", key: str = "gamma") -> str:
+    """The configurations of one ``ties`` frame of :func:`best_and_worst` as a short label, per ``group``:
+    "cpu-pair/draft at gamma in {2, 7}" (one: "cpu-pair/draft at gamma=7"); the metric's range is the caller's."""
     parts = []
     for name, rows in tied.groupby(group, sort=False):
         keys = sorted(int(k) for k in rows[key])
         parts.append(f"{name} at {key}={keys[0]}" if len(keys) == 1 else
                      f"{name} at {key} in {{{', '.join(str(k) for k in keys)}}}")
-    low, high = float(tied[metric].min()), float(tied[metric].max())
-    span = f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}x"
-    return "; ".join(parts) + f" ({span})"
+    return "; ".join(parts)
 
 
 def run_to_run_spread(rows: pd.DataFrame, column: str = "T_T_s", by: str = "target", per: str = "draft") -> float:

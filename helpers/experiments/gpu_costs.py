@@ -8,7 +8,6 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from helpers.experiments.nb09 import step_profile
 from helpers.experiments.common import HANDOUT_PAIRS, tolerate_graph_failure
 from helpers.gpu_specs import memory_bandwidth
 from helpers.results import gpu_result_folders, latest_ok_rows, run_metadata
@@ -230,7 +229,7 @@ def jump_drops_all(e2e: pd.DataFrame, from_width: int | None, to_width: int | No
 def goal_lines(folder: Path) -> list[str]:
     """The GPU issue's goals as measured by the rows in ``folder`` (one profile's results), one line each: the model
     file's decode goals first (:func:`helpers.experiments.nb09.decode_modes.goal_lines`)."""
-    from helpers.experiments.nb09 import decode_modes
+    from helpers.experiments.nb09 import decode_modes, step_profile  # notebook 09's parts: imported when needed
 
     lines = decode_modes.goal_lines(read_rows(folder, decode_modes.DECODE_STEPS),
                                     [without_artefacts(row) for row in read_rows(folder, COSTS)])  # no Eq. 5 from one
@@ -275,6 +274,7 @@ def write_report_tables(profile: str) -> list[str]:
     ``00_gpu_kernels`` (where a step's time goes: :mod:`helpers.experiments.nb09.step_profile`). Written by
     ``python -m helpers.run_all`` for every profile that has such rows; returns the goal lines (empty without rows)."""
     from helpers import tables
+    from helpers.experiments.nb09 import step_profile
     from helpers.paths import results_dir
 
     folder = results_dir(profile, create=False)
