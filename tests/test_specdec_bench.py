@@ -7,11 +7,11 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.experiments.nb07.bench import pair_figures, print_table
+from helpers.experiments.nb07.bench import method_rows, pair_figures, print_table
 from helpers.experiments.nb07.figures import plot_by_source
 from helpers.experiments.nb07.study import (alpha_for_speedup, correlation_word, cost_check, measure_config,
                                             pair_optimum, select_sweep, source_breakdown, source_claims, source_table)
-from helpers.experiments.specdec_sweeps import assisted_generate, gamma_rows, measure_pair, summarise, sweep_configs
+from helpers.experiments.specdec_sweeps import assisted_generate, gamma_rows, measure_pair, sweep_configs
 from helpers.prompts import select_prompts
 from helpers.specdec.analysis import predicted_speedup
 from helpers.stats import bootstrap_ratio_interval, wilson_interval
@@ -70,7 +70,13 @@ def test_gamma_rows_pool_counts_and_compare(rows, cases):
 
 
 def test_benchmark_table_and_headline(rows, capsys):
-    summary = summarise([{**r, "pair": "tiny"} for r in rows])
+    summary = method_rows(gamma_rows(rows))
+    assert [(m, g) for m, g in zip(summary["method"], summary["gamma"].fillna(-1))] == [
+        ("ar", -1), ("sd", 2), ("sd", 3), ("assisted", 2), ("assisted", 3), ("assisted", -1)]
+    ar_time = sum(r["time_s"] for r in rows if r["method"] == "ar")
+    peer_time = sum(r["time_s"] for r in rows if r["method"] == "assisted" and r["gamma"] == 2)
+    assert summary["speedup"].iloc[3] == pytest.approx(ar_time / peer_time)  # same tokens: the ratio of times
+    assert summary["identical_to_ar"].all() and summary["speedup"].iloc[0] == 1.0
     costs = {"T_T": 2.0, "T_D": 0.2, "T_V": {2: 2.2, 3: 2.4}, "T_D_round": {2: 0.4, 3: 0.3}, "runtime": "minimal"}
     print_table(summary, costs)
     figures = pair_figures(summary, costs, "draft")

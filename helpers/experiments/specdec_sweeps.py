@@ -1,11 +1,8 @@
-"""Speculative decoding vs plain decoding vs transformers' assisted generation, on one target/draft pair.
+"""Speculative decoding vs plain decoding vs transformers' assisted generation, on one target/draft pair: our
+autoregressive baseline (``ar``), our speculative decoding for each gamma (``sd``) and ``target.generate(
+assistant_model=draft)`` (``assisted``, the peer) with the same gammas and with its own default schedule.
 
-``python -m helpers.bench specdec`` runs the CPU pair greedily over the CPU prompts: our autoregressive
-baseline (``ar``), our speculative decoding for each gamma (``sd``) and ``target.generate(assistant_model=
-draft)`` (``assisted``, the peer) with the same gammas and with its own default schedule. It prints a table,
-the Eq. 5 terms (alpha, c = T_D/T_T, T_V(gamma)/T_T) and returns the headline figures as one JSON line.
-
-Notebook 07 runs :func:`measure_pair` per pair and stores :func:`gamma_rows` in
+Notebook 07 (and its benchmark, ``python -m helpers.bench specdec``) runs :func:`measure_pair` per pair and stores :func:`gamma_rows` in
 ``results/<profile>/07_speculative_decoding.jsonl``: ONE ROW PER (pair, gamma), for our speculative decoding,
 with the AR baseline and the assisted-generation peer of the same prompts in columns (so every row has an
 integer ``gamma``). Columns, besides the metadata of ``run_metadata`` (device_name, device_memory_bytes, ...):
@@ -22,7 +19,8 @@ integer ``gamma``). Columns, besides the metadata of ``run_metadata`` (device_na
   ratio of tokens/s when sampling ends prompts at different lengths);
 - peer: ``assisted_time_s``, ``assisted_tokens_per_s`` (transformers' assisted generation with
   ``num_assistant_tokens = gamma``, constant), ``assisted_identical_to_ar``, ``speedup_vs_assisted``,
-  ``assisted_default_tokens_per_s`` (its default adaptive schedule; the same in every row of a pair);
+  ``assisted_default_tokens_per_s`` and ``assisted_default_identical_to_ar`` (its default adaptive schedule; the
+  same in every row of a pair);
   null (absent) when the peer was not run at that gamma (``measure_pair(peer_gammas=...)``);
 - ``handout_gamma`` (written by notebook 07): gamma is one of the handout's {2, 3, 5, 7} (the rows of its
   Table 1, among which §4.5 picks the best and worst configurations);
@@ -34,8 +32,7 @@ integer ``gamma``). Columns, besides the metadata of ``run_metadata`` (device_na
   shape for the best configuration on the per-source prompt set in ``07_speculative_decoding_by_source.jsonl``.
 
 :func:`measure_pair` itself returns one row per method x gamma x prompt (``method`` "ar", "sd" or "assisted";
-``gamma`` null for ar and for assisted's default schedule); :func:`summarise` aggregates those per
-(pair, method, gamma) for the benchmark's table.
+``gamma`` null for ar and for assisted's default schedule).
 """
 from __future__ import annotations
 
@@ -211,45 +208,6 @@ def _phase_total(column) -> float | None:
     return float(known.sum()) if len(known) == len(column) and len(column) else None
 
 
-def summarise(rows, by=("pair", "method", "gamma")):
-    """Per configuration over the same prompts: totals, tokens/s, speedup over AR, pooled alpha.
-
-    ``rows``: a list of row dicts or a DataFrame. ``speedup`` is the AR time over the configuration's time on
-    the same prompts when the outputs are identical (greedy), else the ratio of tokens/s.
-    """
-    frame = pd.DataFrame(rows).copy()
-    by = [c for c in by if c in frame.columns]
-    frame["gamma_key"] = frame["gamma"].astype("Int64").astype(str)
-    keys = [("gamma_key" if c == "gamma" else c) for c in by]
-    ar = frame[frame["method"] == "ar"]
-    ar_keys = [k for k in keys if k not in ("method", "gamma_key")]
-    ar_totals = ar.groupby(ar_keys, dropna=False).agg(ar_time_s=("time_s", "sum"), ar_tokens=("new_tokens", "sum"))
-
-    def pooled(group):
-        accepted = group["accepted"].sum(min_count=1)
-        return pd.Series({
-            "gamma": group["gamma"].iloc[0],
-            "prompts": len(group),
-            "new_tokens": group["new_tokens"].sum(),
-            "time_s": group["time_s"].sum(),
-            "tokens_per_s": group["new_tokens"].sum() / group["time_s"].sum(),
-            "identical_to_ar": greedy_lossless(group),  # near-ties counted apart, in near_ties
-            "near_ties": near_ties(group),
-            "alpha": pooled_alpha(accepted, group["rejections"].sum(min_count=1)),
-            "acceptance_rate": accepted / group["proposed"].sum(min_count=1),
-            "mean_accepted_per_round": accepted / group["rounds"].sum(min_count=1),
-            "tokens_per_round": group["new_tokens"].sum() / group["rounds"].sum(min_count=1),
-            "time_draft_s": group["time_draft_s"].sum(min_count=1),
-            "time_verify_s": group["time_verify_s"].sum(min_count=1),
-        })
-
-    summary = frame.groupby(keys, dropna=False, sort=False).apply(pooled, include_groups=False).reset_index()
-    summary = summary.join(ar_totals, on=ar_keys) if ar_keys else summary.assign(**ar_totals.iloc[0].to_dict())
-    summary["speedup"] = [pooled_speedup(r.ar_time_s, r.time_s, new_tokens=r.new_tokens, ar_tokens=r.ar_tokens,
-                                         identical=r.identical_to_ar) for r in summary.itertuples()]
-    return summary.drop(columns=["gamma_key"])
-
-
 def gamma_rows(rows: list[dict], costs: dict | None = None) -> list[dict]:
     """One row per gamma of our speculative decoding, with the baseline and the peer in columns (see above)."""
     frame = pd.DataFrame(rows)
@@ -292,6 +250,7 @@ def gamma_rows(rows: list[dict], costs: dict | None = None) -> list[dict]:
             row["speedup_vs_assisted"] = row["tokens_per_s"] / row["assisted_tokens_per_s"]
         if len(peer_default):
             row["assisted_default_tokens_per_s"] = float(peer_default["new_tokens"].sum() / peer_default["time_s"].sum())
+            row["assisted_default_identical_to_ar"] = bool(peer_default["identical_to_ar"].all())
         if costs is not None:
             row.update(T_T_s=costs["T_T"], T_D_s=costs["T_D"], c=costs["T_D"] / costs["T_T"],
                        T_V_s=costs["T_V"].get(gamma), verify_ratio=costs["T_V"].get(gamma, float("nan")) / costs["T_T"])

@@ -8,10 +8,11 @@ T_V(gamma)/T_T); returns the headline figures.
 """
 from __future__ import annotations
 
+import pandas as pd
 import torch
 
 from helpers.experiments.specdec_costs import measure_costs
-from helpers.experiments.specdec_sweeps import measure_pair, summarise
+from helpers.experiments.specdec_sweeps import gamma_rows, measure_pair
 from helpers.models import DRAFT_FAMILY, load_cpu_model, load_cpu_tokenizer
 from helpers.prompts import encode_prompts, load_prompts, select_prompts
 from helpers.specdec.analysis import predicted_speedup
@@ -32,6 +33,22 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-peer", action="store_true", help="skip transformers' assisted generation")
     parser.add_argument("--compile", action="store_true",
                         help="decode steps through torch.compile over static-shape caches (ours and AR; implies --no-peer)")
+
+
+def method_rows(per_gamma: list[dict]) -> pd.DataFrame:
+    """The benchmark's table from :func:`~helpers.experiments.specdec_sweeps.gamma_rows` (one row per gamma, AR and
+    the peer in columns): one row per method and gamma, AR first, then ours, then the peer at each gamma and at its
+    default schedule (gamma None), each with tokens/s and its speedup over AR."""
+    first, ar = per_gamma[0], per_gamma[0]["ar_tokens_per_s"]
+    peer = [{"method": "assisted", "gamma": row["gamma"], "tokens_per_s": row["assisted_tokens_per_s"],
+             "identical_to_ar": row["assisted_identical_to_ar"]} for row in per_gamma if "assisted_tokens_per_s" in row]
+    if "assisted_default_tokens_per_s" in first:
+        peer.append({"method": "assisted", "gamma": None, "tokens_per_s": first["assisted_default_tokens_per_s"],
+                     "identical_to_ar": first["assisted_default_identical_to_ar"]})
+    frame = pd.DataFrame([{"method": "ar", "gamma": None, "tokens_per_s": ar, "speedup": 1.0, "identical_to_ar": True},
+                          *({**row, "method": "sd"} for row in per_gamma), *peer])
+    frame["speedup"] = frame["speedup"].fillna(frame["tokens_per_s"] / ar)  # the peer: its tokens/s over AR's
+    return frame
 
 
 def print_table(summary, costs: dict) -> None:
@@ -106,7 +123,7 @@ def run(args) -> dict:
         draft = load_cpu_model(draft_name)
         rows = measure_pair(target, draft, cases, args.gammas, args.max_new_tokens, repeats=args.repeats,
                             peer=not args.no_peer and not args.compile, progress=False, compile=args.compile)
-        summary = summarise([{**row, "pair": draft_name} for row in rows])
+        summary = method_rows(gamma_rows(rows))
         costs = measure_costs(target, draft, cases[0]["input_ids"], args.gammas, repeats=20, compile=args.compile)
         setting = f"{len(cases)} prompts, {args.max_new_tokens} new tokens, greedy, {count(args.threads, 'thread')}"
         print(f"\n== cpu-pair/target / cpu-pair/{draft_name} ({setting})")
