@@ -123,44 +123,38 @@ def design_table(rows, card_models: dict, *, eq5_gammas=range(1, 13)) -> pd.Data
     return pd.DataFrame(out)
 
 
-def _r_squared(x, y) -> float:
-    """R² of the least-squares line of ``y`` on ``x`` (:func:`helpers.stats.line_fit`); nan below three points or
-    where either has no spread."""
+def _line(x, y) -> dict:
+    """``r2`` of the least-squares line of ``y`` on ``x`` (:func:`helpers.stats.line_fit`; nan below three points or
+    where either has no spread) and its ``direction`` (``"higher is faster"`` where ``y`` rises with ``x``)."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return float("nan")
-    return line_fit(x, y).r2
+    r2 = float("nan") if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0 else line_fit(x, y).r2
+    return {"r2": r2, "direction": "higher is faster" if np.corrcoef(x, y)[0, 1] > 0 else "lower is faster"}
 
 
-PREDICTORS = {"alpha": "acceptance alpha", "agreement": "greedy agreement", "heldout_loss": "held-out loss",
-              "c_round": "latency c (in a round)", "T_D_ms": "draft latency T_D"}
-# the sign Eq. 5 gives each property: a more accurate draft (higher alpha, lower loss) or a cheaper one is faster
-EXPECTED_DIRECTION = {"alpha": "higher is faster", "agreement": "higher is faster", "heldout_loss": "lower is faster",
-                      "c_round": "lower is faster", "T_D_ms": "lower is faster"}
-
-
-def _direction(x, y) -> str:
-    return "higher is faster" if np.corrcoef(np.asarray(x, dtype=float), np.asarray(y, dtype=float))[0, 1] > 0 \
-        else "lower is faster"
+# each property's label and the sign Eq. 5 gives it: a more accurate draft (higher alpha, lower loss) or a cheaper
+# one is faster
+PREDICTORS = {"alpha": ("acceptance alpha", "higher is faster"), "agreement": ("greedy agreement", "higher is faster"),
+              "heldout_loss": ("held-out loss", "lower is faster"), "c_round": ("latency c (in a round)",
+                                                                                 "lower is faster"),
+              "T_D_ms": ("draft latency T_D", "lower is faster")}
 
 
 def predictors(table: pd.DataFrame) -> pd.DataFrame:
     """How much of the variation of the best speedup over drafts each property explains (r^2 of a straight
     line), the sign of the relation and whether it is the sign Eq. 5 gives (``as_expected``: an r^2 earned with
     the wrong sign explains nothing); sorted best first. On few drafts a single r^2 is a hint, not a test."""
-    rows = [{"property": label, "column": column, "r2": _r_squared(table[column], table.speedup),
-             "direction": _direction(table[column], table.speedup)} for column, label in PREDICTORS.items()]
-    frame = pd.DataFrame(rows).sort_values("r2", ascending=False).reset_index(drop=True)
-    return frame.assign(as_expected=frame.direction == frame.column.map(EXPECTED_DIRECTION))
+    frame = pd.DataFrame([{"property": label, "column": column, **_line(table[column], table.speedup),
+                           "as_expected": _line(table[column], table.speedup)["direction"] == expected}
+                          for column, (label, expected) in PREDICTORS.items()])
+    return frame.sort_values("r2", ascending=False).reset_index(drop=True)
 
 
 def leave_one_out(table: pd.DataFrame, column: str) -> pd.DataFrame:
     """The speedup's line on ``column`` with each draft left out in turn (index: the draft left out; columns
     ``r2`` and ``direction``): on a handful of drafts one point can carry a fit, or its sign, and this shows
     whether one does."""
-    rests = [(d, table[table.draft != d]) for d in table.draft]
-    return pd.DataFrame([{"draft": d, "r2": _r_squared(rest[column], rest.speedup),
-                          "direction": _direction(rest[column], rest.speedup)} for d, rest in rests]).set_index("draft")
+    return pd.DataFrame([{"draft": d, **_line(rest[column], rest.speedup)}
+                         for d, rest in ((d, table[table.draft != d]) for d in table.draft)]).set_index("draft")
 
 
 def depth_latency(frame: pd.DataFrame, column: str = "T_D_ms") -> dict:
