@@ -40,15 +40,16 @@ def test_configs_carry_the_loaded_label(params):
     assert [c["new_tokens"] for c in nb06.verify_configs(params)] == params["fp_verify_tokens"]
 
 
-def test_roofline_lines_on_an_h100():
-    lines, numbers = nb06.roofline_lines(load_config(nb06.ROOFLINE_MODEL), "H100 SXM", [1, 2, 4, 8, 16], 256)
-    assert len(lines) == 4 and lines[0].startswith(f"{nb06.ROOFLINE_MODEL}, S = 256, bf16 on H100 SXM")
+def test_roofline_numbers_on_an_h100():
+    ai, numbers = nb06.roofline_numbers(load_config(nb06.ROOFLINE_MODEL), "H100 SXM", [1, 2, 4, 8, 16], 256)
+    assert list(ai) == [1, 2, 4, 8, 16] and numbers["fpAiFirst"] == ai[1]
+    assert numbers["fpRoofComputeFrom"] == min((b for b, v in ai.items() if v > numbers["fpRidge"]), default=0)
     assert numbers["fpRoofGpu"] == "H100 SXM" and numbers["fpRoofBFirst"] == 1
     assert numbers["fpRoofFirstBound"] in ("compute-bound", "memory-bound")
     assert numbers["fpRoofNearLinear"] == int(numbers["fpRoofLinearShare"] >= 0.8)
 
 
-def test_batch_one_is_the_dearest_only_beyond_noise(capsys):
+def test_batch_one_is_the_dearest_only_beyond_noise():
     """Regression: notebook 06 called B = 1 the dearest per sequence on any excess, noise included."""
     import pandas as pd
 
@@ -59,31 +60,34 @@ def test_batch_one_is_the_dearest_only_beyond_noise(capsys):
     found = batch_one_dearest(rows)  # 2.0 ms apart; twice the SE of the difference sqrt(1.3^2 + 1.28^2)/sqrt(5)*2
     assert found["fpBOneDearest"] == 1 and found["fpBOneExcessPct"] == pytest.approx(100 * (55.7 / 53.7 - 1))
     assert found["fpBOneMarginPct"] == pytest.approx(100 * 2 * (1.3**2 / 5 + 1.28**2 / 5) ** 0.5 / 53.7)
+    assert found["fpBOneAgainst"] == 2  # the dearest larger batch
     noisy = batch_one_dearest(rows.assign(time_ms_std=[5.0, 10.0, 4.0]))
-    assert noisy["fpBOneDearest"] == 0 and "NOT the dearest" in capsys.readouterr().out
+    assert noisy["fpBOneDearest"] == 0  # "not the dearest per sequence beyond noise"
 
 
-def test_gpu_forward_rows_set_the_roofline_beside_a_measurement(capsys):
+def test_gpu_forward_rows_set_the_roofline_beside_a_measurement():
     """Regression: the report said small batches save little on the H100 by the roofline, while the committed H100
     rows showed B = 16 at 1.5x B = 1 (a host-bound eager forward at 25x its roofline time)."""
     h100 = {"profile": "gpu-h200", "gpu": "NVIDIA H200", "first": 1, "last": 16, "first_ms": 60.0, "last_ms": 90.0,
-            "ratio": 1.5, "roof_ratio": 16.0, "over_roof": 25.0, "remeasure": ""}
-    numbers = nb06.print_gpu_forward([h100])
+            "ratio": 1.5, "roof_ratio": 16.0, "over_roof": 25.0, "remeasure": False, "flagged": [], "faster": [],
+            "faster_ms": None}
+    numbers = nb06.gpu_forward_numbers([h100])
     assert numbers["fpGpuMeasured"] == 1 and numbers["fpGpuHostBound"] == int(numbers["fpGpuOverRoof"] > nb06.HOST_BOUND)
-    assert numbers["fpGpuRemeasure"] == 0 and "measured means" in capsys.readouterr().out  # one statistic, named
-    assert nb06.print_gpu_forward([]) == {"fpGpuMeasured": 0} and "stays a model" in capsys.readouterr().out
+    assert numbers["fpGpuRemeasure"] == 0 and numbers["fpGpuFirstMs"] == 60.0  # the means: one statistic
+    assert nb06.gpu_forward_numbers([]) == {"fpGpuMeasured": 0}  # the roofline stays a model
     # a GPU profile's report quotes its own GPU (regression: the H200 report quoted the H100's forward)
     other = {**h100, "profile": "gpu-h100", "gpu": "NVIDIA H100 80GB HBM3", "first_ms": 61.1}
-    both = nb06.print_gpu_forward([h100, other], "gpu-h100")
+    both = nb06.gpu_forward_numbers([h100, other], "gpu-h100")
     assert both["fpGpuName"] == other["gpu"] and both["fpOtherGpuName"] == h100["gpu"]  # the other one beside it
-    assert nb06.print_gpu_forward([h100, other], "cpu")["fpGpuName"] == h100["gpu"]  # not a GPU profile: the first
+    assert nb06.gpu_forward_numbers([h100, other], "cpu")["fpGpuName"] == h100["gpu"]  # not a GPU profile: the first
     # a sweep to re-measure is quoted as no ratio, beside a good one or alone
-    bad = {**other, "remeasure": "B = 8 measured faster than B = 1 beyond the spread"}
-    mixed = nb06.print_gpu_forward([h100, bad], "gpu-h100")
+    bad = {**other, "remeasure": True, "faster": [8], "faster_ms": 50.0}  # B = 8 faster than B = 1 beyond the spread
+    mixed = nb06.gpu_forward_numbers([h100, bad], "gpu-h100")
     assert mixed["fpGpuName"] == h100["gpu"] and "fpOtherGpuName" not in mixed and mixed["fpGpuRemeasure"] == 1
-    assert nb06.print_gpu_forward([bad]) == {"fpGpuRemeasure": 1, "fpGpuRemeasureName": bad["gpu"],
-                                             "fpGpuRemeasureText": f"{bad['gpu']}: {bad['remeasure']}",
-                                             "fpGpuMeasured": 0}
+    assert nb06.gpu_forward_numbers([bad]) == {
+        "fpGpuRemeasure": 1, "fpGpuRemeasureName": bad["gpu"], "fpGpuRemeasureFirst": 1, "fpGpuRemeasureFlagged": "--",
+        "fpGpuRemeasureFaster": "8", "fpGpuRemeasureFlaggedCount": 0, "fpGpuRemeasureFasterCount": 1,
+        "fpGpuRemeasureFasterMs": 50.0, "fpGpuRemeasureFirstMs": 61.1, "fpGpuMeasured": 0}
 
 
 def test_a_gpu_sweep_with_rows_to_remeasure_or_a_larger_batch_faster_is_quoted_as_no_ratio():
@@ -93,9 +97,11 @@ def test_a_gpu_sweep_with_rows_to_remeasure_or_a_larger_batch_faster_is_quoted_a
 
     found = nb06.gpu_forward_rows(load_config(nb06.ROOFLINE_MODEL), 256)
     h200 = next(f for f in found if f["profile"] == "gpu-h200")
-    assert "B = 2, 4 to re-measure" in h200["remeasure"] and "B = 8 measured faster than B = 1" in h200["remeasure"]
-    quoted = nb06.print_gpu_forward(found, "cpu")
+    assert h200["remeasure"] and h200["flagged"] == [2, 4] and h200["faster"] == [8]  # B = 2, 4; B = 8 faster than 1
+    assert h200["faster_ms"] == pytest.approx(65.2, abs=0.05) and h200["first_ms"] == pytest.approx(79.3, abs=0.05)
+    quoted = nb06.gpu_forward_numbers(found, "cpu")
     assert quoted["fpGpuRemeasure"] == 1 and quoted.get("fpGpuName") != h200["gpu"]  # the H200's sweep: no ratio
+    assert (quoted["fpGpuRemeasureFlagged"], quoted["fpGpuRemeasureFaster"]) == ("2, 4", "8")
     rows = [{"batch_size": 1, "time_ms_mean": 79.3, "time_ms_std": 2.0, "trials": 20},
             {"batch_size": 8, "time_ms_mean": 65.2, "time_ms_std": 10.7, "trials": 20},
             {"batch_size": 4, "time_ms_mean": 74.0, "time_ms_std": 14.7, "trials": 20}]  # within its spread
@@ -120,7 +126,7 @@ def test_verify_order_tells_jitter_from_noise():
     assert nb06.verify_order(growing)["numbers"]["vfDips"] == 0
     jitter = growing + [row(3, [1.35, 1.38, 1.6])]  # a lower median, inside k = 2's range
     found = nb06.verify_order(jitter)
-    assert found["numbers"]["vfDips"] == 1 and found["numbers"]["vfDipsNoisy"] == 0 and "jitter" in found["text"]
+    assert found["numbers"]["vfDips"] == 1 and found["numbers"]["vfDipsNoisy"] == 0 and not found["drift"]  # jitter
     noise = growing + [row(3, [1.0, 1.05, 1.1])]  # every sample faster than all of k = 2's
     assert nb06.verify_order(noise)["numbers"]["vfDipsNoisy"] == 1
     assert nb06.verify_order([row(1, [1.0])])["numbers"]["vfDipsChecked"] == 0
@@ -156,7 +162,8 @@ def test_a_sweep_that_falls_with_run_order_is_a_drift_not_a_dip():
     drift = nb06.sweep_drift(rows, "new_tokens")
     assert drift["drift"] and drift["rho"] < -0.9
     order = nb06.verify_order(rows)
-    assert order["drift"] and order["numbers"]["vfDrift"] == 1 and order["text"].startswith("verify rows to re-measure")
+    assert order["drift"] and order["numbers"]["vfDrift"] == 1 and order["numbers"]["vfDriftRows"] == 7
+    assert order["numbers"]["vfDriftFirstMs"] == pytest.approx(72.6) and order["numbers"]["vfDriftLastMs"] == pytest.approx(52.0)
     rising = [dict(r, time_s_median=(40 + 2 * r["new_tokens"]) / 1e3) for r in rows]
     assert not nb06.sweep_drift(rising, "new_tokens")["drift"]
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from helpers.gpu_parts import notebook_part
-from helpers.run_info import TARGET, step_record
+from helpers.experiments.packages import TARGET, notebook_part, step_record
 from helpers.experiments.common import check_budget
 from helpers.generation import sweeps as gb
 from helpers.generation.loading import load_for_sweep
@@ -154,24 +153,17 @@ def sweep_drift(rows: list[dict], key: str) -> dict:
     """Does a sweep whose work grows with ``key`` fall with the order it was run in? Its rows' medians against their
     run order (the order of their timestamps): a Spearman correlation of :data:`SWEEP_DRIFT_RHO` or lower over four
     or more rows, where the rows were run in increasing ``key``, is a drift of the machine (more tokens or sequences
-    cannot cost steadily less), not a property of the forward."""
+    cannot cost steadily less), not a property of the forward. ``rows`` 0: too few rows to check."""
     from scipy.stats import spearmanr
 
     ok = sorted((r for r in rows if r.get("status") == "ok" and r.get("time_s_median") is not None),
                 key=lambda r: str(r.get("timestamp", "")))
     if len(ok) < 4:
-        return {"drift": False, "rho": float("nan"), "text": "too few rows to check the run order"}
-    medians = [r["time_s_median"] for r in ok]
-    rho = float(spearmanr(np.arange(len(ok)), medians)[0])
+        return {"drift": False, "rho": float("nan"), "rows": 0, "first_ms": 0.0, "last_ms": 0.0}
+    rho = float(spearmanr(np.arange(len(ok)), [r["time_s_median"] for r in ok])[0])
     in_key_order = [r[key] for r in ok] == sorted(r[key] for r in ok)
-    drift = bool(in_key_order and rho <= SWEEP_DRIFT_RHO)
-    first, last = ok[0], ok[-1]
-    text = (f"medians against run order: Spearman rho {rho:+.2f} over {len(ok)} rows run in increasing {key} "
-            f"({1e3 * first['time_s_median']:.1f} -> {1e3 * last['time_s_median']:.1f} ms): "
-            + ("a steady fall while the work grows, so a drift of the machine: every row to re-measure (interleaved)"
-               if drift else "no steady fall with run order"))
-    return {"drift": drift, "rho": rho, "text": text, "first_ms": 1e3 * first["time_s_median"],
-            "last_ms": 1e3 * last["time_s_median"], "rows": len(ok)}
+    return {"drift": bool(in_key_order and rho <= SWEEP_DRIFT_RHO), "rho": rho, "rows": len(ok),
+            "first_ms": 1e3 * ok[0]["time_s_median"], "last_ms": 1e3 * ok[-1]["time_s_median"]}
 
 
 def unreliable_rows(rows: list[dict], key: str) -> dict:
@@ -188,29 +180,23 @@ def unreliable_rows(rows: list[dict], key: str) -> dict:
 def verify_order(rows: list[dict]) -> dict:
     """Does the verify forward's median time grow with every added token k? Each dip (a larger k timed faster than
     the k before it) is set against the two rows' min-max ranges over their samples: within them it is jitter, beyond
-    them noise (:func:`helpers.generation.sweeps.non_monotone_noise`'s rule). ``text`` and the report's numbers."""
+    them noise (:func:`helpers.generation.sweeps.non_monotone_noise`'s rule); where the medians fall steadily with
+    run order (:func:`sweep_drift`, ``drift``) every row is to re-measure instead. The report's numbers."""
     ok = sorted((dict(r, time_s_min=min(r["time_s_samples"]), time_s_max=max(r["time_s_samples"]))
                  for r in rows if r.get("status") == "ok" and r.get("time_s_samples")), key=lambda r: r["new_tokens"])
     if len(ok) < 2:  # rows without their samples (or a single k): nothing to set a dip against
-        return {"text": "verify order not checked: fewer than two rows with their samples", "drift": False,
-                "numbers": {"vfDipsChecked": 0, "vfDips": 0, "vfDipsNoisy": 0, "vfDipsText": "none", "vfDrift": 0,
-                            "vfDriftRho": 0.0, "vfDriftRows": 0, "vfDriftFirstMs": 0.0, "vfDriftLastMs": 0.0}}
+        return {"drift": False, "numbers": {"vfDipsChecked": 0, "vfDips": 0, "vfDipsNoisy": 0, "vfDipsText": "none",
+                                            "vfDrift": 0, "vfDriftRho": 0.0, "vfDriftRows": 0, "vfDriftFirstMs": 0.0,
+                                            "vfDriftLastMs": 0.0}}
     dips = [(a, b) for a, b in zip(ok, ok[1:]) if b["time_s_median"] < a["time_s_median"]]
     noisy = gb.non_monotone_noise(ok, "new_tokens")
-    described = [f"k = {a['new_tokens']} -> {b['new_tokens']} ({1e3 * a['time_s_median']:.2f} -> "
-                 f"{1e3 * b['time_s_median']:.2f} ms, {'beyond' if a['new_tokens'] in noisy else 'within'} both "
-                 "rows' min-max ranges)" for a, b in dips]
     drift = sweep_drift(rows, "new_tokens")
-    text = ("verify time grows with every added token" if not dips
-            else "verify time dips at " + "; ".join(described) + (": noise" if noisy else ": jitter, not noise"))
-    if drift["drift"]:  # a steady fall with run order is no dip to explain: the rows are to re-measure
-        text = "verify rows to re-measure, " + drift["text"]
-    return {"text": text, "drift": drift["drift"],
+    return {"drift": drift["drift"],
             "numbers": {"vfDipsChecked": 1, "vfDips": len(dips), "vfDipsNoisy": len(noisy),
                         "vfDipsText": ", ".join(f"{a['new_tokens']} to {b['new_tokens']}" for a, b in dips) or "none",
                         "vfDrift": int(drift["drift"]), "vfDriftRho": drift["rho"] if drift["drift"] else 0.0,
-                        "vfDriftRows": drift.get("rows", 0), "vfDriftFirstMs": drift.get("first_ms", 0.0),
-                        "vfDriftLastMs": drift.get("last_ms", 0.0)}}
+                        "vfDriftRows": drift["rows"], "vfDriftFirstMs": drift["first_ms"],
+                        "vfDriftLastMs": drift["last_ms"]}}
 
 
 REFERENCE_GPU = "H100 SXM"  # the roofline a CPU profile's section states (notebook 08's first GPU)
@@ -227,37 +213,30 @@ def roofline_gpu(device_name: str, on_gpu: bool) -> str:
     return REFERENCE_GPU
 
 
-def roofline_lines(config, gpu_name: str, batch_sizes: list[int], seq_len: int) -> tuple[list[str], dict]:
+def roofline_numbers(config, gpu_name: str, batch_sizes: list[int], seq_len: int) -> tuple[dict, dict]:
     """Where a forward over ``seq_len`` tokens turns compute-bound on ``gpu_name`` (:mod:`helpers.gpu_specs`:
-    FLOPs and bytes of one forward without a cache, against the ridge point peak / bandwidth): the lines to print
-    and the report's numbers (``fpRoof...``)."""
+    FLOPs and bytes of one forward without a cache, against the ridge point peak / bandwidth): the arithmetic
+    intensity per batch size (FLOP/byte) and the report's numbers (``fpRoof...``; ``fpRoofNearLinear``: the
+    roofline time grows at least 80 % of linearly from the first batch to the last)."""
     ridge = gpu_spec(gpu_name)["ridge_flop_per_byte"]
     ai = {b: arithmetic_intensity(config, b, seq_len, 0) for b in batch_sizes}
     compute_bound = [b for b, v in ai.items() if v > ridge]
     first_b, last_b = min(batch_sizes), max(batch_sizes)
     roof = {b: roofline_seconds(config, gpu_spec(gpu_name), b, seq_len, 0) for b in batch_sizes}
     roof_share = roof[last_b] / roof[first_b] / (last_b / first_b)
-    lines = [f"{ROOFLINE_MODEL}, S = {seq_len}, bf16 on {gpu_name} (ridge point {ridge:.0f} FLOP/byte): "
-             + ", ".join(f"B={b} {v:.0f}" for b, v in ai.items()) + " FLOP/byte",
-             f"  memory-bound at B = {[b for b in ai if b not in compute_bound]}, compute-bound at B = {compute_bound}",
-             f"  B = {first_b} at {ai[first_b] / ridge:.2f} of the ridge point",
-             f"  roofline time B = {first_b} -> {last_b}: x{roof[last_b] / roof[first_b]:.1f} ({roof_share:.0%} of "
-             "linear): " + ("close to linear, small batches save little" if roof_share >= 0.8
-                            else "small batches are nearly free")]
-    numbers = dict(fpRoofModel=ROOFLINE_MODEL, fpRoofGpu=gpu_name, fpRidge=ridge, fpAiFirst=ai[first_b],
-                   fpRoofBFirst=first_b,
-                   fpRoofFirstBound="compute-bound" if first_b in compute_bound else "memory-bound",
-                   fpRoofComputeFrom=min(compute_bound) if compute_bound else 0,
-                   fpAiRatio=ai[first_b] / ridge, fpRoofTimeRatio=roof[last_b] / roof[first_b],
-                   fpRoofLinearShare=roof_share, fpRoofNearLinear=int(roof_share >= 0.8))
-    return lines, numbers
+    return ai, dict(fpRoofModel=ROOFLINE_MODEL, fpRoofGpu=gpu_name, fpRidge=ridge, fpAiFirst=ai[first_b],
+                    fpRoofBFirst=first_b,
+                    fpRoofFirstBound="compute-bound" if first_b in compute_bound else "memory-bound",
+                    fpRoofComputeFrom=min(compute_bound) if compute_bound else 0,
+                    fpAiRatio=ai[first_b] / ridge, fpRoofTimeRatio=roof[last_b] / roof[first_b],
+                    fpRoofLinearShare=roof_share, fpRoofNearLinear=int(roof_share >= 0.8))
 
 
 def batch_one_dearest(ok, skip=()) -> dict:
     """Is the smallest batch the dearest per sequence beyond noise? ``ok``: the forward rows by batch size (with
     ``ms_per_sequence``, ``time_ms_std``, ``trials``); ``skip``: batch sizes to re-measure, left out of the larger
     batches. Its excess over the dearest larger batch, and whether that exceeds twice the standard error of the
-    difference of the two per-sequence means (the report's numbers; printed)."""
+    difference of the two per-sequence means (the report's numbers)."""
     first = ok.iloc[0]
     larger = ok.iloc[1:][~ok.iloc[1:]["batch_size"].isin(list(skip))]
     larger = larger if len(larger) else ok.iloc[1:]
@@ -266,11 +245,8 @@ def batch_one_dearest(ok, skip=()) -> dict:
     standard_error = lambda r: r["time_ms_std"] / r["batch_size"] / np.sqrt(r["trials"])  # noqa: E731
     margin = 2 * np.hypot(standard_error(first), standard_error(dearest))
     beyond = bool(first["ms_per_sequence"] - dearest["ms_per_sequence"] > margin)
-    margin_pct = 100 * margin / dearest["ms_per_sequence"]
-    print(f"B = {first['batch_size']} costs {excess:+.1%} per sequence against the dearest larger batch (B = "
-          f"{dearest['batch_size']}), twice the standard error of the difference {margin_pct:.1f}%: "
-          + ("the dearest per sequence beyond noise" if beyond else "NOT the dearest per sequence beyond noise"))
-    return {"fpBOneDearest": int(beyond), "fpBOneExcessPct": 100 * excess, "fpBOneMarginPct": margin_pct}
+    return {"fpBOneDearest": int(beyond), "fpBOneExcessPct": 100 * excess,
+            "fpBOneMarginPct": 100 * margin / dearest["ms_per_sequence"], "fpBOneAgainst": int(dearest["batch_size"])}
 
 
 HOST_BOUND = 3  # a forward this many times its roofline time is bound by something other than the GPU's arithmetic
@@ -297,7 +273,8 @@ def gpu_forward_rows(config, seq_len: int) -> list[dict]:
     size (the statistic of the forward table) against the roofline of that GPU
     (:func:`helpers.gpu_specs.roofline_seconds`). A sweep with any row to re-measure (:func:`unreliable_rows`) or a
     larger batch measured faster than the first beyond the spread (:func:`sweep_not_monotone`) carries
-    ``remeasure``: the reason, and no ratio is quoted from it. Empty without rows."""
+    ``remeasure`` (``flagged``: those batch sizes; ``faster``: those, with the first's mean ``faster_ms``), and no
+    ratio is quoted from it. Empty without rows."""
     found = []
     for folder in gpu_result_folders(RESULT):
         rows = [r for r in latest_ok_rows(folder / f"{RESULT}.jsonl") if r.get("device") == "cuda"
@@ -308,29 +285,20 @@ def gpu_forward_rows(config, seq_len: int) -> list[dict]:
         device_name = rows[0]["device_name"]
         means = {int(r["batch_size"]): r["time_ms_mean"] / 1e3 for r in rows}
         first, last = min(means), max(means)
-        flagged, faster = unreliable_rows(rows, "batch_size"), sweep_not_monotone(rows)
-        reasons = [f"B = {', '.join(map(str, flagged))} to re-measure (samples in two levels or trending)"] \
-            if flagged else []
-        if faster:
-            reasons.append(f"B = {', '.join(map(str, faster))} measured faster than B = {first} beyond the spread "
-                           f"(mean {1e3 * means[faster[0]]:.1f} against {1e3 * means[first]:.1f} ms), which a forward "
-                           "over more sequences cannot be")
+        flagged, faster = list(unreliable_rows(rows, "batch_size")), sweep_not_monotone(rows)
         roof = {b: roofline_seconds(config, gpu_spec(device_name), b, seq_len, 0) for b in (first, last)}
         found.append({"profile": folder.name, "gpu": device_name, "first": first, "last": last,
                       "first_ms": 1e3 * means[first], "last_ms": 1e3 * means[last],
                       "ratio": means[last] / means[first], "roof_ratio": roof[last] / roof[first],
-                      "over_roof": means[first] / roof[first], "remeasure": "; ".join(reasons)})
+                      "over_roof": means[first] / roof[first], "remeasure": bool(flagged or faster),
+                      "flagged": flagged, "faster": faster, "faster_ms": 1e3 * means[faster[0]] if faster else None})
     return found
 
 
 def forward_reliability(rows: list[dict]) -> tuple[dict, dict]:
-    """The forward rows to re-measure (``{batch size: reason}``, :func:`unreliable_rows`), printed, and the report's
-    numbers (``fpUnreliable``: their count; ``fpUnreliableText``)."""
+    """The forward rows to re-measure (``{batch size: reason}``, :func:`unreliable_rows`) and the report's numbers
+    (``fpUnreliable``: their count; ``fpUnreliableText``: each batch size with what its samples show)."""
     flagged = unreliable_rows(rows, "batch_size")
-    for b, reason in flagged.items():
-        print(f"B = {b}: to re-measure, its samples show {reason}")
-    if not flagged:
-        print("every forward row's samples form one level without a trend in run order")
     text = "; ".join(f"B = {b}: {reason}" for b, reason in flagged.items())
     return flagged, {"fpUnreliable": len(flagged), "fpUnreliableText": text or "none"}
 
@@ -351,30 +319,27 @@ def current_rows(profile: str, rows: list[dict]) -> list[dict]:
             and r.get("warmup", p.get("fp_warmup")) == p.get("fp_warmup", r.get("warmup"))]
 
 
-def print_gpu_forward(found: list[dict], profile: str | None = None) -> dict:
-    """:func:`gpu_forward_rows` against the roofline (printed); the report's numbers (``fpGpuMeasured`` 0 without),
-    of ``profile``'s own GPU where it is one of them, else of the first. A sweep to re-measure is quoted as no
-    ratio: ``fpGpuRemeasure`` 1 with its GPU and reasons (``fpGpuRemeasureName``, ``fpGpuRemeasureText``)."""
+def _batches(sizes) -> str:
+    return ", ".join(map(str, sizes)) or "--"
+
+
+def gpu_forward_numbers(found: list[dict], profile: str | None = None) -> dict:
+    """The report's numbers of :func:`gpu_forward_rows` against the roofline (``fpGpuMeasured`` 0 without), of
+    ``profile``'s own GPU where it is one of them, else of the first. A sweep to re-measure is quoted as no ratio:
+    ``fpGpuRemeasure`` 1 with the GPUs (``fpGpuRemeasureName``) and, for the first of them, the batch sizes to
+    re-measure (``fpGpuRemeasureFlagged``) and those faster than the first (``fpGpuRemeasureFaster``, the first's
+    mean ``fpGpuRemeasureFirstMs`` against the faster one's ``fpGpuRemeasureFasterMs``)."""
     if not found:
-        print("no GPU window has measured this forward as its profile asks now (rows of an earlier protocol are left "
-              "out): the roofline above stays a model")
         return {"fpGpuMeasured": 0}
-    for f in found:
-        if f["remeasure"]:
-            print(f"{f['gpu']} ({f['profile']}): the sweep must be re-measured, no ratio is quoted from it: "
-                  f"{f['remeasure']}")
-            continue
-        print(f"{f['gpu']} ({f['profile']}), measured means: B = {f['first']} {f['first_ms']:.1f} ms -> B = "
-              f"{f['last']} {f['last_ms']:.1f} ms, x{f['ratio']:.2f} (roofline x{f['roof_ratio']:.1f}); B = "
-              f"{f['first']} runs {f['over_roof']:.0f}x its roofline time: "
-              + ("far above it, so the roofline's growth does not show (what bounds it is not measured here)"
-                 if f["over_roof"] > HOST_BOUND else "near the roofline"))
     f = next((f for f in found if f["profile"] == profile), found[0])
     bad = [o for o in found if o["remeasure"]]
     remeasure = {"fpGpuRemeasure": int(bool(bad))}
     if bad:
-        remeasure.update(fpGpuRemeasureName=", ".join(o["gpu"] for o in bad),
-                         fpGpuRemeasureText="; ".join(f"{o['gpu']}: {o['remeasure']}" for o in bad))
+        b = bad[0]
+        remeasure.update(fpGpuRemeasureName=", ".join(o["gpu"] for o in bad), fpGpuRemeasureFirst=b["first"],
+                         fpGpuRemeasureFlagged=_batches(b["flagged"]), fpGpuRemeasureFaster=_batches(b["faster"]),
+                         fpGpuRemeasureFlaggedCount=len(b["flagged"]), fpGpuRemeasureFasterCount=len(b["faster"]),
+                         fpGpuRemeasureFasterMs=b["faster_ms"] or 0.0, fpGpuRemeasureFirstMs=b["first_ms"])
     good = [o for o in found if not o["remeasure"]]
     if f["remeasure"]:
         f = good[0] if good else None
@@ -403,7 +368,7 @@ def mark_remeasure(table, rows: list[dict], faster: list[int]):
     return table.drop(columns=[c for c in table if c.startswith("time / time(")]).assign(status=status)
 
 
-GPU_PARTS = (notebook_part("06", (RESULT,), measure),)  # the GPU window measures these rows (helpers.gpu_parts)
+GPU_PARTS = (notebook_part("06", (RESULT,), measure),)  # the GPU window measures these rows (helpers.experiments.packages)
 
 
 def target_steps(rows: dict) -> list[dict]:
