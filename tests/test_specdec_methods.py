@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import argparse
 
+import matplotlib
+
+matplotlib.use("Agg")
+
 import pytest
 import torch
 
 from helpers.experiments import comparison, nb10, nb13
 from helpers.experiments.nb10 import bench as tree_bench
+from helpers.experiments.nb10.figures import sweep_figure
+from helpers.experiments.nb10.study import cost_model
 from helpers.experiments.nb13 import bench as heads_bench
 from helpers.models.runtime import resolve_runtime
 from helpers.specdec import methods
@@ -98,6 +104,11 @@ def test_a_new_method_is_lossless_and_summarised_with_the_others(registered, tar
     summary = comparison.summarise_methods(rows)
     assert list(summary.method) == ["ar", "linear", "repeat"] and bool(summary.lossless.all())
     assert nb13.comparison(rows).set_index("label").drafter["repeat n2"] == "repeat"
+    # notebook 10's cost model and figure take it too (no draft forwards: its round costs one verify forward)
+    costs = {"T_T": 1.0, "T_V": {1: 1.0, 2: 1.1, 4: 1.2, 8: 1.5}, "T_D": {1: 0.1}}
+    model = cost_model(rows, costs).set_index("label")
+    assert model.draft_cost["repeat n2"] == 0 and model.verify_cost["repeat n2"] >= 1
+    assert sweep_figure(summary).axes
 
 
 def test_run_hands_each_method_its_own_drafter(target):
