@@ -14,8 +14,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from helpers.gpu_parts import notebook_part
-from helpers.run_info import TARGET, step_record
+from helpers.experiments.packages import TARGET, notebook_part, step_record
 from helpers.experiments.nb12.study import (depth_latency, draft_config, eq5_agrees, gamma_ties, leave_one_out,
                                               measure_draft, measure_scale, predictors, scale_config, timing_noise)
 from helpers.stats import tied_with_best
@@ -107,7 +106,6 @@ def accuracy_or_latency(table: pd.DataFrame, rows: list[dict]) -> dict:
     expected = bool(accuracy.as_expected and latency.as_expected)
     flips = {name: [short(d) for d in held_out[name].index[held_out[name].direction != row.direction]]
              for name, row in (("accuracy", accuracy), ("latency", latency))}
-    flipped = "; ".join(f"the {name} line without {', '.join(drafts)}" for name, drafts in flips.items() if drafts)
     noise = timing_noise(rows)  # every draft's row timed the SAME target (T_T) and AR on the same prompts
     # a speedup is a ratio of two timings, each with about the AR time's relative std: two speedups compare four
     # such timings, so their ratio's relative std is about twice it; closer than that, two speedups are a tie
@@ -121,7 +119,10 @@ def accuracy_or_latency(table: pd.DataFrame, rows: list[dict]) -> dict:
     family_losses = table[table.draft.str.contains("x")].heldout_loss
     numbers = {"accuracy_property": accuracy.property, "accuracy_r2": accuracy.r2, "verdict_stable": int(stable),
                "directions_expected": int(expected), "directions_kept": int(not any(flips.values())),
-               "direction_flips": flipped, "accuracy_direction": accuracy.direction,
+               # per line, the drafts whose omission turns its slope
+               **{f"flips_{name}": ", ".join(drafts) for name, drafts in flips.items()},
+               **{f"flips_{name}_count": len(drafts) for name, drafts in flips.items()},
+               "accuracy_direction": accuracy.direction,
                "latency_direction": latency.direction,
                "latency_r2_loo_min": min(loo["latency"].values()), "latency_r2_loo_max": max(loo["latency"].values()),
                "latency_r2_carrier": short(carrier), "latency_r2_without": loo["latency"][carrier],
@@ -253,7 +254,7 @@ def same_shape_recipes(by: pd.DataFrame, card: dict) -> dict:
             "ref_steps": card["stages"]["draft"]["steps"]}
 
 
-GPU_PARTS = (notebook_part("12", (RESULTS,), measure),)  # the GPU window measures these rows (helpers.gpu_parts)
+GPU_PARTS = (notebook_part("12", (RESULTS,), measure),)  # the GPU window measures these rows (helpers.experiments.packages)
 
 
 def target_steps(rows: dict) -> list[dict]:
