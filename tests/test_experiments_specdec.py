@@ -297,3 +297,20 @@ def test_nb07_source_numbers_name_the_first_departure_and_inversion():
     in_order = nb07.source_numbers(by_source.assign(speedup=[1.5, 1.6, 1.4, 1.3]), {"speedup": 1.46, "alpha": 0.773},
                                    {**checks, "order_swaps": []})
     assert "dep_above" not in in_order and "inv_slow" not in in_order and in_order["sources_order_swaps"] == 0
+
+
+def test_nb07_report_section_reads_only_numbers_the_notebook_writes():
+    """Section 07 chooses its words with \\ifnum from flags: every key it reads is in the CPU profile's numbers file
+    (which measures every branch's keys: two drafts, a departure, an inversion), and every key it compares is an
+    integer there (a flag written as a word, "above" or "agrees", would break the comparison)."""
+    import re
+
+    tex = re.sub(r"(?<!\\)%.*", "", (paths.REPORT_DIR / "sections" / "07_speculative_decoding.tex").read_text())
+    numbers = dict(re.findall(r"\\wbset\{([^}]*)\}\{(.*)\}",
+                              (paths.REPORT_DIR / "generated" / "cpu" / "07_speculative_decoding.numbers.tex").read_text()))
+    read = set(re.findall(r"\\wb(?:count)?\{([a-z0-9_]+)\}", tex))
+    assert read and read <= set(numbers), sorted(read - set(numbers))
+    compared = set(re.findall(r"\\ifnum\\wb\{([a-z0-9_]+)\}", tex))
+    compared |= set(re.findall(r"\\ifnum\\wb\{[a-z0-9_]+\}[<=>]\\wb\{([a-z0-9_]+)\}", tex))
+    assert compared and all(re.fullmatch(r"-?\d+", numbers[key]) for key in compared), {
+        key: numbers[key] for key in compared if not re.fullmatch(r"-?\d+", numbers[key])}
