@@ -227,39 +227,36 @@ def jump_drops_all(e2e: pd.DataFrame, from_width: int | None, to_width: int | No
 
 
 def goal_lines(folder: Path) -> list[str]:
-    """The GPU issue's goals as measured by the rows in ``folder`` (one profile's results), one line each: the model
-    file's decode goals first (:func:`helpers.experiments.nb09.decode_modes.goal_lines`)."""
+    """The GPU issue's goals as measured by the rows in ``folder`` (one profile's results), one line each
+    (:func:`helpers.experiments.nb09.decode_modes.goal_line`): the model file's decode goals first
+    (:func:`~helpers.experiments.nb09.decode_modes.goal_rows`), then the Qwen3-8B pairs' c with graphs (and the
+    roofline share of the step beside the 0.6B draft), the CPU pair end to end; then the profiled steps' diagnostics."""
     from helpers.experiments.nb09 import decode_modes, step_profile  # notebook 09's parts: imported when needed
+    from helpers.experiments.nb09.decode_modes import goal
 
-    lines = decode_modes.goal_lines(read_rows(folder, decode_modes.DECODE_STEPS),
-                                    [without_artefacts(row) for row in read_rows(folder, COSTS)])  # no Eq. 5 from one
+    goals = decode_modes.goal_rows(read_rows(folder, decode_modes.DECODE_STEPS),
+                                   [without_artefacts(row) for row in read_rows(folder, COSTS)])  # no Eq. 5 from one
     costs = cost_table(read_rows(folder, COSTS))
     for _, row in costs[costs["decode"] == "graphs"].iterrows() if len(costs) else []:
         if "Qwen3-8B" not in row["target"]:
             continue
         eager = costs[(costs["decode"] == "eager") & (costs["draft"] == row["draft"])
                       & (costs["target"] == row["target"])]
-        ran = (row["graph replays"] or 0) > 0
-        eager_c = f"{eager['c'].iloc[0]:.3f}" if len(eager) else "not measured"
-        layer = row["kernels per layer"]
-        layer = f"{int(layer)} kernels per layer" if pd.notna(layer) else "kernels not recorded"
-        lines.append(f"c = T_D/T_T of {row['target']} / {row['draft']}: {row['c']:.3f} with graphs, {eager_c} eager "
-                     f"(goal <= 0.15 with graphs: {'met' if row['c'] <= 0.15 and ran else 'missed'}; "
-                     f"{int(row['graph replays'] or 0)} graph replays; {layer})")
+        ran, eager_c = (row["graph replays"] or 0) > 0, f"{eager['c'].iloc[0]:.3f}" if len(eager) else "not measured"
+        pair = f"{row['target']} / {row['draft']} graphs"
+        goals.append(goal(f"{pair}: c (eager {eager_c}; {int(row['graph replays'] or 0)} replays)", row["c"], "<=",
+                          0.15, ran))
         if row["draft"].endswith("0.6B") and row["roofline share"] == row["roofline share"] and row["roofline share"]:
-            lines.append(f"{row['target']} decode step with graphs: {row['T_T ms']:.2f} ms against the HBM floor "
-                         f"{row['HBM floor ms']:.2f} ms = {row['roofline share']:.0%} of the roofline (goal >= 70%: "
-                         f"{'met' if row['roofline share'] >= 0.7 and ran else 'missed'})")
+            goals.append(goal(f"{row['target']} step with graphs: roofline share", row["roofline share"], ">=", 0.7,
+                              ran))
     e2e = e2e_table(read_rows(folder, GRAPHS))
     if len(e2e):
         best = e2e.loc[e2e["speedup"].idxmax()]
         identical = bool(e2e["identical_to_ar"].all())
         ran = bool((e2e["graph_replays"].fillna(0) > 0).all() or (e2e["pair_replays"].fillna(0) > 0).all())
-        lines.append(f"CPU pair end to end ({best['decode']}): every greedy output identical to AR: {identical}; "
-                     f"best {best['speedup']:.2f}x at gamma {best['gamma']} ({best['draft']}); median over rows "
-                     f"{e2e['speedup'].median():.2f}x (goal >= 1.5x with graphs: "
-                     f"{'met' if best['speedup'] >= 1.5 and identical and ran else 'missed'})")
-    lines = lines or ["no goal rows yet (parts eq5 and graphs measure them)"]
+        goals.append(goal(f"CPU pair end to end ({best['decode']}): best speedup, identical to AR: {identical}",
+                          best["speedup"], ">=", 1.5, identical and ran))
+    lines = [decode_modes.goal_line(g) for g in goals] or ["no goal rows yet (parts eq5 and graphs measure them)"]
     return lines + step_profile.diagnostic_lines(folder)
 
 

@@ -194,34 +194,38 @@ def pair_terms(cost_rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(lines)
 
 
-def goal_lines(steps: list[dict], cost_rows: list[dict]) -> list[str]:
-    """The model-file issue's GPU goals, as the ``decode`` and ``eq5`` parts' rows measure them (one line each)."""
-    def verdict(ok: bool) -> str:
-        return "met" if ok else "missed"
+def goal(name: str, value: float, op: str, bound: float, ran: bool = True) -> dict:
+    """One goal as a row: its label, the measured value, the bound (``op`` ``>=`` or ``<=``) and whether it is met
+    (never where ``ran`` is False: graphs claimed but not replayed, or an output not identical; nor for a NaN)."""
+    met = value >= bound if op == ">=" else value <= bound
+    return {"goal": name, "value": float(value), "bound": f"{op} {bound:g}", "met": bool(ran and met)}
 
-    lines = []
+
+def goal_line(row: dict) -> str:
+    """A goal row (:func:`goal`) as one line: ``label: value (goal <bound>: met|missed)``."""
+    return f"{row['goal']}: {row['value']:.3g} (goal {row['bound']}: {'met' if row['met'] else 'missed'})"
+
+
+def goal_rows(steps: list[dict], cost_rows: list[dict]) -> list[dict]:
+    """The model-file issue's GPU goals as the ``decode`` and ``eq5`` parts' rows measure them (:func:`goal` rows):
+    each 8B target's compiled step as a share of its HBM roofline and its first call, transformers' compiled static
+    cache over our compiled step, and each pair's compiled c (1B-class drafts) and break-even alpha."""
+    rows = []
     table = decode_table(steps) if steps else pd.DataFrame()
     for target in TARGETS_8B:
         mine = table[(table["model"] == target) & (table["mode"] == "compiled")] if len(table) else table
-        if not len(mine):
-            continue
-        row = mine.iloc[-1]
-        lines.append(f"{target} compiled decode step: {row['ms/step']:.2f} ms, {row['roofline share']:.0%} of the HBM "
-                     f"roofline ({row['HBM floor ms']:.2f} ms floor; goal >= {GOAL_SHARE:.0%}: "
-                     f"{verdict(row['roofline share'] >= GOAL_SHARE and (row['graph replays'] or 0) > 0)}); "
-                     f"first call {row['compile s']:.0f} s (goal <= {GOAL_COMPILE_S:.0f} s: "
-                     f"{verdict(row['compile s'] <= GOAL_COMPILE_S)})")
+        if len(mine):
+            row = mine.iloc[-1]
+            rows += [goal(f"{target} compiled step, roofline share", row["roofline share"], ">=", GOAL_SHARE,
+                          (row["graph replays"] or 0) > 0),
+                     goal(f"{target} compiled step, first call s", row["compile s"], "<=", GOAL_COMPILE_S)]
     for _, row in speed_against_peer(table).iterrows() if len(table) else []:
-        lines.append(f"{row['model']}: transformers' compiled static cache / our compiled step = {row['ratio']:.2f}x "
-                     f"(goal >= {GOAL_PEER_RATIO}x: {verdict(row['ratio'] >= GOAL_PEER_RATIO)})")
+        rows.append(goal(f"{row['model']}: hf-static-compiled / compiled", row["ratio"], ">=", GOAL_PEER_RATIO))
     terms = pair_terms(cost_rows) if cost_rows else pd.DataFrame()
     for _, row in terms[terms["decode"] == "compiled"].iterrows() if len(terms) else []:
-        pair = (row["target"], row["draft"])
-        text = f"{row['target']} / {row['draft']} compiled: c = {row['c']:.3f}"
-        if pair in SMALL_DRAFT_PAIRS:
-            text += f" (goal <= {GOAL_C}: {verdict(row['c'] <= GOAL_C)})"
-        alpha = row["break-even alpha"]
-        text += (f"; break-even alpha {alpha:.2f} at gamma {row['at gamma']} (goal <= {GOAL_BREAK_EVEN}: "
-                 f"{verdict(alpha <= GOAL_BREAK_EVEN)})" if alpha == alpha else "; no alpha below 1 pays")
-        lines.append(text)
-    return lines
+        pair = f"{row['target']} / {row['draft']} compiled"
+        if (row["target"], row["draft"]) in SMALL_DRAFT_PAIRS:
+            rows.append(goal(f"{pair}: c", row["c"], "<=", GOAL_C))
+        rows.append(goal(f"{pair}: break-even alpha (gamma {row['at gamma']})", row["break-even alpha"], "<=",
+                         GOAL_BREAK_EVEN))
+    return rows

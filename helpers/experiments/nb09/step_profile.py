@@ -285,20 +285,20 @@ def report_numbers(rows: list[dict]) -> dict:
 
 
 def diagnostic_lines(folder: Path) -> list[str]:
-    """What the profiled decode steps (width 1) say about where their time goes, a line per model."""
+    """Where the profiled decode steps (width 1) spend their time, a line of labelled numbers per model: wall, kernels
+    (per layer), busy and matrix-product ms, and where there is an HBM floor :func:`gap_split`'s parts over it."""
     from helpers.results import latest_ok_rows
 
     table = step_table(latest_ok_rows(Path(folder) / f"{STEP_PROFILE}.jsonl"))
     lines = []
     for _, row in table[table["width"] == 1].iterrows() if len(table) else []:
-        floor = ""
+        parts = {"wall ms": row["wall ms"], "kernels": row["kernels"], "per layer": row["kernels/layer"],
+                 "busy ms": row["busy ms"], "matmul ms": row["matmul ms"], "idle": row["idle"]}
         if pd.notna(row["HBM floor ms"]):
             split = gap_split(row)
-            floor = (f"; HBM floor {row['HBM floor ms']:.2f} ms (matrix products at {split['matmul_bandwidth']:.0%} "
-                     f"of bandwidth); over the floor: matrix products {split['matmul_excess']:.2f} ms, other kernels "
-                     f"{split['other_kernels']:.2f} ms, gaps {split['gaps']:.2f} ms")
-        lines.append(f"diagnostic: {row['model']} decode step replayed: {row['wall ms']:.2f} ms wall; "
-                     f"{row['kernels']} kernels ({row['kernels/layer']:.1f} per layer, from {row['from']}) busy "
-                     f"{row['busy ms']:.2f} ms, of which matrix products {row['matmul ms']:.2f} ms{floor}; idle "
-                     f"between kernels {row['idle']:.0%} of their span")
+            parts |= {"HBM floor ms": row["HBM floor ms"], "matmul bandwidth": split["matmul_bandwidth"],
+                      **{f"over floor: {key.replace('_', ' ')} ms": split[key]
+                         for key in ("matmul_excess", "other_kernels", "gaps")}}
+        lines.append(f"diagnostic {row['model']} (kernels from {row['from']}): "
+                     + "; ".join(f"{key} {value:.3g}" for key, value in parts.items()))
     return lines
