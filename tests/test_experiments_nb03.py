@@ -132,7 +132,8 @@ def test_long_prompt_path_reads_the_course_file_or_says_what_is_missing(params, 
     assert nb03.long_prompt_text(with_file).startswith("The quick brown fox")
     assert nb03.sweep_config(with_file, "long prompt", 500)["prompt_source"] == "long_prompt.txt"
     assert "prompt_source" not in nb03.sweep_config(with_file, "baseline", 5)  # only the long prompt's setting
-    assert "long_prompt.txt" in nb03.long_prompt_source(with_file)
+    named = nb03.handout_numbers(with_file, 500, 64, 512, 32768)  # the report names the course's file
+    assert (named["kvbLongPromptFile"], named["kvbLongPromptName"]) == (1, "long_prompt.txt")
     ids = nb03.SweepModels(with_file, torch_device()).prompts(params["kvb_baseline_model"])[0][True]
     assert ids.shape[0] == 1 and ids.shape[1] > 100  # the whole file, tokenized
     with pytest.raises(FileNotFoundError, match="kvb_long_prompt_path: no file"):
@@ -142,7 +143,8 @@ def test_long_prompt_path_reads_the_course_file_or_says_what_is_missing(params, 
 def test_handout_flags_say_what_was_measured_and_what_extrapolated(params):
     flags = nb03.handout_numbers(params, 256, 64, 512, 32768)
     assert flags["kvbHandoutMeasured"] == 0 and flags["kvbLongIsHandout"] == 0
-    assert "stand-in" in flags["kvbLongPromptSource"] and flags["kvbGpuMeasured"] == 0  # no GPU window ran §2.1
+    assert flags["kvbLongPromptFile"] == 0 and flags["kvbLongPromptName"] == "--"  # the workbook's stand-in
+    assert flags["kvbGpuMeasured"] == 0  # no GPU window ran §2.1
     assert nb03.handout_numbers(params, 32768, 512, 512, 32768)["kvbHandoutMeasured"] == 1
 
 

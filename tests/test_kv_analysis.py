@@ -90,21 +90,25 @@ def test_same_work_gap_reads_the_rounds_side_by_side():
     assert gap.loc["b", "rounds"] == 6 and gap.loc["b", "per-round low"] == pytest.approx(0.9)
     assert gap.loc["a", "median round ratio"] == pytest.approx(1.05)
     assert gap.loc["d", "p_sign"] == pytest.approx(0.25)
-    text = kv_analysis.same_work_explanation(gap)
-    assert "In the a setting the ratio" in text and "timing noise" in text
-    assert "In the b setting the cached run is the slower one in every round (b: 0.90 to 0.97)" in text
-    assert "In the c setting the cached run is the faster one" in text
-    assert ("In the d setting the cached run is the slower one in each round (d: 0.90 to 0.97), but over 3 rounds "
-            "pure noise keeps one sign with probability 0.25: too few rounds") in text
+    n = kv_analysis.same_work_numbers(gap)
+    assert (n["kvbOneEitherCount"], n["kvbOneEitherSettings"]) == (1, "a")  # "the ratio ... goes both ways": noise
+    assert (n["kvbOneSlowerCount"], n["kvbOneSlowerRanges"]) == (1, "b: 0.90 to 0.97")  # slower in every round
+    assert (n["kvbOneFasterCount"], n["kvbOneFasterSettings"]) == (1, "c")
+    # "slower one in each round (d: 0.90 to 0.97), but over 3 rounds pure noise keeps one sign with probability 0.25"
+    assert (n["kvbOneFewSlowerCount"], n["kvbOneFewSlowerRanges"], n["kvbOneFewSlowerRounds"], n["kvbOneFewSlowerP"]) == (
+        1, "d: 0.90 to 0.97", 3, "0.25")
+    assert n["kvbOneFewFasterCount"] == 0 and n["kvbSignRounds"] == kv_analysis.SIGN_ROUNDS == 6
     # regression (grader): one "too few rounds" setting on each side read "the faster and slower one in each round"
     both = pd.concat([gap.loc[["d"]], gap.loc[["d"]].rename(index={"d": "e"}).assign(
         **{"per-round low": 1.01, "per-round high": 1.06})])
-    text = kv_analysis.same_work_explanation(both)
-    assert "faster and slower" not in text and "In the d setting the cached run is the slower one in each round" in text
-    assert "In the e setting the cached run is the faster one in each round (e: 1.01 to 1.06)" in text
-    assert "a real advantage of the cached mode" in text
-    only_noise = kv_analysis.same_work_explanation(gap.loc[["a"]])
-    assert "slower" not in only_noise and "faster" not in only_noise
+    n = kv_analysis.same_work_numbers(both)
+    assert (n["kvbOneFewSlowerSettings"], n["kvbOneFewFasterSettings"]) == ("d", "e")  # one group per side
+    assert n["kvbOneFewFasterRanges"] == "e: 1.01 to 1.06" and n["kvbOneFewFasterRounds"] == 3
+    only_noise = kv_analysis.same_work_numbers(gap.loc[["a"]])
+    assert [only_noise[f"kvbOne{g}Count"] for g in ("Either", "Slower", "Faster", "FewSlower", "FewFaster")] == [
+        1, 0, 0, 0, 0] and only_noise["kvbOneSlowerSettings"] == "--"
+    two = kv_analysis.same_work_numbers(gap.loc[["a", "a"]].set_axis(["a", "b"]))
+    assert (two["kvbOneEitherCount"], two["kvbOneEitherSettings"]) == (2, "a and b")  # "settings", plural
 
 
 def test_the_same_work_ratio_lies_inside_its_rounds():

@@ -6,8 +6,8 @@
   curve over every n, measured where there is a measurement and extrapolated from the fit beyond a cap.
 - :func:`speedup_table`: without / with cache per (setting, n), with which values are extrapolated and noisy.
 - :func:`largest_measured`: per setting, the largest n measured in both modes and the speedup there.
-- :func:`same_work_gap` / :func:`same_work_explanation`: n = 1 (the same forward pass in both modes), the ratio
-  of the two modes round by round, and what it supports.
+- :func:`same_work_gap` / :func:`same_work_numbers`: n = 1 (the same forward pass in both modes), the ratio
+  of the two modes round by round, and the numbers of what it supports.
 - :func:`per_token_difference`: whether two settings' cached per-token costs differ by more than the measurement
   resolves (a bootstrap over the runs, against the spread between two sweeps of the same model).
 - :func:`plot_setting`: one setting's points, fits and extrapolations on an axis.
@@ -186,44 +186,29 @@ def same_work_gap(measured: pd.DataFrame, n: int = 1) -> pd.DataFrame:
 
 def _settings(names) -> str:
     names = list(names)
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return "" if not names else names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def same_work_explanation(gap: pd.DataFrame) -> str:
-    """What :func:`same_work_gap`'s verdicts support, in sentences (the notebook prints them, the report quotes them)."""
-    def ranges(part):
-        return "; ".join(f"{s}: {r['per-round low']:.2f} to {r['per-round high']:.2f}" for s, r in part.iterrows())
-
-    sentences = []
-    either = gap[gap["verdict"] == "either way"]
-    slower = gap[gap["verdict"] == "cached slower in every round"]
-    faster = gap[gap["verdict"] == "cached faster in every round"]
-    if len(either):
-        sentences.append(f"In the {_settings(either.index)} setting{'s' if len(either) > 1 else ''} the ratio of the "
-                         f"runs taken side by side goes both ways ({ranges(either)}): the gap does not keep its sign "
-                         "from one round to the next, so it is timing noise.")
-    if len(slower):
-        sentences.append(f"In the {_settings(slower.index)} setting{'s' if len(slower) > 1 else ''} the cached run "
-                         f"is the slower one in every round ({ranges(slower)}), consistent with the small fixed cost "
-                         "of the cache itself (creating it and storing the prompt's keys and values).")
-    few = gap[gap["verdict"] == "too few rounds"]
-    if len(few):  # one sentence per side: the cached run slower in each round, or faster in each round
-        slower_side = few["per-round high"] < 1
-        for side, part in (("slower", few[slower_side]), ("faster", few[~slower_side])):
-            if not len(part):
-                continue
-            cause = ("a small fixed cost of the cache (creating it, storing the prompt's keys and values)"
-                     if side == "slower" else "a real advantage of the cached mode at this length")
-            sentences.append(f"In the {_settings(part.index)} setting{'s' if len(part) > 1 else ''} the cached run is "
-                             f"the {side} one in each round ({ranges(part)}), but over {int(part['rounds'].max())} "
-                             f"rounds pure noise keeps one sign with probability {part['p_sign'].max():.2f}: too few "
-                             f"rounds to tell {cause} from noise; it takes {SIGN_ROUNDS}.")
-    if len(faster):
-        sentences.append(f"In the {_settings(faster.index)} setting{'s' if len(faster) > 1 else ''} the cached run "
-                         f"is the faster one in every round ({ranges(faster)}); the work is the same, so no cost of "
-                         "either mode explains it: it is a timing artefact of this run, within the bound checked "
-                         "below.")
-    return " ".join(sentences)
+def same_work_numbers(gap: pd.DataFrame) -> dict:
+    """What :func:`same_work_gap`'s verdicts support, as the report's numbers: per group of settings (``Either``:
+    either way; ``Slower`` / ``Faster``: cached slower / faster in every round over enough rounds; ``FewSlower`` /
+    ``FewFaster``: one side, too few rounds) their count, their names and each one's per-round range
+    (``kvbOne<group>{Count,Settings,Ranges}``), and for the two groups of too few rounds the most rounds and the
+    largest chance that noise keeps one sign (``Rounds``, ``P``); ``kvbSignRounds``: the rounds it takes."""
+    few = gap["verdict"] == "too few rounds"
+    groups = {"Either": gap["verdict"] == "either way", "Slower": gap["verdict"] == "cached slower in every round",
+              "Faster": gap["verdict"] == "cached faster in every round",
+              "FewSlower": few & (gap["per-round high"] < 1), "FewFaster": few & ~(gap["per-round high"] < 1)}
+    numbers = {"kvbSignRounds": SIGN_ROUNDS}
+    for name, mask in groups.items():
+        part = gap[mask]
+        numbers.update({f"kvbOne{name}Count": len(part), f"kvbOne{name}Settings": _settings(part.index) or "--",
+                        f"kvbOne{name}Ranges": "; ".join(f"{s}: {r['per-round low']:.2f} to {r['per-round high']:.2f}"
+                                                         for s, r in part.iterrows()) or "--"})
+        if name.startswith("Few"):
+            numbers.update({f"kvbOne{name}Rounds": int(part["rounds"].max()) if len(part) else 0,
+                            f"kvbOne{name}P": f"{part['p_sign'].max():.2f}" if len(part) else "--"})
+    return numbers
 
 
 def cached_slope_resamples(measured: pd.DataFrame, setting: str, *, resamples: int = 2000,

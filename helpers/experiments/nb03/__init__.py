@@ -10,7 +10,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from helpers.gpu_parts import notebook_part
+from helpers.experiments.packages import notebook_part
 from helpers import models
 from helpers.experiments.common import check_budget, seed_and_threads
 from helpers.generation.loading import load_for_sweep
@@ -77,13 +77,6 @@ def long_prompt_text(params: dict) -> str | None:
     if not text.strip():
         raise ValueError(f"kvb_long_prompt_path: {str(file)!r} is empty")
     return text
-
-
-def long_prompt_source(params: dict) -> str:
-    """Where §2.1.2's long prompt comes from, in words for the report."""
-    path = params.get("kvb_long_prompt_path") or ""
-    return (f"the course's prompt file {Path(path).name}" if path
-            else "the workbook's stand-in, cut with the model's tokenizer from Python's own help topics")
 
 
 def matmul_config(params: dict, model_id: str) -> dict:
@@ -224,10 +217,12 @@ def gpu_measured() -> int:
 def handout_numbers(params: dict, prompt_tokens: int, long_measured: int, handout_n: int, handout_prompt: int) -> dict:
     """Flags that choose the words of §2.1.2's extrapolation: whether the no-cache run was measured at the handout's
     ``handout_n`` (``kvbHandoutMeasured``), whether the long prompt had the handout's length (``kvbLongIsHandout``),
-    where it came from, and whether a GPU window has run §2.1 (``kvbGpuMeasured``)."""
+    where it came from (``kvbLongPromptFile`` 1: the course's file ``kvbLongPromptName``; 0: the workbook's
+    stand-in) and whether a GPU window has run §2.1 (``kvbGpuMeasured``)."""
+    path = params.get("kvb_long_prompt_path") or ""
     return {"kvbHandoutMeasured": int(long_measured >= handout_n), "kvbLongIsHandout": int(prompt_tokens >= handout_prompt),
-            "kvbHandoutPrompt": handout_prompt, "kvbLongPromptSource": long_prompt_source(params),
-            "kvbGpuMeasured": gpu_measured()}
+            "kvbHandoutPrompt": handout_prompt, "kvbLongPromptFile": int(bool(path)),
+            "kvbLongPromptName": Path(path).name if path else "--", "kvbGpuMeasured": gpu_measured()}
 
 
 def setting_numbers(explain, common, settings_: dict, n_max: int) -> dict:
@@ -283,7 +278,7 @@ def cost_numbers(costs, diff: dict) -> dict:
 
 
 def smaller_against_baseline(explain, table) -> dict:
-    """§2.1.3's comparison (printed): the smaller model against the baseline at the same prompt and the largest n
+    """§2.1.3's comparison: the smaller model against the baseline at the same prompt and the largest n
     both measured without the cache: their speedups, cached costs per token, the share of the uncached time that
     recomputing the prefix adds (the fit's quadratic share), and which of the smaller model's points stayed noisy.
     The report's numbers."""
@@ -291,13 +286,6 @@ def smaller_against_baseline(explain, table) -> dict:
     noisy = [int(n) for (setting, n), flag in table["noisy"].items() if setting == "smaller model" and flag]
     gains_less = bool(small["speedup there (measured)"] < base["speedup there (measured)"])
     quad_lower = bool(small["uncached: quadratic share at n_max"] < base["uncached: quadratic share at n_max"])
-    print(f"smaller model vs baseline (both {int(small['prompt tokens'])}-token prompts, measured to n = "
-          f"{int(small['no-cache measured up to'])} and {int(base['no-cache measured up to'])}): speedup "
-          f"{small['speedup there (measured)']:.2f}x vs {base['speedup there (measured)']:.2f}x; cached "
-          f"{small['cached ms/token']:.2f} vs {base['cached ms/token']:.2f} ms/token; recomputation's share of the "
-          f"uncached time {small['uncached: quadratic share at n_max']:.3f} vs "
-          f"{base['uncached: quadratic share at n_max']:.3f}"
-          f"; noisy points of the smaller model at n = {', '.join(map(str, noisy)) or 'none'}")
     return {"kvbSmallGainsLess": int(gains_less), "kvbSmallQuadLower": int(quad_lower),
             "kvbSmallSameN": int(small["no-cache measured up to"] == base["no-cache measured up to"]),
             "kvbSmallCheaper": base["cached ms/token"] / small["cached ms/token"],
@@ -330,4 +318,4 @@ def times_report(table) -> tuple[pd.DataFrame, bool]:
     return report.rename(columns={"new_tokens": "new tokens"}), extrapolated
 
 
-GPU_PARTS = (notebook_part("03", (RESULT,), measure),)  # the GPU window measures these rows (helpers.gpu_parts)
+GPU_PARTS = (notebook_part("03", (RESULT,), measure),)  # the GPU window measures these rows (helpers.experiments.packages)
