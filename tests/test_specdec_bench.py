@@ -9,8 +9,9 @@ import torch
 
 from helpers.experiments.nb07.bench import method_rows, pair_figures, print_table
 from helpers.experiments.nb07.figures import plot_by_source
-from helpers.experiments.nb07.study import (alpha_for_speedup, correlation_word, cost_check, measure_config,
-                                            pair_optimum, select_sweep, source_breakdown, source_claims, source_table)
+from helpers.experiments.nb07 import measure_config
+from helpers.experiments.nb07.study import (alpha_for_speedup, correlation_word, cost_check, pair_optimum, select_sweep,
+                                            source_breakdown, source_claims, source_table)
 from helpers.experiments.specdec_sweeps import assisted_generate, gamma_rows, measure_pair, sweep_configs
 from helpers.prompts import select_prompts
 from helpers.specdec.analysis import predicted_speedup

@@ -11,7 +11,7 @@ import torch
 from helpers.gpu_parts import notebook_part
 from helpers.run_info import TARGET, step_record
 from helpers.experiments.common import HANDOUT_PAIRS, LoadedModels, check_budget, seed_and_threads, took
-from helpers.experiments.nb07.study import correlation_word, alpha_speed_inversions, measure_config, select_sweep
+from helpers.experiments.nb07.study import alpha_speed_inversions, correlation_word, select_sweep
 from helpers.experiments.specdec_costs import measure_costs
 from helpers.experiments.specdec_sweeps import gamma_rows, measure_pair, sweep_configs
 from helpers.prompts import encode_prompts, load_prompts, select_prompts
@@ -112,6 +112,15 @@ def best_config(params: dict, best, name: str, prompt_rows: list[dict], source_r
                          else (prompt_rows, params["sd_sample_temperature"]))
     return sweep_configs(best["target"], best["draft"], [int(best["gamma"])], prompt_ids=[r["id"] for r in rows],
                          **{**common_config(params), "temperature": temperature})[0]
+
+
+def measure_config(target, draft, cases: list[dict], gamma: int, max_new_tokens: int, *, exclude=(), **options) -> dict:
+    """Our speculative decoding at one ``gamma`` with its AR baseline (no peer) over ``cases``: the
+    :func:`~helpers.experiments.specdec_sweeps.gamma_rows` row, without the keys in ``exclude`` (a configuration's
+    own columns). ``options`` go to :func:`~helpers.experiments.specdec_sweeps.measure_pair` (repeats, temperature,
+    seed, progress, ...)."""
+    rows = measure_pair(target, draft, cases, [int(gamma)], max_new_tokens, peer=False, **options)
+    return {k: v for k, v in gamma_rows(rows)[0].items() if k not in exclude}
 
 
 def measure_best(params: dict, store, models: LoadedModels, best, name: str, prompt_rows: list[dict],
@@ -227,7 +236,8 @@ def cost_numbers(cost_claims) -> dict:
         "cost_tv_spread_pct": int(round(100 * cost_claims["tv_spread"])) if shared else 0,
         "cost_sides_by_pair": int(cost_claims["sides_by_pair"]), "cost_low_tt_above": int(cost_claims["low_tt_above"]),
         "cost_ratios_overlap": int(cost_claims["ratios_overlap"]),
-        "cost_slow_count": len(cost_claims["tt_over_ar_step"]), "cost_slow_pairs": "; ".join(cost_claims["tt_over_ar_step"]),
+        "cost_slow_count": len(cost_claims["tt_over_ar_step"]),
+        "cost_slow_pairs": "; ".join(cost_claims["tt_over_ar_step"]),
     }
 
 
@@ -239,13 +249,15 @@ def source_numbers(by_source, by_source_run: dict, checks: dict) -> dict:
     inversions = alpha_speed_inversions(by_source)
     numbers = {
         "sources_inversions": inversions["inversions"], "sources_inversions_longer": inversions["inversions_longer"],
-        "source_overall_speedup": float(by_source_run["speedup"]), "source_overall_alpha": float(by_source_run["alpha"]),
+        "source_overall_speedup": float(by_source_run["speedup"]),
+        "source_overall_alpha": float(by_source_run["alpha"]),
         "fast_source": fast, "fast_source_speedup": float(by_source.loc[fast, "speedup"]),
         "fast_source_alpha": float(by_source.loc[fast, "alpha"]),
         "slow_source": slow, "slow_source_speedup": float(by_source.loc[slow, "speedup"]),
         "slow_source_alpha": float(by_source.loc[slow, "alpha"]),
         "sources_alpha_order": " > ".join(checks["measured_order"]),
-        "sources_order_swaps": len(checks["order_swaps"]), "sources_swaps_within_noise": int(checks["swaps_within_noise"]),
+        "sources_order_swaps": len(checks["order_swaps"]),
+        "sources_swaps_within_noise": int(checks["swaps_within_noise"]),
         "sources_separated": int(checks["separated"]),
         "sources_correlation": round(float(checks["correlation"]), 2),
         "sources_rank_correlation": round(float(checks["rank_correlation"]), 2),
@@ -253,17 +265,19 @@ def source_numbers(by_source, by_source_run: dict, checks: dict) -> dict:
         "sources_overlapping_pairs": checks["overlapping_pairs"], "sources_pairs": checks["source_pairs"],
         "sources_all_overlap": int(checks["overlapping_pairs"] == checks["source_pairs"]),
         "source_prompt_points": checks["prompts"], "source_count": len(by_source),
-        "prompt_alpha_rho": round(checks["prompt_alpha_rho"], 2), "prompt_alpha_word": correlation_word(checks["prompt_alpha_rho"]),
+        "prompt_alpha_rho": round(checks["prompt_alpha_rho"], 2),
+        "prompt_alpha_word": correlation_word(checks["prompt_alpha_rho"]),
         "prompt_length_partial_rho": round(checks["prompt_length_partial_rho"], 2),
         "prompt_length_word": correlation_word(checks["prompt_length_partial_rho"]),
     }
     for a, b, _ in checks["order_swaps"][:1]:  # b measured above a, expected below
-        numbers.update(dep_above=b, dep_below=a, **{f"dep_{s}_{end}": round(float(by_source.loc[src, f"alpha_{end}"]), 2)
-                                                    for s, src in (("above", b), ("below", a)) for end in ("low", "high")})
+        numbers.update(dep_above=b, dep_below=a)
+        numbers.update({f"dep_{side}_{end}": round(float(by_source.loc[src, f"alpha_{end}"]), 2)
+                        for side, src in (("above", b), ("below", a)) for end in ("low", "high")})
     for faster, slower in inversions["pairs"][:1]:
-        numbers.update({f"inv_{role}{key}": value for role, src in (("fast", faster), ("slow", slower)) for key, value in (
-            ("", src), ("_alpha", round(float(by_source.loc[src, "alpha"]), 3)),
-            ("_tokens", int(round(by_source.loc[src, "prompt_tokens"]))))})
+        for role, src in (("fast", faster), ("slow", slower)):
+            numbers.update({f"inv_{role}": src, f"inv_{role}_alpha": round(float(by_source.loc[src, "alpha"]), 3),
+                            f"inv_{role}_tokens": int(round(by_source.loc[src, "prompt_tokens"]))})
     return numbers
 
 
@@ -273,7 +287,8 @@ def optimum_numbers(optimum: dict) -> dict:
     (:func:`helpers.stats.order_of_sets` of the gammas tied with each best: ``later_order`` says how ``b``'s compare)
     and whether ``b`` costs more per token and agrees more often (``drafts_tradeoff``)."""
     numbers = {"optimum_all_inside": int(all(o["shape"] == "inside" for o in optimum.values())),
-               "optimum_at_edge": sum(o["shape"] != "inside" for o in optimum.values()), "two_drafts": int(len(optimum) == 2)}
+               "optimum_at_edge": sum(o["shape"] != "inside" for o in optimum.values()),
+               "two_drafts": int(len(optimum) == 2)}
     if len(optimum) != 2:
         return {**numbers, "drafts_tradeoff": 0}
     (pair_a, opt_a), (pair_b, opt_b) = optimum.items()
@@ -335,10 +350,9 @@ def pair_table(optimum: dict, costs_by_pair) -> pd.DataFrame:
     return pd.DataFrame([{
         "pair": str(pair), "best gamma": o["gamma"], "speedup": round(o["speedup"], 2), "optimum": o["shape"],
         "alpha": f"{o['alpha_range'][0]:.2f}-{o['alpha_range'][1]:.2f}", "c": round(float(o["c"]), 3),
-        "T_T (ms)": round(float(costs.loc[str(pair), "T_T (ms)"]), 2),
-        "above Eq. 5": int(costs.loc[str(pair), "above Eq. 5"]), "below Eq. 5": int(costs.loc[str(pair), "below Eq. 5"]),
-        "measured / Eq. 5": f"{costs.loc[str(pair), 'ratio low']:.2f}-{costs.loc[str(pair), 'ratio high']:.2f}",
-    } for pair, o in optimum.items()])
+        "T_T (ms)": round(float(cost["T_T (ms)"]), 2), "above Eq. 5": int(cost["above Eq. 5"]),
+        "below Eq. 5": int(cost["below Eq. 5"]), "measured / Eq. 5": f"{cost['ratio low']:.2f}-{cost['ratio high']:.2f}",
+    } for pair, o in optimum.items() for cost in [costs.loc[str(pair)]]])
 
 
 GPU_PARTS = (notebook_part("07", (RESULT, BY_SOURCE, SAMPLED,), measure),)  # the GPU window measures these rows (helpers.gpu_parts)

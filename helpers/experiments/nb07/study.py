@@ -7,16 +7,14 @@ import numpy as np
 import pandas as pd
 
 from helpers.experiments.specdec_costs import tied_gammas
-from helpers.experiments.specdec_sweeps import gamma_rows, measure_pair
 from helpers.specdec.analysis import pooled_alpha, predicted_speedup
 from helpers.stats import bootstrap_ratio_interval, wilson_interval
 
 
-
 def select_sweep(frame, configs: list[dict]):
-    """The rows of a result frame that answer ``configs`` (:func:`sweep_configs`): same pair, gamma, temperature,
-    output length, prompts and weights; pairs in the order of ``configs`` (an ordered categorical), then gamma;
-    with the Eq. 5 prediction from each row's own alpha, c and T_V/T_T in a column ``eq5``."""
+    """The rows of a result frame that answer ``configs`` (:func:`~helpers.experiments.specdec_sweeps.sweep_configs`):
+    same pair, gamma, temperature, output length, prompts and weights; pairs in the order of ``configs`` (an ordered
+    categorical), then gamma; with the Eq. 5 prediction from each row's own alpha, c and T_V/T_T in a column ``eq5``."""
     keys = ("temperature", "max_new_tokens", "target_weights", "draft_weights")
     wanted = {(c["pair"], c["gamma"]): c for c in configs}
 
@@ -33,22 +31,11 @@ def select_sweep(frame, configs: list[dict]):
     return frame
 
 
-
-def measure_config(target, draft, cases: list[dict], gamma: int, max_new_tokens: int, *, exclude=(), **options) -> dict:
-    """Our speculative decoding at one ``gamma`` with its AR baseline (no peer) over ``cases``: the
-    :func:`gamma_rows` row, without the keys in ``exclude`` (a configuration's own columns). ``options`` go to
-    :func:`measure_pair` (repeats, temperature, seed, progress, ...)."""
-    rows = measure_pair(target, draft, cases, [int(gamma)], max_new_tokens, peer=False, **options)
-    return {k: v for k, v in gamma_rows(rows)[0].items() if k not in exclude}
-
-
-
 def pair_optimum(frame) -> dict:
     """Per pair of a sweep frame: the measured best gamma, its speedup, where it lies in the sweep (``shape``:
     "inside", "at largest" where the speedup still rises at the largest gamma, "at smallest" where it falls from the
-    smallest),
-    the largest gamma measured, the range of alpha and c, and the gammas the prompts do not separate from the best
-    (``tied``: :func:`~helpers.experiments.specdec_costs.tied_gammas`)."""
+    smallest), the smallest and largest gamma measured, the range of alpha, c, and the gammas the prompts do not
+    separate from the best (``tied``: :func:`~helpers.experiments.specdec_costs.tied_gammas`)."""
     optimum = {}
     for pair, group in frame.groupby("pair", observed=True):
         top = group.loc[group["speedup"].idxmax()]
@@ -58,7 +45,6 @@ def pair_optimum(frame) -> dict:
                          "alpha_range": (group["alpha"].min(), group["alpha"].max()), "c": group["c"].iloc[0],
                          "tied": tied_gammas(group)}
     return optimum
-
 
 
 def source_breakdown(per_prompt, *, level: float = 0.95, resamples: int = 2000, seed: int = 0):
@@ -95,13 +81,11 @@ def source_breakdown(per_prompt, *, level: float = 0.95, resamples: int = 2000, 
     return pd.DataFrame(out).set_index("source").sort_values("speedup", ascending=False)
 
 
-
 def with_overall(by_source, per_prompt, **kwargs):
     """``by_source`` (:func:`source_breakdown`) with an ``all sources`` row last: the same statistics over every
     prompt of ``per_prompt`` (its speedup is the configuration's pooled speedup)."""
     overall = source_breakdown([{**row, "source": "all sources"} for row in per_prompt], **kwargs)
     return pd.concat([by_source, overall])
-
 
 
 def alpha_for_speedup(speedup: float, gamma: int, draft_ratio: float, verify_ratio: float) -> float:
@@ -121,9 +105,7 @@ def alpha_for_speedup(speedup: float, gamma: int, draft_ratio: float, verify_rat
     return high
 
 
-
 EXPECTED_SOURCE_ORDER = ("data", "code", "docstring", "prose")  # most to least predictable, as notebook 07 argues
-
 
 
 def correlation_word(rho: float) -> str:
@@ -135,16 +117,13 @@ def correlation_word(rho: float) -> str:
     return word if rho > 0 else f"{word} negative"
 
 
-
 def _spearman(x, y) -> float:
     x, y = pd.Series(np.asarray(x, dtype=float)), pd.Series(np.asarray(y, dtype=float))
     return float(x.corr(y, method="spearman")) if len(x) > 2 else float("nan")
 
 
-
 def _overlap(low_a, high_a, low_b, high_b) -> bool:
     return bool(low_a <= high_b and low_b <= high_a)
-
 
 
 def source_claims(by_source, per_prompt=None) -> dict:
@@ -201,7 +180,6 @@ def source_claims(by_source, per_prompt=None) -> dict:
     return claims
 
 
-
 def alpha_speed_inversions(by_source) -> dict:
     """Pairs of sources (not the ``all sources`` row) where the one with the higher alpha has the lower speedup, as
     ``(faster, slower)`` in ``pairs``, and how many of those have the longer prompts (``inversions_longer``: a longer
@@ -234,15 +212,14 @@ def source_table(by_source):
     })
 
 
-
 def cost_check(frame) -> tuple[pd.DataFrame, dict]:
     """What notebook 07's Eq. 5 terms were measured under, per pair of a :func:`select_sweep` frame, and the checks
     behind its prose about them.
 
     The table (one row per pair): the runtime, the prompt whose cached context the costs were timed on (the row's
-    ``cost_prompt``: the median-length prompt of the sweep; older rows: its first prompt), when the pair was measured, ``T_T``, ``T_D`` and ``T_V`` at the smallest gamma (ms), c and
-    T_V/T_T there, the AR generation's own time per token (its whole run, prefill included, ms), and how many of the
-    pair's rows lie above and below Eq. 5's prediction.
+    ``cost_prompt``: the median-length prompt of the sweep; older rows: its first prompt), when the pair was measured,
+    ``T_T``, ``T_D`` and ``T_V`` at the smallest gamma (ms), c and T_V/T_T there, the AR generation's own time per
+    token (its whole run, prefill included, ms), and how many of the pair's rows lie above and below Eq. 5.
 
     The claims: ``shared_targets`` (targets with two or more pairs, each pair with its own cost measurement);
     ``same_conditions`` (their pairs' costs ran on the same runtime and the same context prompt); ``tt_spread`` and
