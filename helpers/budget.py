@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import time
 
-from helpers.experiments.common import describe_config
+from helpers.experiments.common import BudgetExhausted, describe_config
 from helpers.results import ResultStore
 
 __all__ = ["Budget", "BudgetExhausted", "BudgetStore"]
-
-
-class BudgetExhausted(Exception):
-    """Raised before a measurement that would not finish inside ``--budget-s``."""
 
 
 class Budget:

@@ -48,13 +48,15 @@ from pathlib import Path
 
 import torch
 
-from helpers import gpu_parts, gpu_window, paths
+from helpers import gpu_window, paths
+from helpers.experiments.packages import declared_parts
 from helpers.experiments.nb09 import decode_modes, step_profile
 from helpers.experiments.gpu_costs import (CPU_PAIRS, DECODE_MODES, EQ5_ALPHAS, EQ5_CONTEXT, EQ5_DTYPE, EQ5_GAMMAS,
                                           EQ5_REPEATS, HANDOUT_PAIRS)
-from helpers.budget import Budget, BudgetExhausted, BudgetStore
+from helpers.budget import Budget, BudgetStore
+from helpers.experiments.common import BudgetExhausted
 
-# the window's priority order over the parts the notebook packages declare (helpers.gpu_parts)
+# the window's priority order over the parts the notebook packages declare (helpers.experiments.packages)
 PARTS = ("01", "decode", "eq5", "peers", "06", "graphs", "profile", "02", "03", "12", "07", "09", "13", "10", "11")
 PART_START_S = 20.0  # what a part's first step is assumed to take (a model load and one configuration)
 MAX_FILES = 8
@@ -70,13 +72,13 @@ DRY_EQ5 = {"pairs": [["cpu/Qwen3-8B", "cpu/Qwen3-0.6B"]], "gammas": [2, 3], "con
 # ------------------------------------------------------------------------------------------------------ parts
 
 def run_part(part: str, params: dict, store, eq5: dict) -> None:
-    """Measure a part's missing rows by its declaration (:class:`helpers.gpu_parts.Part`)."""
-    gpu_parts.declared()[part].measure(params, store, eq5)
+    """Measure a part's missing rows by its declaration (:class:`helpers.experiments.packages.Part`)."""
+    declared_parts()[part].measure(params, store, eq5)
 
 
 def part_files(parts) -> list[str]:
     """The result files the parts write, each once (decode and peers share one)."""
-    declared = gpu_parts.declared()
+    declared = declared_parts()
     return list(dict.fromkeys(name for part in parts for name in declared[part].files))
 
 

@@ -297,9 +297,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"results of {profile}: {info['rows']} rows from {', '.join(info['devices'])}, threads "
           f"{info['threads']}, {info['runs_text']}"
           + (f"; {info['unexplained']} step time(s) differ without a stated reason" if info["unexplained"] else ""))
-    from helpers.gpu_parts import declared  # the notebook packages (torch, pandas): imported when needed
+    from helpers.experiments.packages import declared_parts  # the notebook packages: imported when needed
 
-    for part in declared().values():  # the GPU window's tables: in the report even while notebooks wait
+    for part in declared_parts().values():  # the GPU window's tables: in the report even while notebooks wait
         for line in part.report(profile) if part.report else ():
             print(f"GPU goal: {line}")
     if not args.no_report:

@@ -13,10 +13,9 @@ import re
 import pandas as pd
 
 from helpers import paths
+from helpers.experiments import packages
 from helpers.results import latest_ok_rows
 
-TARGET = "cpu-pair/target"
-SAME_SHAPE = ("cpu-pair/target", "cpu-pair/target-long")  # target-long: the target trained further, the same shape
 SHORT_CONTEXT = 256  # tokens: the reference is the batch-1 minimal-runtime step at most this far into the cache
 DEFAULT_TOLERANCE = 1.15  # max/min counted as agreeing where no notebook timed the step twice under equal conditions
 
@@ -79,36 +78,9 @@ def other_sources(profile: str) -> list[str]:
     return found
 
 
-def step_record(notebook, what, seconds, runtime, batch, context, row) -> dict:
-    """One row of the step-time table: a notebook's timing of the CPU target's step and its conditions (each
-    notebook package's ``target_steps`` builds these from its own rows)."""
-    return {"notebook": notebook, "what": what, "ms": 1e3 * float(seconds), "runtime": runtime, "batch": int(batch),
-            "context": None if context is None else int(context), "threads": row.get("threads"), "run": row.get("run_id")}
-
-
-STEP_PACKAGES = tuple(f"nb{n:02d}" for n in range(1, 14))  # notebook packages that may define target_steps(rows)
-
-
-def target_steps(rows: dict[str, list[dict]]) -> list[dict]:
-    """Every notebook package's timings of the CPU target's one-token decode step (its ``target_steps(rows)``)."""
-    import importlib
-
-    found = []
-    for package in STEP_PACKAGES:
-        try:
-            module = importlib.import_module(f"helpers.experiments.{package}")
-        except ModuleNotFoundError as missing:
-            if missing.name != f"helpers.experiments.{package}":
-                raise
-            continue
-        if hasattr(module, "target_steps"):
-            found += module.target_steps(rows)
-    return found
-
-
 def target_step_times(rows: dict[str, list[dict]]) -> pd.DataFrame:
     """The CPU target's one-token decode step as each notebook measured it, with its conditions."""
-    return pd.DataFrame(target_steps(rows))
+    return pd.DataFrame(packages.target_steps(rows))
 
 
 def same_conditions_spread(steps: pd.DataFrame) -> float:

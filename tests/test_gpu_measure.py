@@ -8,7 +8,8 @@ import pytest
 import torch
 import yaml
 
-from helpers import gpu_measure, gpu_parts, paths
+from helpers import gpu_measure, paths
+from helpers.experiments import packages
 from helpers.experiments import gpu_costs
 from helpers.results import MissingResultError, ResultStore
 
@@ -36,7 +37,7 @@ def test_dry_run_measures_every_part_into_the_notebooks_files(dry):
     # about a minute of small models, plus inductor's first compiles of the compiled mode (about 30 s in a fresh
     # process; a warm cache of compiled kernels makes them seconds)
     assert seconds < 120, f"the dry run should take under two minutes, took {seconds:.0f} s"
-    for part, declared in gpu_parts.declared().items():
+    for part, declared in packages.declared_parts().items():
         for name in declared.files:
             found = rows(out, name)
             assert found, f"part {part} wrote no row to {name}.jsonl"
@@ -472,24 +473,19 @@ def test_floor_captions_name_the_decode_bytes(tmp_path, monkeypatch):
 def test_every_part_is_one_declaration_in_the_package_of_the_notebook_it_feeds():
     """Issue 42: a GPU measurement is one ``Part`` in its notebook's package; the window orders every declared part
     and nothing else, and each part's files are named after the notebook whose package declares it."""
-    import importlib
-
-    declared = gpu_parts.declared()
+    declared = packages.declared_parts()
     assert sorted(declared) == sorted(gpu_measure.PARTS)
-    for package in gpu_parts.NOTEBOOK_PACKAGES:
-        try:
-            module = importlib.import_module(f"helpers.experiments.{package}")
-        except ModuleNotFoundError:
-            continue
+    for module in packages.notebook_packages():
+        number = module.__name__.rsplit(".nb", 1)[1]
         for part in getattr(module, "GPU_PARTS", ()):
-            assert part.files and all(name.startswith(package[2:] + "_") for name in part.files), (package, part)
+            assert part.files and all(name.startswith(number + "_") for name in part.files), (module.__name__, part)
     assert gpu_measure.part_files(["decode", "peers"]) == ["09_decode_modes"]  # a shared file counted once
 
 
 def test_a_declared_part_is_measured_by_the_window_without_editing_gpu_measure(tmp_path, monkeypatch):
     seen = []
-    part = gpu_parts.Part("new", ("06_forward_pass_scaling",), lambda params, store, settings: seen.append(params))
-    monkeypatch.setattr(gpu_parts, "declared", lambda: {**{p: None for p in gpu_measure.PARTS}, "new": part})
+    part = packages.Part("new", ("06_forward_pass_scaling",), lambda params, store, settings: seen.append(params))
+    monkeypatch.setattr(gpu_measure, "declared_parts", lambda: {**{p: None for p in gpu_measure.PARTS}, "new": part})
     monkeypatch.setattr(gpu_measure, "PARTS", gpu_measure.PARTS + ("new",))
     summary = gpu_measure.run(PROFILE, tmp_path, only=["new"], dry_run=True, budget_s=600)
     assert summary["parts_done"] == ["new"] and len(seen) == 1

@@ -20,6 +20,11 @@ HANDOUT_PAIRS = (("Qwen/Qwen3-8B", "Qwen/Qwen3-1.7B"), ("Qwen/Qwen3-8B", "Qwen/Q
                  ("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.2-1B"))
 
 
+class BudgetExhausted(Exception):
+    """Raised before a measurement that would not finish inside the GPU window's budget (:mod:`helpers.budget`); a
+    part's measuring code lets it through (``fatal=``) where it records any other failure in a row."""
+
+
 def notebook_params(namespace: dict, prefix: str) -> dict:
     """The parameters of one notebook from its namespace (``globals()``): ``profile``, ``device`` and every name
     starting with ``prefix`` (``"sd_"`` for notebook 07), the same keys :mod:`helpers.gpu_measure` reads from a

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from helpers.gpu_parts import notebook_part
+from helpers.experiments.packages import notebook_part
 from helpers import memory
 from helpers.hardware import resolve_device
 from helpers.results import run_metadata
@@ -69,4 +69,4 @@ def measure(params: dict, store, progress: bool = True) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-GPU_PARTS = (notebook_part("01", (RESULT,), measure),)  # the GPU window measures these rows (helpers.gpu_parts)
+GPU_PARTS = (notebook_part("01", (RESULT,), measure),)  # the GPU window measures these rows (helpers.experiments.packages)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from helpers.gpu_parts import notebook_part
+from helpers.experiments.packages import notebook_part
 from helpers.experiments.common import check_budget
 from helpers.generation import sweeps as gb
 from helpers.generation.loading import load_for_sweep
@@ -180,4 +180,4 @@ def checked_crossover(found_in: dict) -> dict:
     return cross
 
 
-GPU_PARTS = (notebook_part("02", (RESULT,), measure),)  # the GPU window measures these rows (helpers.gpu_parts)
+GPU_PARTS = (notebook_part("02", (RESULT,), measure),)  # the GPU window measures these rows (helpers.experiments.packages)

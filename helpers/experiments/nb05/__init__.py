@@ -3,7 +3,7 @@ run-info page reads from its rows.
 """
 from __future__ import annotations
 
-from helpers.run_info import TARGET, step_record
+from helpers.experiments.packages import TARGET, step_record
 
 
 def target_steps(rows: dict) -> list[dict]:

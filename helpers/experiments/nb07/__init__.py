@@ -8,8 +8,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from helpers.gpu_parts import notebook_part
-from helpers.run_info import TARGET, step_record
+from helpers.experiments.packages import TARGET, notebook_part, step_record
 from helpers.experiments.common import HANDOUT_PAIRS, LoadedModels, check_budget, seed_and_threads, took
 from helpers.experiments.nb07.study import alpha_speed_inversions, correlation_word, select_sweep
 from helpers.experiments.specdec_costs import measure_costs
@@ -243,7 +242,7 @@ def cost_numbers(cost_claims) -> dict:
 
 def source_numbers(by_source, by_source_run: dict, checks: dict) -> dict:
     """The report's numbers of the per-source study: flags and counts from ``checks``
-    (:func:`helpers.experiments.nb07.study.source_claims`), the first departure from the expected order of alpha and
+    (:func:`helpers.experiments.nb07.study.source_checks`), the first departure from the expected order of alpha and
     the first pair of sources whose alpha and speedup disagree (``dep_*``, ``inv_*``; absent without one)."""
     fast, slow = checks["fast"], checks["slow"]
     inversions = alpha_speed_inversions(by_source)
@@ -355,7 +354,7 @@ def pair_table(optimum: dict, costs_by_pair) -> pd.DataFrame:
     } for pair, o in optimum.items() for cost in [costs.loc[str(pair)]]])
 
 
-GPU_PARTS = (notebook_part("07", (RESULT, BY_SOURCE, SAMPLED,), measure),)  # the GPU window measures these rows (helpers.gpu_parts)
+GPU_PARTS = (notebook_part("07", (RESULT, BY_SOURCE, SAMPLED,), measure),)  # the GPU window measures these rows (helpers.experiments.packages)
 
 
 def target_steps(rows: dict) -> list[dict]:

@@ -10,8 +10,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from helpers.gpu_parts import notebook_part
-from helpers.run_info import TARGET, step_record
+from helpers.experiments.packages import TARGET, notebook_part, step_record
 from helpers.experiments import common
 from helpers.experiments.common import check_budget, seed_and_threads
 from helpers.results import free_memory, run_metadata
@@ -416,7 +415,7 @@ def kv_draft_ratio(gpu_name: str, context_len: int) -> float:
 
 from helpers.experiments.nb09.parts import COST_PARTS  # noqa: E402 (its parts need this package's modules)
 
-GPU_PARTS = COST_PARTS + (notebook_part("09", (RESULT,), measure),)  # measured by the GPU window (helpers.gpu_parts)
+GPU_PARTS = COST_PARTS + (notebook_part("09", (RESULT,), measure),)  # measured by the GPU window (helpers.experiments.packages)
 
 
 def target_steps(rows: dict) -> list[dict]:

@@ -3,10 +3,10 @@ step mode by mode (``decode``), transformers' own decoding beside it (``peers``)
 (``eq5``), the CPU pair's terms and end-to-end runs (``graphs``) and where a step's time goes (``profile``)."""
 from __future__ import annotations
 
-from helpers.budget import BudgetExhausted
 from helpers.experiments import gpu_costs
+from helpers.experiments.common import BudgetExhausted
 from helpers.experiments.nb09 import decode_modes, step_profile
-from helpers.gpu_parts import Part
+from helpers.experiments.packages import Part
 
 FATAL = (BudgetExhausted,)  # a budget stop ends the part; any other failure is recorded in its row
 

@@ -13,8 +13,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from helpers.gpu_parts import notebook_part
-from helpers.run_info import TARGET, step_record
+from helpers.experiments.packages import TARGET, notebook_part, step_record
 from helpers.experiments.comparison import best_of, method_configs, summarise_methods
 from helpers.experiments.nb10.study import (context_coverage, copied_prefix, cost_model_agreement,
                                             draft_model_methods, forward_costs, greedy_continuation, method_specs,
@@ -427,7 +426,7 @@ def gpu_width_numbers(table: pd.DataFrame, model: str, handout_target: str = "Qw
     return numbers
 
 
-GPU_PARTS = (notebook_part("10", (RESULTS,), measure),)  # the GPU window measures these rows (helpers.gpu_parts)
+GPU_PARTS = (notebook_part("10", (RESULTS,), measure),)  # the GPU window measures these rows (helpers.experiments.packages)
 
 
 def target_steps(rows: dict) -> list[dict]:

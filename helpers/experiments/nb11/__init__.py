@@ -13,8 +13,7 @@ import os
 import pandas as pd
 from tqdm.auto import tqdm
 
-from helpers.gpu_parts import notebook_part
-from helpers.run_info import SAME_SHAPE, TARGET, step_record
+from helpers.experiments.packages import SAME_SHAPE, TARGET, notebook_part, step_record
 from helpers.experiments.nb11.study import against_one, byte_terms, compare_at, prefill_long, tied_with_best
 from helpers.specdec.analysis import predicted_speedup
 
@@ -221,7 +220,7 @@ def window_against_grid(windows: pd.DataFrame, sweep: pd.DataFrame, window: int,
             "window_grid_spread_pct": 100 * spread, "here": a.full_batch_speedup, "grid": b.full_batch_speedup}
 
 
-GPU_PARTS = (notebook_part("11", (RESULTS,), measure),)  # the GPU window measures these rows (helpers.gpu_parts)
+GPU_PARTS = (notebook_part("11", (RESULTS,), measure),)  # the GPU window measures these rows (helpers.experiments.packages)
 
 
 def target_steps(rows: dict) -> list[dict]:
