@@ -11,7 +11,7 @@ from helpers.experiments.nb07.bench import method_rows, pair_figures, print_tabl
 from helpers.experiments.nb07.figures import plot_by_source
 from helpers.experiments.nb07 import measure_config
 from helpers.experiments.nb07.study import (alpha_for_speedup, correlation_word, cost_check, pair_optimum, select_sweep,
-                                            source_breakdown, source_claims, source_table)
+                                            source_breakdown, source_checks, source_table)
 from helpers.experiments.specdec_sweeps import assisted_generate, gamma_rows, measure_pair, sweep_configs
 from helpers.prompts import select_prompts
 from helpers.specdec.analysis import predicted_speedup
@@ -197,9 +197,9 @@ def _by_source():
     return source_breakdown(per_prompt, resamples=200), per_prompt
 
 
-def test_source_claims_and_table():
+def test_source_checks_and_table():
     by_source, per_prompt = _by_source()
-    claims = source_claims(by_source)
+    claims = source_checks(by_source)
     assert claims["fast"] == "data" and claims["slow"] == "prose"
     assert claims["expected"] == ["data", "code", "prose"] and claims["measured_order"] == ["data", "code", "prose"]
     assert claims["correlation"] > 0.9 and 0 <= claims["wilson_narrower"] <= 3
@@ -207,7 +207,7 @@ def test_source_claims_and_table():
     assert claims["source_pairs"] == 3 and 0 <= claims["overlapping_pairs"] <= 3
     assert "prompts" not in claims  # the per-prompt checks need the per-prompt list
     lengths = [{**p, "prompt_tokens": n} for p, n in zip(per_prompt, (10, 20, 30, 40, 50, 60))]
-    prompt_claims = source_claims(by_source, lengths)
+    prompt_claims = source_checks(by_source, lengths)
     assert prompt_claims["prompts"] == 6 and prompt_claims["prompt_alpha_rho"] > 0.9
     assert -1 <= prompt_claims["prompt_length_partial_rho"] <= 1
     table = source_table(by_source)
@@ -222,12 +222,12 @@ def test_measure_config_is_one_gamma_row_without_config_columns(peaked_pair, cas
     assert row["prompt_ids"] == ["p0", "p1"] and "assisted_time_s" not in row
 
 
-def test_source_claims_count_overlapping_intervals():
+def test_source_checks_count_overlapping_intervals():
     by_source = pd.DataFrame({"alpha": [0.80, 0.81, 0.70], "speedup": [1.5, 1.4, 1.3], "speedup_low": [1.3, 1.2, 1.0],
                               "speedup_high": [1.7, 1.35, 1.25], "alpha_low": [0.7, 0.7, 0.6],
                               "alpha_high": [0.9, 0.9, 0.8], "alpha_wilson_low": [0.75, 0.76, 0.65],
                               "alpha_wilson_high": [0.85, 0.86, 0.75]}, index=["a", "b", "c"])
-    claims = source_claims(by_source)
+    claims = source_checks(by_source)
     assert claims["overlapping_pairs"] == 2 and claims["source_pairs"] == 3  # a-b and b-c overlap, a-c do not
     assert claims["separated"] and not claims["same_order"]  # alpha ranks b first, the speedup a
     assert claims["rank_correlation"] == pytest.approx(0.5)
@@ -281,19 +281,19 @@ def test_cost_check_makes_no_low_tt_claim_when_no_row_lies_above_eq5():
     assert list(table["ratio high"].round(3)) == [0.65, 0.55, 0.6]
 
 
-def test_source_claims_name_each_departure_from_the_expected_order():
+def test_source_checks_name_each_departure_from_the_expected_order():
     # data > code > docstring > prose expected; prose and docstring swap, inside overlapping alpha intervals
     by_source = pd.DataFrame({"alpha": [0.86, 0.80, 0.72, 0.76], "speedup": [1.5, 1.54, 1.31, 1.4],
                               "speedup_low": [1.2] * 4, "speedup_high": [1.8] * 4,
                               "alpha_low": [0.8, 0.75, 0.68, 0.71], "alpha_high": [0.9, 0.85, 0.76, 0.82],
                               "alpha_wilson_low": [0.8] * 4, "alpha_wilson_high": [0.9] * 4},
                              index=["data", "code", "docstring", "prose"])
-    claims = source_claims(by_source)
+    claims = source_checks(by_source)
     assert claims["order_swaps"] == [("docstring", "prose", True)] and claims["swaps_within_noise"]
     apart = by_source.assign(alpha_high=[0.9, 0.85, 0.70, 0.82], alpha_low=[0.8, 0.75, 0.68, 0.74])
-    assert not source_claims(apart)["swaps_within_noise"]
+    assert not source_checks(apart)["swaps_within_noise"]
     in_order = by_source.assign(alpha=[0.86, 0.80, 0.76, 0.72])
-    assert source_claims(in_order)["order_swaps"] == [] and source_claims(in_order)["swaps_within_noise"]
+    assert source_checks(in_order)["order_swaps"] == [] and source_checks(in_order)["swaps_within_noise"]
 
 
 def test_specdec_benchmark_is_registered_from_its_experiment_module(capsys):

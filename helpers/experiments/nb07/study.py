@@ -126,7 +126,7 @@ def _overlap(low_a, high_a, low_b, high_b) -> bool:
     return bool(low_a <= high_b and low_b <= high_a)
 
 
-def source_claims(by_source, per_prompt=None) -> dict:
+def source_checks(by_source, per_prompt=None) -> dict:
     """The checks behind notebook 07's per-source prose, on a :func:`source_breakdown` frame (fastest first):
     the expected and the measured order of alpha, the fastest and slowest source, whether their speedup (and alpha)
     intervals are separated, the correlation of alpha and speedup over sources (Pearson ``correlation`` and Spearman
