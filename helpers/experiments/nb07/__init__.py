@@ -8,8 +8,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from helpers.gpu_parts import notebook_part
-from helpers.run_info import TARGET, step_record
+from helpers.experiments.packages import TARGET, notebook_part, step_record
 from helpers.experiments.common import HANDOUT_PAIRS, LoadedModels, check_budget, seed_and_threads, took
 from helpers.experiments.nb07.study import alpha_speed_inversions, correlation_word, select_sweep
 from helpers.experiments.specdec_costs import measure_costs
@@ -355,7 +354,7 @@ def pair_table(optimum: dict, costs_by_pair) -> pd.DataFrame:
     } for pair, o in optimum.items() for cost in [costs.loc[str(pair)]]])
 
 
-GPU_PARTS = (notebook_part("07", (RESULT, BY_SOURCE, SAMPLED,), measure),)  # the GPU window measures these rows (helpers.gpu_parts)
+GPU_PARTS = (notebook_part("07", (RESULT, BY_SOURCE, SAMPLED,), measure),)  # the GPU window measures these rows (helpers.experiments.packages)
 
 
 def target_steps(rows: dict) -> list[dict]:
