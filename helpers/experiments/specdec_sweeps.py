@@ -2,10 +2,10 @@
 autoregressive baseline (``ar``), our speculative decoding for each gamma (``sd``) and ``target.generate(
 assistant_model=draft)`` (``assisted``, the peer) with the same gammas and with its own default schedule.
 
-Notebook 07 (and its benchmark, ``python -m helpers.bench specdec``) runs :func:`measure_pair` per pair and stores :func:`gamma_rows` in
-``results/<profile>/07_speculative_decoding.jsonl``: ONE ROW PER (pair, gamma), for our speculative decoding,
-with the AR baseline and the assisted-generation peer of the same prompts in columns (so every row has an
-integer ``gamma``). Columns, besides the metadata of ``run_metadata`` (device_name, device_memory_bytes, ...):
+Notebook 07 (and its benchmark, ``python -m helpers.bench specdec``) runs :func:`measure_pair` per pair and stores
+:func:`gamma_rows` in ``results/<profile>/07_speculative_decoding.jsonl``: ONE ROW PER (pair, gamma), for our
+speculative decoding, with the AR baseline and the assisted-generation peer of the same prompts in columns (so every
+row has an integer ``gamma``). Columns, besides the metadata of ``run_metadata`` (device_name, device_memory_bytes, ...):
 
 - config: ``pair`` ("target / draft"), ``target``, ``draft``, ``gamma``, ``runtime`` (``helpers.models.runtime``'s
   runtime of ours and the AR baseline), ``temperature``, ``max_new_tokens``,
@@ -28,8 +28,9 @@ integer ``gamma``). Columns, besides the metadata of ``run_metadata`` (device_na
   ``T_D_s``, ``c`` = T_D/T_T, ``T_V_s`` and ``verify_ratio`` = T_V(gamma)/T_T;
 - ``per_prompt``: a list with one dict per prompt (``prompt_id``, ``source``, ``prompt_tokens``,
   ``new_tokens``, ``ar_time_s``, ``time_s``, ``assisted_time_s``, ``accepted``, ``rejections``, ``rounds``,
-  ``identical_to_ar``) for per-source breakdowns (:func:`helpers.experiments.nb07.study.source_breakdown`). Notebook 07 stores a row of the same
-  shape for the best configuration on the per-source prompt set in ``07_speculative_decoding_by_source.jsonl``.
+  ``identical_to_ar``) for per-source breakdowns (:func:`helpers.experiments.nb07.study.source_breakdown`).
+  Notebook 07 stores a row of the same shape for the best configuration on the per-source prompt set in
+  ``07_speculative_decoding_by_source.jsonl``.
 
 :func:`measure_pair` itself returns one row per method x gamma x prompt (``method`` "ar", "sd" or "assisted";
 ``gamma`` null for ar and for assisted's default schedule).
