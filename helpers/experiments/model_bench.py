@@ -103,10 +103,6 @@ def run(args) -> dict:
                    **{f"{key}_range_ms": [min(v), max(v)] for key, v in ms.items()},
                    "separate_over_fused": statistics.median(s / f for s, f in zip(ms["separate"], ms["fused"]))}
             figures["runs"].append(run)
-            print(f"threads {run['threads']}, {name}: fused {run['fused_ms']:.3f} ms/token "
-                  f"[{min(ms['fused']):.3f}-{max(ms['fused']):.3f}], separate {run['separate_ms']:.3f} "
-                  f"[{min(ms['separate']):.3f}-{max(ms['separate']):.3f}]: separate/fused "
-                  f"{run['separate_over_fused']:.3f}x (median of paired rounds)"
-                  + (f"; fused+compiled {run['fused+compiled_ms']:.3f}" if args.compiled else ""), flush=True)
+            print({key: round(v, 3) if isinstance(v, float) else v for key, v in run.items()}, flush=True)  # ms/token
     torch.set_num_threads(default_threads)
     return figures

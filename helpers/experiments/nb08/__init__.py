@@ -507,28 +507,35 @@ def short_regime_headers(grid: pd.DataFrame) -> pd.DataFrame:
     return grid.rename(columns=names)
 
 
+def _measured_pair_rows(target_id: str, draft_id: str):
+    """(datasheet GPU name, row) of every GPU window's Eq. 5 cost row of one pair (random weights, bf16, batch 1)."""
+    from helpers.experiments.gpu_costs import COSTS, gpu_cost_folders, read_rows
+    from helpers.gpu_specs import gpu_spec
+
+    for folder in gpu_cost_folders():
+        for row in read_rows(folder, COSTS):
+            if row.get("target") == target_id and row.get("draft") == draft_id:
+                try:
+                    yield gpu_spec(str(row.get("device_name")))["gpu"], row
+                except KeyError:
+                    yield str(row.get("device_name")), row
+
+
 def measured_terms_speedups(target_id: str, draft_id: str, gamma: int, alpha: float) -> dict:
     """Eq. 5 for one handout pair with the cost terms a GPU window MEASURED for it (c and T_V(gamma)/T_T, random
     weights, bf16, batch 1; eager and with CUDA graphs) in place of the roofline's, at the borrowed ``alpha``: one
     column per GPU profile and decode mode, ``"<GPU>, measured terms, <mode> (Eq. 5)"``; NaN where the measured
     T_V/T_T at ``gamma`` is below 1, a timing artefact (:func:`~helpers.experiments.gpu_costs.verify_artefacts`).
     Empty without such rows."""
-    from helpers.experiments.gpu_costs import COSTS, gpu_cost_folders, read_rows, trusted_verify_ratios
-    from helpers.gpu_specs import gpu_spec
+    from helpers.experiments.gpu_costs import trusted_verify_ratios
     from helpers.specdec.analysis import predicted_speedup
 
     found = {}
-    for folder in gpu_cost_folders():
-        for row in read_rows(folder, COSTS):
-            ratios = trusted_verify_ratios(row)  # a T_V/T_T below 1 is a timing artefact: no prediction from it
-            if row.get("target") == target_id and row.get("draft") == draft_id and str(gamma) in row.get(
-                    "verify_ratio", {}):
-                try:
-                    gpu = gpu_spec(str(row.get("device_name")))["gpu"]
-                except KeyError:
-                    gpu = str(row.get("device_name"))
-                found[f"{gpu}, measured terms, {row.get('decode', 'eager')} (Eq. 5)"] = float(
-                    predicted_speedup(gamma, alpha, row["c"], ratios[gamma])) if gamma in ratios else float("nan")
+    for gpu, row in _measured_pair_rows(target_id, draft_id):
+        ratios = trusted_verify_ratios(row)  # a T_V/T_T below 1 is a timing artefact: no prediction from it
+        if str(gamma) in row.get("verify_ratio", {}):
+            found[f"{gpu}, measured terms, {row.get('decode', 'eager')} (Eq. 5)"] = float(
+                predicted_speedup(gamma, alpha, row["c"], ratios[gamma])) if gamma in ratios else float("nan")
     return found
 
 
@@ -557,34 +564,26 @@ def measured_terms_optimum(target_id: str, draft_id: str, alpha: float) -> list[
     measured from the line through the measured ones (:func:`~helpers.specdec.analysis.linear_verify_cost`, said so in
     ``extrapolated``), the speedup at the largest measured gamma beside it, and the break-even alpha
     (:func:`~helpers.specdec.analysis.break_even_alpha`, over the measured gammas). Empty without such rows."""
-    from helpers.experiments.gpu_costs import COSTS, gpu_cost_folders, read_rows, trusted_verify_ratios, \
-        verify_artefacts
-    from helpers.gpu_specs import gpu_spec
+    from helpers.experiments.gpu_costs import trusted_verify_ratios, verify_artefacts
     from helpers.specdec.analysis import break_even_alpha, linear_verify_cost, optimal_gamma, predicted_speedup
 
     found = []
-    for folder in gpu_cost_folders():
-        for row in read_rows(folder, COSTS):
-            ratios = trusted_verify_ratios(row)  # without the artefacts (T_V/T_T < 1 at gamma >= 1)
-            if row.get("target") != target_id or row.get("draft") != draft_id or not ratios:
-                continue
-            if len(ratios) >= 2:  # the line through the trusted ratios stands in for the gammas not measured
-                line = linear_verify_cost(list(ratios), list(ratios.values()))
-                verify = lambda g, ratios=ratios, line=line: ratios[g] if g in ratios else line(g)  # noqa: E731
-                candidates = range(1, max(ratios) + 1)
-            else:  # one trusted ratio draws no line: only the measured gamma
-                verify, candidates = ratios.__getitem__, list(ratios)
-            gamma, speedup = optimal_gamma(alpha, row["c"], verify, candidates)
-            try:
-                gpu = gpu_spec(str(row.get("device_name")))["gpu"]
-            except KeyError:
-                gpu = str(row.get("device_name"))
-            top = max(ratios)
-            found.append({"gpu": gpu, "decode": row.get("decode", "eager"), "gamma": int(gamma),
-                          "speedup": float(speedup), "extrapolated": gamma not in ratios,
-                          "largest_gamma": top, "at_largest": float(predicted_speedup(top, alpha, row["c"], ratios[top])),
-                          "break_even_alpha": break_even_alpha(row["c"], ratios)[0],
-                          "artefacts": verify_artefacts(row)})
+    for gpu, row in _measured_pair_rows(target_id, draft_id):
+        ratios = trusted_verify_ratios(row)  # without the artefacts (T_V/T_T < 1 at gamma >= 1)
+        if not ratios:
+            continue
+        if len(ratios) >= 2:  # the line through the trusted ratios stands in for the gammas not measured
+            line = linear_verify_cost(list(ratios), list(ratios.values()))
+            verify = lambda g, ratios=ratios, line=line: ratios[g] if g in ratios else line(g)  # noqa: E731
+            candidates = range(1, max(ratios) + 1)
+        else:  # one trusted ratio draws no line: only the measured gamma
+            verify, candidates = ratios.__getitem__, list(ratios)
+        gamma, speedup = optimal_gamma(alpha, row["c"], verify, candidates)
+        top = max(ratios)
+        found.append({"gpu": gpu, "decode": row.get("decode", "eager"), "gamma": int(gamma),
+                      "speedup": float(speedup), "extrapolated": gamma not in ratios,
+                      "largest_gamma": top, "at_largest": float(predicted_speedup(top, alpha, row["c"], ratios[top])),
+                      "break_even_alpha": break_even_alpha(row["c"], ratios)[0], "artefacts": verify_artefacts(row)})
     return found
 
 
