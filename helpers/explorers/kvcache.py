@@ -86,33 +86,41 @@ def _size(n: float) -> str:
         n /= 1024
 
 
+_CELL = "padding: 1px 10px; text-align: right; border-bottom: 1px solid #eee"
+_CSS = f"<style>.explorer-04 td, .explorer-04 th {{{_CELL}}}</style>"
+_HEADER = ("model", "S", "B", "KV cache", "step with cache (ms)", "step without (ms)", "without / with")
+_NOTE = ("one decode step at position S (median of 3 runs after a warm-up, this CPU, fp32); highlighted: the current "
+         "setting. Without the cache a step recomputes all S tokens, so its cost grows with S; with it, the step reads "
+         "S cached keys and values.")
+
+
+def _row(cells, tag: str = "td", highlight: bool = False) -> str:
+    """One table row; the first cell (the model) left-aligned."""
+    first, *rest = cells
+    style = ' style="background:#fff3c4"' if highlight else ""
+    return (f"<tr{style}><{tag} style='text-align:left'>{first}</{tag}>"
+            + "".join(f"<{tag}>{cell}</{tag}>" for cell in rest) + "</tr>")
+
+
 def explorer_html(name: str, seq_len: int, batch_size: int, measured: dict) -> str:
     """The explorer's page: this setting's memory and step times, and every setting measured so far."""
     sizes = kv_cache_sizes(name, seq_len, batch_size)
-    lines = [f"<b>KV cache</b> of {html.escape(name)} for B={batch_size} × S={seq_len}: <b>{_size(sizes['bytes'])}</b> "
-             f"(fp32; 2 × {sizes['layers']} layers × {sizes['kv_heads']} KV heads × {sizes['head_dim']} dims × 4 B = "
-             f"{sizes['bytes_per_token']:,} B per token per sequence)"]
+    formula = (f"2 × {sizes['layers']} layers × {sizes['kv_heads']} KV heads × {sizes['head_dim']} dims × 4 B = "
+               f"{sizes['bytes_per_token']:,} B per token per sequence")
+    lines = [f"<b>KV cache</b> of {html.escape(name)} for B={batch_size} × S={seq_len}: "
+             f"<b>{_size(sizes['bytes'])}</b> (fp32; {formula})"]
     if "full_model" in sizes:
-        lines.append(f"the full-size {sizes['full_model']} in bf16 at the same B and S: <b>{_size(sizes['full_bytes'])}"
-                     "</b> (notebook 01's formula)")
-    rows = []
-    for (model, s, b), times in sorted(measured.items()):
-        current = (model, s, b) == (name, seq_len, batch_size)
-        style = ' style="background:#fff3c4"' if current else ""
-        rows.append(f"<tr{style}><td style='text-align:left'>{html.escape(model)}</td><td>{s}</td><td>{b}</td>"
-                    f"<td>{_size(kv_cache_sizes(model, s, b)['bytes'])}</td><td>{times['cached_s'] * 1e3:.2f}</td>"
-                    f"<td>{times['uncached_s'] * 1e3:.2f}</td>"
-                    f"<td><b>{times['uncached_s'] / times['cached_s']:.1f}x</b></td></tr>")
-    table = ("<table><tr><th style='text-align:left'>model</th><th>S</th><th>B</th><th>KV cache</th>"
-             "<th>step with cache (ms)</th><th>step without (ms)</th><th>without / with</th></tr>"
-             + "".join(rows) + "</table>")
-    return ('<div class="wb-explorer explorer-04" style="font-size: 13px">'
-            "<style>.explorer-04 td, .explorer-04 th {padding: 1px 10px; text-align: right; "
-            "border-bottom: 1px solid #eee}</style>"
-            + "<br>".join(lines) + f"<div style='margin-top: 6px'>{table}</div>"
-            "<div style='font-size: 11px; color: #666'>one decode step at position S (median of 3 runs after a "
-            "warm-up, this CPU, fp32); highlighted: the current setting. Without the cache a step recomputes all S "
-            "tokens, so its cost grows with S; with it, the step reads S cached keys and values.</div></div>")
+        lines.append(f"the full-size {sizes['full_model']} in bf16 at the same B and S: "
+                     f"<b>{_size(sizes['full_bytes'])}</b> (notebook 01's formula)")
+    rows = [_row((html.escape(model), s, b, _size(kv_cache_sizes(model, s, b)["bytes"]),
+                  f"{times['cached_s'] * 1e3:.2f}", f"{times['uncached_s'] * 1e3:.2f}",
+                  f"<b>{times['uncached_s'] / times['cached_s']:.1f}x</b>"), highlight=(model, s, b) == (name, seq_len,
+                                                                                                 batch_size))
+            for (model, s, b), times in sorted(measured.items())]
+    table = "<table>" + _row(_HEADER, "th") + "".join(rows) + "</table>"
+    return (f'<div class="wb-explorer explorer-04" style="font-size: 13px">{_CSS}' + "<br>".join(lines)
+            + f"<div style='margin-top: 6px'>{table}</div>"
+            + f"<div style='font-size: 11px; color: #666'>{_NOTE}</div></div>")
 
 
 def kv_cache_explorer(model: str = "cpu-pair/target", seq_len: int = 256, batch_size: int = 1, *, run: bool = True):
