@@ -197,9 +197,11 @@ def test_model_comparison_helpers():
     assert (found["n_separated"], found["n_pairs"]) == (1, 1)
 
 
-def test_lengths_text_names_the_skipped_lengths():
-    assert gr.lengths_text(input_rows(), "input_len", 4.0) == ("powers of 2 from 1 to 4,096 (16,384 to 32,768 not run: "
-                                                               "over the 4 s time cap)")
+def test_run_lengths_names_the_skipped_lengths():
+    # the protocol table's "powers of 2 from 1 to 4,096 (16,384 to 32,768 not run: over the 4 s time cap)"
+    assert gr.run_lengths(input_rows(), "input_len") == {"first": 1, "last": 4096, "skipped": 2,
+                                                         "skipped_first": 16384, "skipped_last": 32768}
+    assert gr.run_lengths(input_rows()[:-2], "input_len")["skipped"] == 0
 
 
 def test_measured_crossover_interpolates_between_the_bracketing_lengths():

@@ -12,7 +12,7 @@ sweep rows of :mod:`helpers.generation.sweeps` into what the notebook shows and 
   where the prediction exceeds it.
 - :func:`compare_row` / :func:`ordering` / :func:`feature_verdicts`: the model comparison (§1.3.3), where only
   pairs of models whose times are separated beyond their min-max ranges count as evidence.
-- :func:`lengths_text`: "powers of 2 from a to b (... not run)" for the protocol table.
+- :func:`run_lengths`: the lengths run and not run, for the protocol table.
 """
 from __future__ import annotations
 
@@ -439,13 +439,13 @@ def feature_verdicts(measured: pd.DataFrame, features: list[str]) -> dict:
             "n_separated": sum(comparable(i, j) for i, j in pairs), "n_pairs": len(pairs)}
 
 
-def lengths_text(rows: list[dict], key: str, cap: float | None) -> str:
-    """'powers of 2 from a to b' over the lengths that were run, and which were not (over the time ``cap``)."""
+def run_lengths(rows: list[dict], key: str) -> dict:
+    """The shortest and longest lengths of a sweep that were run, and of those not run (over the time cap):
+    ``first``, ``last``, ``skipped`` (how many), ``skipped_first``, ``skipped_last`` (None where none)."""
     done = [r[key] for r in rows if r["status"] != STATUS_NOT_RUN]
-    text = f"powers of 2 from {min(done):,} to {max(done):,}"
     skipped = [r[key] for r in rows if r["status"] == STATUS_NOT_RUN]
-    return text + (f" ({min(skipped):,} to {max(skipped):,} not run: over the "
-                   f"{cap:g} s time cap)" if skipped else "")
+    return {"first": min(done), "last": max(done), "skipped": len(skipped), "skipped_first": min(skipped, default=None),
+            "skipped_last": max(skipped, default=None)}
 
 
 def measured_by_time(compare: pd.DataFrame) -> pd.DataFrame:
