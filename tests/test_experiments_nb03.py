@@ -69,8 +69,8 @@ def test_setting_numbers(params):
     common = pd.Series({s: 1.5 for s in nb03.NUMBER_KEYS})
     numbers = nb03.setting_numbers(explain, common, nb03.settings(params), 64)
     assert numbers["kvbBaseModel"] == params["kvb_baseline_model"]
-    assert numbers["kvbLongSpeedupMaxFrom"] == "extrapolated from the fitted quadratic"
-    assert numbers["kvbOldSpeedupMaxFrom"] == "measured"
+    assert numbers["kvbLongSpeedupMaxFit"] == 1  # "with the no-cache time extrapolated from the fitted quadratic"
+    assert numbers["kvbOldSpeedupMaxFit"] == 0  # "... measured"
     assert numbers["kvbSmallSpeedupCommon"] == 1.5 and numbers["kvbSmallMeasured"] == 64
     # regression: the figure's caption spoke of extrapolated hollow points where every point was measured
     capped = explain.assign(**{"no-cache measured up to": 32})
