@@ -1,19 +1,9 @@
-"""Tables, figures and findings of the generation benchmarks (notebook 02, handout §1.3): each function turns the
-sweep rows of :mod:`helpers.generation.sweeps` into what the notebook shows and the numbers and flags its sentences
-(and the report's) are chosen from.
-
-- :func:`sweep_table` / :func:`sweep_figure`: one sweep (input or output lengths) as a table with the memory
-  prediction column, and as a figure (time with its least-squares line, throughput; OOM, not-run and
-  predicted-OOM lengths marked; :func:`figure_marks` says which).
-- :func:`input_findings` / :func:`output_findings`: the numbers computed from each sweep. Points slower than a
-  longer length beyond the measured spread (:func:`helpers.generation.sweeps.non_monotone_noise`) are flagged as
-  noise in the table and figure and left out of the growth figures, fits and throughput numbers.
-- :func:`card_numbers` / :func:`prediction_numbers`: which memory the prediction column is compared with, and
-  where the prediction exceeds it.
-- :func:`compare_row` / :func:`ordering` / :func:`feature_verdicts`: the model comparison (§1.3.3), where only
-  pairs of models whose times are separated beyond their min-max ranges count as evidence.
-- :func:`run_lengths`: the lengths run and not run, for the protocol table.
-"""
+"""Notebook 02's tables, figures and findings (handout §1.3), from the sweep rows of :mod:`helpers.generation.sweeps`:
+:func:`sweep_table` / :func:`sweep_figure` (:func:`figure_marks` says which marks it draws); the numbers and flags
+the sentences are chosen from, :func:`input_findings` / :func:`output_findings` (points slower than a longer length
+beyond both rows' min-max ranges are noise, left out), :func:`card_numbers` / :func:`prediction_numbers` (the memory
+the prediction column is set against); the model comparison (:func:`compare_row`, :func:`feature_verdicts`: only
+pairs of models separated beyond their min-max ranges are evidence); :func:`run_lengths` for the protocol table."""
 from __future__ import annotations
 
 import math
@@ -44,17 +34,10 @@ def sweep_table(rows: list[dict], key: str, header: str, prediction: memory.Gene
 
 
 def _legend_extras(not_run, over, oom, over_label):
-    handles, labels = [], []
-    if not_run:
-        handles.append(plt.Rectangle((0, 0), 1, 1, color="0.88"))
-        labels.append("not run on this profile (time cap)")
-    if over:
-        handles.append(plt.Line2D([], [], color="tab:orange", ls="--", lw=1))
-        labels.append(over_label)
-    if oom:
-        handles.append(plt.Line2D([], [], color="red", ls=":", lw=1))
-        labels.append("OOM (measured)")
-    return handles, labels
+    extras = [(not_run, plt.Rectangle((0, 0), 1, 1, color="0.88"), "not run on this profile (time cap)"),
+              (over, plt.Line2D([], [], color="tab:orange", ls="--", lw=1), over_label),
+              (oom, plt.Line2D([], [], color="red", ls=":", lw=1), "OOM (measured)")]
+    return [h for show, h, _ in extras if show], [label for show, _, label in extras if show]
 
 
 def _format_log_axis(ax, x_label, y_label, oom, not_run, over):
@@ -89,23 +72,21 @@ def sweep_figure(rows: list[dict], x_key: str, x_label: str, title: str, predict
     tput_err = [tput - tput * ok["time_s_mean"] / ok["time_s_max"],
                 tput * ok["time_s_mean"] / ok["time_s_min"] - tput]
     axes[1].errorbar(ok[x_key], tput, yerr=tput_err, marker="o", capsize=2, label="generated tokens/s (min-max)")
+    total_tput = prediction.batch_size * (ok["input_len"] + ok["new_tokens"]) / ok["time_s_median"]
     if total:
-        axes[1].plot(ok[x_key], prediction.batch_size * (ok["input_len"] + ok["new_tokens"]) / ok["time_s_median"],
-                     marker="s", ls="--", label="prompt + generated tokens/s")
+        axes[1].plot(ok[x_key], total_tput, marker="s", ls="--", label="prompt + generated tokens/s")
     noisy = ok[ok["noise"]]
     if len(noisy):  # marked as notebook 03 marks its noisy points
         axes[0].plot(noisy[x_key], noisy["time_s_median"], marker="x", ms=9, ls="", color="red",
                      label="noise: slower than a longer length beyond both min-max ranges")
         axes[1].plot(noisy[x_key], noisy["throughput_tok_s"], marker="x", ms=9, ls="", color="red")
         if total:
-            axes[1].plot(noisy[x_key], prediction.batch_size * (noisy["input_len"] + noisy["new_tokens"])
-                         / noisy["time_s_median"], marker="x", ms=9, ls="", color="red")
+            axes[1].plot(noisy[x_key], total_tput[ok["noise"]], marker="x", ms=9, ls="", color="red")
     for ax, label in [(axes[0], "time per batch (s)"), (axes[1], "throughput (tokens/s)")]:
         _format_log_axis(ax, x_label, label, oom, not_run, over)
-    handles = [h for ax in axes for h in ax.get_legend_handles_labels()[0]]
-    labels = [lab for ax in axes for lab in ax.get_legend_handles_labels()[1]]
     extra_handles, extra_labels = _legend_extras(not_run, over, oom, over_label)
-    handles, labels = handles + extra_handles, labels + extra_labels
+    handles = [h for ax in axes for h in ax.get_legend_handles_labels()[0]] + extra_handles
+    labels = [lab for ax in axes for lab in ax.get_legend_handles_labels()[1]] + extra_labels
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize="x-small", frameon=False)
     fig.suptitle(title, fontsize="medium")
     fig.tight_layout(rect=(0, 0.06 + 0.045 * math.ceil(len(labels) / 2), 1, 0.94))
@@ -284,6 +265,8 @@ def card_numbers(prediction: memory.GenerationPrediction) -> dict:
             "genPredictCardGiB": f"{card.total_bytes / memory.GiB:.2f}", "genPredictOtherCount": len(listed[1:]),
             "genPredictOthers": "; ".join(c.label for c in listed[1:]) or "--",
             "genPredictDatasheetGiB": f"{gpu_gb * memory.GB / memory.GiB:.2f}"}
+
+
 RESERVE_GB = 2.0  # §1.2.1's fixed reserve for the CUDA context, allocator slack and temporaries
 
 
@@ -295,21 +278,14 @@ def card_torch_bytes(gpu_gb: float, rows: list[dict] | None = None, name: str = 
     80GB: 85,017,493,504 B against 81,559 MiB = 85,521,661,952 B)."""
     from helpers.results import gpu_result_folders, latest_ok_rows
 
-    def match(found, where):
+    sources = [(rows or [], "this profile's rows")] + [
+        (latest_ok_rows(folder / f"{name}.jsonl"), f"results/{folder.name}") for folder in gpu_result_folders(name)]
+    for found, where in sources:
         for row in found:
             device = str(row.get("device_name", ""))
             if (row.get("device") == "cuda" and row.get("device_memory_bytes")
                     and any(c.card.split()[0] in device for c in memory.cards_sold_as(gpu_gb))):
                 return int(row["device_memory_bytes"]), device, where
-        return None
-
-    own = match(rows or [], "this profile's rows")
-    if own:
-        return own
-    for folder in gpu_result_folders(name):
-        found = match(latest_ok_rows(folder / f"{name}.jsonl"), f"results/{folder.name}")
-        if found:
-            return found
     return None
 
 
