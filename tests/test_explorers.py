@@ -104,6 +104,18 @@ def test_speculative_explorer_builds_without_running():
     assert "press Generate" in explorer.children[-1].value
 
 
+def test_the_explorer_page_is_styled_per_kind_and_names_its_run():
+    """The page is built from a table of CSS rules and small tags (no long HTML strings): every token kind has its
+    colours, and the outer div carries the class and run number the browser test waits for."""
+    from helpers.explorers.specdec import CSS, STYLES, _page, _tag
+
+    for kind, (background, colour, border) in STYLES.items():
+        assert f".wb-explorer .tok.{kind} {{background: {background}; color: {colour}; border-bottom: {border}}}" in CSS
+    assert CSS.startswith("<style>") and CSS.endswith("</style>") and ".wb-explorer td, .wb-explorer th {" in CSS
+    assert _tag("span", "x", cls="tok bonus", title="t") == '<span class="tok bonus" title="t">x</span>'
+    assert _page(3, "body").startswith('<div class="wb-explorer explorer-07" data-run="3"><style>')
+
+
 # ------------------------------------------------------------------------------------------------- notebook 09
 
 

@@ -221,7 +221,7 @@ def cost_check(frame) -> tuple[pd.DataFrame, dict]:
     ``T_T``, ``T_D`` and ``T_V`` at the smallest gamma (ms), c and T_V/T_T there, the AR generation's own time per
     token (its whole run, prefill included, ms), and how many of the pair's rows lie above and below Eq. 5.
 
-    The claims: ``shared_targets`` (targets with two or more pairs, each pair with its own cost measurement);
+    The checks: ``shared_targets`` (targets with two or more pairs, each pair with its own cost measurement);
     ``same_conditions`` (their pairs' costs ran on the same runtime and the same context prompt); ``tt_spread`` and
     ``tv_spread`` (largest relative spread, max/min - 1, of one target's T_T and of its T_V at the smallest gamma
     across its pairs; nan without a shared target); ``above``, ``below`` and ``rows`` (Eq. 5 sides over all rows);
