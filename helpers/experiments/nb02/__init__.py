@@ -161,7 +161,8 @@ def prefill_check(input_rows: list[dict], output_rows: list[dict]) -> dict:
             "genPrefillSplitLowS": split_low, "genPrefillSplitHighS": split_high, "genPrefillDirectS": direct,
             "genPrefillDirectLowS": one["time_s_min"], "genPrefillDirectHighS": one["time_s_max"],
             "genPrefillOverstated": int(split_low > one["time_s_max"]), "genPrefillSteps": at["new_tokens"],
-            "genPrefillPerStepMs": 1e3 * (split - direct) / at["new_tokens"], "genPrefillMedianAbove": int(split > direct)}
+            "genPrefillPerStepMs": 1e3 * (split - direct) / at["new_tokens"],
+            "genPrefillMedianAbove": int(split > direct)}
 
 
 def checked_crossover(found_in: dict) -> dict:

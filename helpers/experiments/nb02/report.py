@@ -186,7 +186,8 @@ def _total_throughput(clean: pd.DataFrame, batch_size: int) -> dict:
     falls = (peak["input_len"] < long["input_len"]
              and tokens[peak.name] / clean["time_s_max"][peak.name] > tokens.iloc[-1] / long["time_s_min"])
     at = 0 if peak["input_len"] == short["input_len"] else 2 if peak["input_len"] == long["input_len"] else 1
-    return {"TotalShort": round(float(short["total_tok_s_median"])), "TotalPeak": round(float(peak["total_tok_s_median"])),
+    return {"TotalShort": round(float(short["total_tok_s_median"])),
+            "TotalPeak": round(float(peak["total_tok_s_median"])),
             "TotalPeakLen": int(peak["input_len"]), "TotalLong": round(float(long["total_tok_s_median"])),
             "TotalPeakAt": at, "TotalFalls": int(falls)}
 

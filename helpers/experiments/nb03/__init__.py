@@ -1,7 +1,8 @@
 """Notebook 03 (handout §2.1): generation with and without the KV cache in the handout's four settings. The
 configurations built from the notebook's ``kvb_*`` parameters, written once for the notebook and
 :mod:`helpers.gpu_measure`; the measurement of what the result file lacks (the cold first call, the four paired
-sweeps, the matrix-multiply share of a cached generation); and the summaries the notebook prints."""
+sweeps, the matrix-multiply share of a cached generation); and the numbers its sentences and the report choose their
+words from."""
 from __future__ import annotations
 
 from pathlib import Path

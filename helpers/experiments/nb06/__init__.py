@@ -1,7 +1,7 @@
 """Notebook 06 (handout §4.2): one forward pass against the batch size, and the verify step (one forward over k
 tokens after a cached prefix). The configurations built from the notebook's ``fp_*`` parameters, written once for
 the notebook and :mod:`helpers.gpu_measure`; the measurement of what the result file lacks (CUDA events on a GPU);
-and the roofline summary the notebook prints."""
+and the numbers (roofline, GPU rows, verify order) its sentences and the report choose their words from."""
 from __future__ import annotations
 
 import numpy as np
