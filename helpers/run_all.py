@@ -207,7 +207,8 @@ def write_section_list(report_dir: Path) -> Path:
     """Write ``report_dir/build/more_sections.tex``: a subsection (titled by its notebook's first heading) and
     ``\\wbsection`` for each ``sections/NN_*.tex`` that report.tex does not place itself, so that a new notebook's
     section enters the report without editing report.tex."""
-    placed = set(re.findall(r"\\wbsection\{([^}]*)\}", (report_dir / "report.tex").read_text()))
+    main = report_dir / "report.tex"
+    placed = set(re.findall(r"\\wbsection\{([^}]*)\}", main.read_text())) if main.exists() else set()
     escape = lambda text: "".join(_TEX_SPECIALS.get(c, c) for c in text)  # noqa: E731
     lines = [f"\\subsection{{{escape(notebook_title(section.stem))}}}\n\\wbsection{{{section.stem}}}"
              for section in sorted((report_dir / "sections").glob("[0-9][0-9]_*.tex")) if section.stem not in placed]
