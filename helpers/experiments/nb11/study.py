@@ -1,14 +1,7 @@
-"""Measurements of long-context self-speculation (notebook 11 and ``python -m helpers.bench selfspec``).
-
-* :func:`byte_terms`: the bytes one decode step reads — weights once, the KV cache of every row — and their ratio;
-* :func:`compare_at`: batched AR and self-speculation from ONE prefill of a batch, interleaved and repeated; the
-  row carries the speedups (whole run and full batch; median and spread of the per-repeat ratios), whether every
-  greedy row equalled AR,
-  and the Eq. 5 terms measured in the same runs (alpha, tau, c = T_D/T_T, v = T_V/T_T) with Eq. 5's prediction;
-  with ``windows=(...)`` the same for several draft windows in one interleaved run (alpha with a Wilson interval).
-
-AR and self-speculation share the prefill (:meth:`Prefilled.copy`): at 4096 tokens a prefill costs far more than
-decoding a hundred tokens, and the comparison is about decoding.
+"""Notebook 11's measurements (also ``python -m helpers.bench selfspec``): :func:`byte_terms`, the bytes a decode
+step reads; :func:`compare_at`, batched AR against self-speculation from ONE prefill (at 4096 tokens a prefill costs
+far more than decoding a hundred tokens, and the comparison is about decoding), interleaved and repeated, with the
+Eq. 5 terms of the same runs; :func:`against_one` and :func:`tied_with_best`, a speedup against its repeats' noise.
 """
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
-"""Notebook 12: what makes a good draft — accuracy or latency, depth or width.
-
-One measurement per draft (:func:`measure_draft`): the Eq. 5 cost terms on the decoder speculative decoding uses
-(T_T, T_D alone, T_D inside a round, T_V(gamma)) and greedy speculative decoding against AR over the same
-prompts at every gamma, interleaved per prompt. :func:`design_table` turns the stored rows into one row per
-draft (its card figures next to its measured alpha with a bootstrap interval over prompts, c, the measured best
-gamma and the Eq. 5 optimum), :func:`predictors` asks which property predicts the speedup, and
-:func:`depth_latency` whether depth or width sets a draft's latency. :func:`scale_latency` times random-weight
-models of one parameter count at several depths at a larger scale (the handout's Qwen3-0.6B by default), where
-the answer can differ: a CPU pays for bytes and compute there, a GPU for kernel launches.
+"""Notebook 12's computations: one measurement per draft (:func:`measure_draft`: the Eq. 5 cost terms and greedy
+speculative decoding against AR at every gamma), one row per draft from the stored rows (:func:`design_table`),
+which property predicts the speedup (:func:`predictors`), whether depth sets a draft's latency
+(:func:`depth_latency`), and the same at a larger scale with random weights (:func:`scale_latency`), where a CPU
+pays for bytes and compute and a GPU for kernel launches.
 """
 from __future__ import annotations
 
