@@ -17,6 +17,8 @@
   own cache (long-context self-speculation, MagicDec);
 - ``divergence``: :func:`greedy_divergence`, whether a greedy output that parts from AR's does so at a near-tie
   (bf16 rounding) or is a lost token;
+- ``methods``: every decoding method by name (its label, how to run it, which drafter it takes); each module above
+  registers its own, and the comparisons of notebooks 10 and 13 and their benchmarks read the registry;
 - ``analysis``: the Eq. 4/5 model (expected tokens per round, speedup, optimal gamma, alpha estimates,
   batch accounting, MagicDec roofline grid).
 """
