@@ -54,28 +54,30 @@ def _load(params: dict, store, name: str, loaded, configs: list[dict]):
                           getattr(torch, params["fp_dtype"]))
 
 
-def _stored(store, configs: list[dict]) -> list[dict]:
-    """The stored rows of ``configs`` (every one is stored)."""
-    done = store.done()
-    return [done[config_key(c)] for c in configs]
+def _with_model(params: dict, results, name: str, loaded, configs: list[dict], run) -> list[dict]:
+    """The rows of ``configs``: the stored ones where every one is stored (and no ``loaded`` model is given), else
+    ``run(model, device)`` with ``loaded`` or the model loaded for it (released afterwards)."""
+    model = _load(params, results, name, loaded, configs)
+    if model is None:
+        done = results.done()
+        return [done[config_key(c)] for c in configs]
+    rows = run(model, resolve_device(params["device"]))
+    if loaded is None:
+        del model
+        free_memory()
+    return rows
 
 
 def measure_forward(params: dict, store, progress: bool = True, loaded=None) -> list[dict]:
     """The forward sweep over batch sizes: the rows in ``fp_batch_sizes`` order, measuring those the result file
     lacks (``loaded``: the model if the caller has it; else it is loaded only when a row is missing)."""
-    results = store(RESULT)
-    configs = forward_configs(params, loaded.label if loaded is not None else None)
-    model = _load(params, results, params["fp_model"], loaded, configs)
-    if model is None:
-        return _stored(results, configs)
-    device = resolve_device(params["device"])
-    rows = gb.run_forward_sweep(results, model.model, configs, meta=model.meta, warmup=params["fp_warmup"],
-                                repeats=params["fp_trials"], device=device, cuda_events=device.type == "cuda",
-                                progress=progress, rerun=params.get("fp_rerun", False))
-    if loaded is None:
-        del model
-        free_memory()
-    return rows
+    p, results = params, store(RESULT)
+    configs = forward_configs(p, loaded and loaded.label)
+    return _with_model(p, results, p["fp_model"], loaded, configs,
+                       lambda model, device: gb.run_forward_sweep(
+                           results, model.model, configs, meta=model.meta,
+                           warmup=p["fp_warmup"], repeats=p["fp_trials"], device=device,
+                           cuda_events=device.type == "cuda", progress=progress, rerun=p.get("fp_rerun", False)))
 
 
 def measure_verify(params: dict, store, progress: bool = True, loaded=None) -> list[dict]:
@@ -84,19 +86,15 @@ def measure_verify(params: dict, store, progress: bool = True, loaded=None) -> l
     from tqdm.auto import tqdm
 
     p, results = params, store(RESULT)
-    configs = verify_configs(p, loaded.label if loaded is not None else None)
-    model = _load(p, results, p["fp_verify_model"], loaded, configs)
-    if model is None:
-        return _stored(results, configs)
-    device = resolve_device(p["device"])
-    rows = [results.run(c, lambda c=c: gb.measure_verify(
-        model.model, prefix_len=c["prefix_len"], new_tokens=c["new_tokens"], warmup=p["fp_warmup"] + 2,
-        repeats=max(4 * p["fp_trials"], 20), device=device, cuda_events=device.type == "cuda"), meta=model.meta,
-        rerun=p.get("fp_rerun", False)) for c in (tqdm(configs, desc="verify sizes") if progress else configs)]
-    if loaded is None:
-        del model
-        free_memory()
-    return rows
+    configs = verify_configs(p, loaded and loaded.label)
+
+    def run(model, device):
+        return [results.run(c, lambda c=c: gb.measure_verify(
+            model.model, prefix_len=c["prefix_len"], new_tokens=c["new_tokens"], warmup=p["fp_warmup"] + 2,
+            repeats=max(4 * p["fp_trials"], 20), device=device, cuda_events=device.type == "cuda"), meta=model.meta,
+            rerun=p.get("fp_rerun", False)) for c in (tqdm(configs, desc="verify sizes") if progress else configs)]
+
+    return _with_model(p, results, p["fp_verify_model"], loaded, configs, run)
 
 
 def measure(params: dict, store, progress: bool = True) -> dict:
