@@ -27,7 +27,7 @@ def test_the_prose_quotes_the_tables_throughput_over_the_mean_time():
     rows = [{**ok_row(n, 64, 1.0 + n / 512), "time_s_mean": 2.0 + n / 512} for n in (1, 64, 512)]
     for row in rows:
         row["throughput_tok_s"] = 8 * 64 / row["time_s_mean"]
-    found = gr.input_findings(rows, 8, PREDICTION)
+    found = gr.input_numbers(rows, 8, PREDICTION)
     assert found["numbers"]["genInShortTput"] == round(rows[0]["throughput_tok_s"])  # as the table prints it
     assert gr.SWEEP_COLUMNS["throughput_tok_s"].startswith("Throughput, mean")
 
@@ -77,7 +77,7 @@ def test_noise_is_flagged_in_the_table_and_left_out_of_the_findings():
     table = gr.sweep_table(noisy_input_rows(), "input_len", "Input", PREDICTION, "pred (GB)", "over")
     assert list(table["Status"][:3]) == ["measured; noise (slower than 16)", "measured; noise (slower than 16)",
                                          "measured"]
-    found = gr.input_findings(noisy_input_rows(), 8, PREDICTION)
+    found = gr.input_numbers(noisy_input_rows(), 8, PREDICTION)
     assert found["noise"] == [1, 4] and found["clean_lengths"][0] == 16
     assert found["numbers"]["genInShortLen"] == 16  # growth from the first point not flagged
     assert found["growth"] == pytest.approx((2.0 + 0.001 * 4096) / (2.0 + 0.001 * 16))
@@ -89,8 +89,8 @@ def test_noise_is_flagged_in_the_table_and_left_out_of_the_findings():
     assert "noise: slower than a longer length beyond both min-max ranges" in labels
 
 
-def test_input_findings_recover_the_fixed_cost_and_the_crossover():
-    found = gr.input_findings(input_rows(), 8, PREDICTION)
+def test_input_numbers_recover_the_fixed_cost_and_the_crossover():
+    found = gr.input_numbers(input_rows(), 8, PREDICTION)
     n = found["numbers"]
     assert found["fit"]["intercept"] == pytest.approx(2.0) and found["fit"]["slope"] == pytest.approx(0.001)
     # 2 s + 1 ms/token: the prefill (time minus the 2.001 s at 1 token) reaches 2.001 s at 2,002 tokens, between
@@ -112,7 +112,7 @@ def test_input_findings_recover_the_fixed_cost_and_the_crossover():
     # regression: the verdict was taken against nvidia-smi's MiB; the H100's rows record the bytes torch sees, and
     # against those the same prediction leaves under the 2 GB reserve
     h100 = (85_017_493_504, "NVIDIA H100 80GB HBM3", "results/gpu-h100")
-    torch_n = gr.input_findings(input_rows(), 8, PREDICTION, torch_card=h100)["numbers"]
+    torch_n = gr.input_numbers(input_rows(), 8, PREDICTION, torch_card=h100)["numbers"]
     headroom = h100[0] - PREDICTION.bytes(32768, 64)
     assert headroom < gr.RESERVE_GB * 1e9 and torch_n["genInHeadroomGB"] == f"{headroom / 1e9:.2f}"
     assert (torch_n["genInLimitBytes"], torch_n["genInLimitGB"], torch_n["genInPredictTorch"]) == (h100[0], "85.02", 1)
@@ -121,7 +121,7 @@ def test_input_findings_recover_the_fixed_cost_and_the_crossover():
     rows = [dict(r, device="cuda", device_name=h100[1], device_memory_bytes=h100[0]) for r in input_rows()]
     assert gr.card_torch_bytes(80, rows) == (h100[0], h100[1], "this profile's rows")
     assert gr.card_torch_bytes(141, rows) != (h100[0], h100[1], "this profile's rows")  # not a 141 GB card
-    found_40 = gr.input_findings(input_rows(), 8, PREDICTION_40)["numbers"]
+    found_40 = gr.input_numbers(input_rows(), 8, PREDICTION_40)["numbers"]
     assert (found_40["genInPredictOver"], found_40["genInPredictFrom"], found_40["genInPredictFromGB"]) == (1, 16384, "49.7")
     assert found_40["genInFigOver"] == 1
     # time = 2 s + 1 ms/token: below the 2,000-token crossover a doubling adds < 50 %, above it more
@@ -132,16 +132,16 @@ def test_input_findings_recover_the_fixed_cost_and_the_crossover():
         "2.001", 1024, 4096, "4.095")
 
 
-def test_findings_need_three_measured_lengths():
+def test_the_numbers_need_three_measured_lengths():
     with pytest.raises(ValueError, match="fewer than three"):
-        gr.output_findings([ok_row(64, 1, 1.0), ok_row(64, 2, 1.1)])
+        gr.output_numbers([ok_row(64, 1, 1.0), ok_row(64, 2, 1.1)])
     with pytest.raises(ValueError, match="fewer than three"):  # three measured, but one is noise
-        gr.output_findings([ok_row(64, 1, 2.0), ok_row(64, 2, 1.0), ok_row(64, 4, 1.1)])
+        gr.output_numbers([ok_row(64, 1, 2.0), ok_row(64, 2, 1.0), ok_row(64, 4, 1.1)])
 
 
-def test_output_findings_linear_time_and_rising_throughput():
+def test_output_numbers_linear_time_and_rising_throughput():
     rows = [ok_row(64, 2**n, 0.5 + 0.05 * 2**n) for n in range(9)]
-    found = gr.output_findings(rows)
+    found = gr.output_numbers(rows)
     assert found["numbers"]["genOutLinear"] == 1 and found["numbers"]["genOutFitMiss"] == "0%"
     assert found["numbers"]["genOutPrefillMs"] == pytest.approx(500)
     assert found["numbers"]["genOutStepMs"] == pytest.approx(50)
@@ -153,14 +153,14 @@ def test_output_findings_linear_time_and_rising_throughput():
     assert found["numbers"]["genOutPeakLen"] == 256 and found["numbers"]["genOutInputLen"] == 64
 
 
-def test_output_findings_dearer_steps_and_a_fall_beyond_the_noise():
+def test_output_numbers_dearer_steps_and_a_fall_beyond_the_noise():
     rows = [ok_row(64, 2**n, 0.5 + 0.01 * 2**n + 0.0005 * 4**n) for n in range(9)]  # later steps dearer
-    found = gr.output_findings(rows)
+    found = gr.output_numbers(rows)
     assert found["dearer"] and found["numbers"]["genOutDearer"] == 1 and found["numbers"]["genOutCheaper"] == 0
     assert found["falls"] and found["numbers"]["genOutPeakLen"] == 32
     assert found["numbers"]["genOutFalls"] == 1 and found["numbers"]["genOutPeakAt"] == 1  # "until the dearer steps..."
     flat = [ok_row(64, 2**n, 0.5 + 0.05 * 2**n) for n in range(8)] + [ok_row(64, 256, 0.5 + 0.05 * 256 * 1.05)]
-    found = gr.output_findings(flat)  # a 5 % dip at the end is within the +-10 % ranges: a plateau, not a fall
+    found = gr.output_numbers(flat)  # a 5 % dip at the end is within the +-10 % ranges: a plateau, not a fall
     assert not found["falls"] and found["numbers"]["genOutFalls"] == 0
     assert found["numbers"]["genOutPeakAt"] == 1  # a peak then a fall within the noise: "a plateau, not a fall"
 
@@ -192,7 +192,7 @@ def test_model_comparison_helpers():
     verdict = gr.ordering(measured, "vocab")  # "does not explain it: b has 200 and a 100"
     assert (verdict["explains"], verdict["a"], verdict["a_value"], verdict["b"], verdict["b_value"]) == (
         0, "b", "200", "a", "100")
-    found = gr.feature_verdicts(measured, ["KV heads", "vocab"])
+    found = gr.feature_orderings(measured, ["KV heads", "vocab"])
     assert found["explaining"] == ["KV heads"]
     assert (found["n_separated"], found["n_pairs"]) == (1, 1)
 
@@ -212,7 +212,7 @@ def test_measured_crossover_interpolates_between_the_bracketing_lengths():
     assert cross["prefill_low"] == pytest.approx(0.3) and cross["prefill_high"] == pytest.approx(0.7)
     # a straight line through the same points puts the crossover lower (it misses the convex curve)
     rows = [ok_row(n, 64, t) for n, t in zip([1, 64, 128, 256, 512], [0.4, 0.5, 0.7, 1.1, 2.2])]
-    found = gr.input_findings(rows, 8, PREDICTION)
+    found = gr.input_numbers(rows, 8, PREDICTION)
     assert found["fit_crossover"] < 160 and found["steepens"] and found["numbers"]["genInSteepens"] == 1
     assert found["numbers"]["genInFitBelow"] == 1 and found["numbers"]["genInFitOutside"] == 0  # below the measured one
     not_reached = gr.measured_crossover([1, 2, 4], [1.0, 1.1, 1.3])

@@ -117,7 +117,7 @@ def first_timed(rows: list[dict], noise: list[int]) -> bool:
 def compare_numbers(params: dict, measured, verdicts: dict, overlaps: list[str]) -> dict:
     """The report's numbers of §1.3.3: the slowest against the fastest model (time, parameter and layer ratios),
     the ordering and the neighbours whose ranges overlap (``overlaps``: :func:`report.overlaps`), which features
-    explain it (``verdicts``: :func:`report.feature_verdicts`; for vocabulary, bytes per step and KV heads the
+    explain it (``verdicts``: :func:`report.feature_orderings`; for vocabulary, bytes per step and KV heads the
     verdict 0/1/2 and its pair of models, ``gen{Vocab,Bytes,Kv}{Explains,A,B,AValue,BValue,ATime,BTime}``) and
     the KV cache's share of the bytes a decode step reads."""
     fastest, slowest = measured.iloc[0], measured.iloc[-1]
@@ -166,7 +166,7 @@ def prefill_check(input_rows: list[dict], output_rows: list[dict]) -> dict:
 
 
 def checked_crossover(found_in: dict) -> dict:
-    """The measured crossover of :func:`report.input_findings`, checked to be what it says: the
+    """The measured crossover of :func:`report.input_numbers`, checked to be what it says: the
     bracketing lengths are neighbours among the clean lengths, the prefill (time minus the time at the shortest
     input) is below the decode time at the lower one and at least it at the upper one. (The fitted line's crossover
     only describes.)"""

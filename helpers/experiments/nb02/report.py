@@ -1,8 +1,8 @@
 """Notebook 02's tables, figures and findings (handout §1.3), from the sweep rows of :mod:`helpers.generation.sweeps`:
 :func:`sweep_table` / :func:`sweep_figure` (:func:`figure_marks` says which marks it draws); the numbers and flags
-the sentences are chosen from, :func:`input_findings` / :func:`output_findings` (points slower than a longer length
+the sentences are chosen from, :func:`input_numbers` / :func:`output_numbers` (points slower than a longer length
 beyond both rows' min-max ranges are noise, left out), :func:`card_numbers` / :func:`prediction_numbers` (the memory
-the prediction column is set against); the model comparison (:func:`compare_row`, :func:`feature_verdicts`: only
+the prediction column is set against); the model comparison (:func:`compare_row`, :func:`feature_orderings`: only
 pairs of models separated beyond their min-max ranges are evidence); :func:`run_lengths` for the protocol table."""
 from __future__ import annotations
 
@@ -201,7 +201,7 @@ def _cutoff_and_oom(rows: list[dict], last) -> dict:
             "LastS": f"{last['time_s_median']:.1f}", "OomCount": len(oom), "OomFrom": min(oom, default="--")}
 
 
-def input_findings(rows: list[dict], batch_size: int, prediction: memory.GenerationPrediction,
+def input_numbers(rows: list[dict], batch_size: int, prediction: memory.GenerationPrediction,
                    torch_card=None) -> dict:
     """What the input-length sweep (§1.3.1) shows: ``numbers`` for the notebook's and the report's sentences
     (``genIn...``), and the values the notebook's checks need (``growth``, ``fit``, ``noise``: the flagged input
@@ -333,7 +333,7 @@ def _marginal_steps(clean: pd.DataFrame) -> dict:
     return out
 
 
-def output_findings(rows: list[dict], prediction: memory.GenerationPrediction | None = None) -> dict:
+def output_numbers(rows: list[dict], prediction: memory.GenerationPrediction | None = None) -> dict:
     """What the output-length sweep (§1.3.2) shows: ``numbers`` for the sentences (``genOut...``: the linear fit
     and whether it is one, ``Linear``; the marginal cost of a decode step, :func:`_marginal_steps`; where
     throughput peaks, ``PeakAt`` 0 the shortest output, 1 between, 2 the longest, and whether it then ``Falls``
@@ -406,7 +406,7 @@ def ordering(measured: pd.DataFrame, feature: str) -> dict:
             "b_time": f"{b['time']:.3g}"}
 
 
-def feature_verdicts(measured: pd.DataFrame, features: list[str]) -> dict:
+def feature_orderings(measured: pd.DataFrame, features: list[str]) -> dict:
     """For each feature its :func:`ordering` (``verdicts``); ``explaining``: the features that order every pair
     of models whose times are separated beyond their min-max ranges; and the pair counts."""
     comparable = _separated_pairs(measured)
