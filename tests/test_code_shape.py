@@ -144,3 +144,64 @@ def test_notebook_cells_are_short(notebook):
 def test_gpu_entry_point_is_thin():
     lines = len((HELPERS / "gpu_measure.py").read_text().splitlines())
     assert lines < 300, f"helpers/gpu_measure.py has {lines} lines: measuring belongs in helpers.experiments"
+
+
+# ------------------------------------------------------------------------------------------------ sentences
+
+MAX_LONG_LITERALS = 20  # string literals over 80 characters in helpers/ outside docstrings, errors, warnings and help
+_PROSE_EXEMPT_CALLS = {"warn", "add_argument", "ArgumentParser", "error", "exit", "warning", "SystemExit"}
+
+
+def _exempt_nodes(tree: ast.AST) -> set[int]:
+    """ids of the nodes whose strings are not prose the library writes: docstrings, what a raise, an assert's
+    message, a warning or argparse help says."""
+    exempt = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body \
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, (ast.Constant, ast.JoinedStr)):
+            exempt |= {id(n) for n in ast.walk(body[0].value)}
+        covered = node.exc if isinstance(node, ast.Raise) else node.msg if isinstance(node, ast.Assert) else None
+        if isinstance(node, ast.Call):
+            name = getattr(node.func, "attr", None) or getattr(node.func, "id", None) or ""
+            if name in _PROSE_EXEMPT_CALLS or name.endswith("Error"):
+                covered = node
+        if covered is not None:
+            exempt |= {id(n) for n in ast.walk(covered)}
+    return exempt
+
+
+def long_literals(path: Path, limit: int = 80) -> list[str]:
+    """String literals longer than ``limit`` characters (an f-string or an implicit concatenation is one literal,
+    its placeholders one character each) outside docstrings, errors, warnings and command-line help."""
+    tree = ast.parse(path.read_text())
+    exempt, found = _exempt_nodes(tree), []
+    for node in ast.walk(tree):
+        if id(node) in exempt:
+            continue
+        if isinstance(node, ast.JoinedStr):
+            exempt |= {id(n) for n in ast.walk(node)}
+            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        else:
+            continue
+        if len(text) > limit:
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} {text[:50]!r}")
+    return found
+
+
+def test_long_literal_counter_sees_prose_and_skips_errors():
+    sample = ROOT / "build" / "long_literal_sample.py"
+    sample.parent.mkdir(exist_ok=True)
+    sample.write_text('"""' + "d" * 90 + '"""\nx = f"' + "p" * 85 + '{x}"\nraise ValueError("' + "e" * 90 + '")\n')
+    try:
+        assert [line.split()[0] for line in long_literals(sample)] == ["build/long_literal_sample.py:2"]
+    finally:
+        sample.unlink()
+
+
+def test_sentences_live_in_the_notebooks_and_the_report():
+    """Issue 42: helpers return numbers, flags and labels; the prose is the notebooks' and the report's."""
+    found = [line for path in sorted(HELPERS.rglob("*.py")) for line in long_literals(path)]
+    assert len(found) <= MAX_LONG_LITERALS, "\n".join(found)
