@@ -44,6 +44,7 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -51,8 +52,7 @@ import torch
 from helpers import gpu_window, paths
 from helpers.experiments.packages import declared_parts
 from helpers.experiments.nb09 import decode_modes, step_profile
-from helpers.experiments.gpu_costs import (CPU_PAIRS, DECODE_MODES, EQ5_ALPHAS, EQ5_CONTEXT, EQ5_DTYPE, EQ5_GAMMAS,
-                                          EQ5_REPEATS, HANDOUT_PAIRS)
+from helpers.experiments.gpu_costs import DECODE_MODES, WindowSettings
 from helpers.budget import Budget, BudgetStore
 from helpers.experiments.common import BudgetExhausted
 
@@ -71,7 +71,7 @@ DRY_EQ5 = {"pairs": [["cpu/Qwen3-8B", "cpu/Qwen3-0.6B"]], "gammas": [2, 3], "con
 
 # ------------------------------------------------------------------------------------------------------ parts
 
-def run_part(part: str, params: dict, store, eq5: dict) -> None:
+def run_part(part: str, params: dict, store, eq5: WindowSettings) -> None:
     """Measure a part's missing rows by its declaration (:class:`helpers.experiments.packages.Part`)."""
     declared_parts()[part].measure(params, store, eq5)
 
@@ -85,19 +85,17 @@ def part_files(parts) -> list[str]:
 # ------------------------------------------------------------------------------------------------------ driver
 
 
-def profile_params(profile: str, dry_run: bool) -> tuple[dict, dict]:
+def profile_params(profile: str, dry_run: bool) -> tuple[dict, WindowSettings]:
     """``(notebook parameters, eq5/graphs settings)``: ``params/<profile>.yaml``; with ``dry_run`` the CPU profile's
     small models on the CPU shrunk by ``params/dry-run.yaml``, under the profile name ``<profile>-dryrun``."""
     from helpers.run_all import load_params
 
-    eq5 = {"pairs": HANDOUT_PAIRS, "gammas": EQ5_GAMMAS, "context": EQ5_CONTEXT, "repeats": EQ5_REPEATS,
-           "alphas": EQ5_ALPHAS, "cpu_pairs": CPU_PAIRS, "dtype": EQ5_DTYPE, "modes": list(DECODE_MODES),
-           "profile_models": step_profile.PROFILED, "decode": decode_modes.settings(dry_run)}
+    eq5 = WindowSettings(profile_models=step_profile.PROFILED, decode=decode_modes.settings(dry_run))
     if not dry_run:  # as papermill runs a notebook: its defaults (the CPU profile), overridden by the profile's file
         return {**load_params("cpu"), **load_params(profile)}, eq5
     params = {**load_params("cpu"), **load_params("dry-run"), "profile": f"{profile}-dryrun", "device": "cpu"}
     params["sd_dtype"] = "float32"
-    return params, {**eq5, **DRY_EQ5}
+    return params, replace(eq5, **DRY_EQ5)
 
 
 def seed_outputs(profile: str, out: Path, files: list[str]) -> None:
@@ -136,7 +134,7 @@ def run(profile: str, out: Path, only=None, dry_run: bool = False, budget_s: flo
         unknown = [m for m in modes if m not in DECODE_MODES]
         if unknown:
             raise SystemExit(f"unknown decode mode(s) {unknown}; choose from {', '.join(DECODE_MODES)}")
-        eq5["modes"] = list(modes)
+        eq5 = replace(eq5, modes=list(modes))
     if str(params["device"]).startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit(f"profile {profile!r} measures on {params['device']!r}, but torch {torch.__version__} sees no "
                          "CUDA device here. Run it on the GPU machine, or pass --dry-run for the CPU rehearsal.")
@@ -156,7 +154,7 @@ def run(profile: str, out: Path, only=None, dry_run: bool = False, budget_s: flo
                 os.environ[key] = value
 
 
-def _run(params: dict, eq5: dict, parts: list, out: Path, dry_run: bool, budget_s: float | None,
+def _run(params: dict, eq5: WindowSettings, parts: list, out: Path, dry_run: bool, budget_s: float | None,
          archived: bool) -> dict:
     files = part_files(parts)
     if not dry_run:

@@ -329,7 +329,7 @@ def test_gpu_profiles_have_every_notebook_parameter():
     for profile in ("gpu-h100", "gpu-h200"):
         params, eq5 = gpu_measure.profile_params(profile, dry_run=False)
         assert set(cpu) <= set(params) and params["device"] == "cuda" and params["profile"] == profile
-        assert eq5["modes"] == ["eager", "graphs", "compiled"]
+        assert eq5.modes == ["eager", "graphs", "compiled"]
 
 
 def test_window_rehearsal_resumes_archives_and_reports_goals(dry, tmp_path):

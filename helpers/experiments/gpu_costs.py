@@ -3,6 +3,7 @@ step against the HBM roofline, and the CPU pair end to end with graphs. Read by 
 needed to render them) and by the window's own summary of goals (:func:`helpers.gpu_window.goals`)."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -358,6 +359,24 @@ CPU_PAIRS = [["cpu-pair/target", "cpu-pair/draft"], ["cpu-pair/target", "cpu-pai
 DECODE_MODES = {"eager": False, "graphs": "graphs", "compiled": "compiled"}  # row label -> the generators' ``compile``
 
 
+@dataclass(frozen=True)
+class WindowSettings:
+    """What the window's cost parts measure (``python -m helpers.gpu_measure``; the dry run replaces fields): the
+    handout ``pairs`` and the ``cpu_pairs`` at each of ``gammas`` after ``context`` cached tokens, ``repeats`` timings
+    each, in ``dtype`` (the CPU pair keeps ``sd_dtype``) and each decode ``mode``; Eq. 5's prediction over ``alphas``;
+    the step profile's ``profile_models`` (model -> widths); part decode's ``decode`` settings."""
+    pairs: tuple = HANDOUT_PAIRS
+    gammas: list = field(default_factory=lambda: list(EQ5_GAMMAS))
+    context: int = EQ5_CONTEXT
+    repeats: int = EQ5_REPEATS
+    alphas: list = field(default_factory=lambda: list(EQ5_ALPHAS))
+    cpu_pairs: list = field(default_factory=lambda: [list(pair) for pair in CPU_PAIRS])
+    dtype: str = EQ5_DTYPE
+    modes: list = field(default_factory=lambda: list(DECODE_MODES))
+    profile_models: dict = field(default_factory=dict)
+    decode: dict = field(default_factory=dict)
+
+
 def graph_proof(mode: str, models_, measure) -> dict:
     """``measure()``'s row plus the proof that graphs ran where the row claims them: the CUDA-graph replays of the
     explicit steps (0 on a CPU, where the same static step runs without capture) and the seconds their first calls
@@ -379,15 +398,15 @@ def graph_proof(mode: str, models_, measure) -> dict:
 
 
 def pair_dtype(weights: str, p: dict, eq5: dict) -> str:
-    """The CPU pair keeps notebook 07's dtype (exact greedy outputs); the handout pairs run in ``eq5["dtype"]``."""
-    return p["sd_dtype"] if weights == "cpu-pair" else eq5["dtype"]
+    """The CPU pair keeps notebook 07's dtype (exact greedy outputs); the handout pairs run in ``eq5.dtype``."""
+    return p["sd_dtype"] if weights == "cpu-pair" else eq5.dtype
 
 
 def cost_config(target: str, draft: str, weights: str, p: dict, eq5: dict, mode: str) -> dict:
     """The configuration of one pair's Eq. 5 terms in one decode mode."""
     return {"kind": "eq5_terms", "target": target, "draft": draft, "weights": weights,
-            "dtype": pair_dtype(weights, p, eq5), "device": p["device"], "context_len": eq5["context"],
-            "gammas": eq5["gammas"], "repeats": eq5["repeats"], "decode": mode}
+            "dtype": pair_dtype(weights, p, eq5), "device": p["device"], "context_len": eq5.context,
+            "gammas": eq5.gammas, "repeats": eq5.repeats, "decode": mode}
 
 
 def decode_weight_bytes(model) -> int:
@@ -408,7 +427,7 @@ def eq5_row(costs: dict, target, draft, eq5: dict) -> dict:
             "verify_ratio": {g: t / costs["T_T"] for g, t in costs["T_V"].items()},
             "eq5_prediction": {f"{a:g}": {g: float(predicted_speedup(int(g), a, c, costs["T_V"][g] / costs["T_T"]))
                                           if costs["T_V"][g] / costs["T_T"] >= VERIFY_FLOOR or int(g) < 1 else None
-                                          for g in costs["T_V"]} for a in eq5["alphas"]},  # none from an artefact
+                                          for g in costs["T_V"]} for a in eq5.alphas},  # none from an artefact
             "eq5_note": "prediction from the measured terms at an assumed alpha (random weights: no real alpha)",
             "target_weight_bytes": sum(t.numel() * t.element_size() for t in target.parameters()),
             "draft_weight_bytes": sum(t.numel() * t.element_size() for t in draft.parameters()),
@@ -417,7 +436,7 @@ def eq5_row(costs: dict, target, draft, eq5: dict) -> dict:
 
 
 def _load_cost_pair(p: dict, eq5: dict, target_name: str, draft_name: str, label: str, weights: str):
-    """Both models of a pair and a random cached context of ``eq5["context"]`` tokens (seeded)."""
+    """Both models of a pair and a random cached context of ``eq5.context`` tokens (seeded)."""
     from helpers.models import load_model
 
     dtype = getattr(torch, pair_dtype(label, p, eq5))
@@ -425,7 +444,7 @@ def _load_cost_pair(p: dict, eq5: dict, target_name: str, draft_name: str, label
     target, _ = load_model(target_name, device=p["device"], dtype=dtype, **kwargs)
     draft, _ = load_model(draft_name, device=p["device"], dtype=dtype, **kwargs)
     vocab = min(target.config.vocab_size, draft.config.vocab_size)
-    context = torch.randint(0, vocab, (1, eq5["context"]), generator=torch.Generator().manual_seed(0))
+    context = torch.randint(0, vocab, (1, eq5.context), generator=torch.Generator().manual_seed(0))
     meta = run_metadata(model_id=target_name, weights=label, dtype=dtype, device=p["device"], seed=0,
                         draft_id=draft_name)
     return target, draft, context.to(p["device"]), meta
@@ -447,7 +466,7 @@ def outdated(store, configs: dict) -> bool:
 
 
 def measure_eq5(p: dict, store, eq5: dict, pairs, weights: str, fatal: tuple = ()) -> None:
-    """Eq. 5's terms of each pair in every decode mode of ``eq5["modes"]`` (graphs only where the model file runs
+    """Eq. 5's terms of each pair in every decode mode of ``eq5.modes`` (graphs only where the model file runs
     the pair: Qwen3), one row per (pair, mode)."""
     from helpers.experiments.common import check_budget
     from helpers.models import PAIR_PREFIX
@@ -457,7 +476,7 @@ def measure_eq5(p: dict, store, eq5: dict, pairs, weights: str, fatal: tuple = (
 
     for target_name, draft_name in pairs:
         label = "cpu-pair" if target_name.startswith(PAIR_PREFIX) else weights
-        configs = {mode: cost_config(target_name, draft_name, label, p, eq5, mode) for mode in eq5["modes"]}
+        configs = {mode: cost_config(target_name, draft_name, label, p, eq5, mode) for mode in eq5.modes}
         stale = outdated(store, configs)
         if not stale and all(store.has(c) for c in configs.values()):
             continue
@@ -470,7 +489,7 @@ def measure_eq5(p: dict, store, eq5: dict, pairs, weights: str, fatal: tuple = (
                 continue
             tolerate_graph_failure(mode, config, lambda mode=mode, config=config: store.run(
                 config, lambda: graph_proof(mode, (target, draft), lambda: eq5_row(measure_costs(
-                    target, draft, context, eq5["gammas"], repeats=eq5["repeats"], compile=DECODE_MODES[mode]),
+                    target, draft, context, eq5.gammas, repeats=eq5.repeats, compile=DECODE_MODES[mode]),
                     target, draft, eq5)), meta=meta, rerun=stale), fatal)
         del target, draft
         free_memory()
@@ -492,7 +511,7 @@ def _measure_e2e(p: dict, graphs, eq5: dict, configs: list[dict], mode: str, pro
 
     def e2e():
         proof = graph_proof(mode, (target, draft), lambda: {"rows": measure_pair(
-            target, draft, cases, eq5["gammas"], p["sd_max_new_tokens"], repeats=p["sd_repeats"],
+            target, draft, cases, eq5.gammas, p["sd_max_new_tokens"], repeats=p["sd_repeats"],
             temperature=p["sd_temperature"], seed=p["sd_seed"], peer=False, compile=DECODE_MODES[mode],
             phase_run=True)})
         rows = gamma_rows(proof.pop("rows"))
@@ -515,13 +534,13 @@ def measure_graphs(p: dict, store, eq5: dict, fatal: tuple = ()) -> None:
 
     graphs = store(GRAPHS)
     # the CPU pair's float32 rows keep eager and graphs: what the part has measured since the first window
-    eq5 = {**eq5, "modes": [mode for mode in eq5["modes"] if mode != "compiled"]}
-    measure_eq5(p, graphs, eq5, eq5["cpu_pairs"], "cpu-pair", fatal)
+    eq5 = replace(eq5, modes=[mode for mode in eq5.modes if mode != "compiled"])
+    measure_eq5(p, graphs, eq5, eq5.cpu_pairs, "cpu-pair", fatal)
     prompt_rows, _ = nb07.prompt_sets(p)
-    mode = eq5["modes"][-1]  # the fastest mode the part runs: graphs (eager where graphs failed the self-check)
-    for target_name, draft_name in eq5["cpu_pairs"]:
+    mode = eq5.modes[-1]  # the fastest mode the part runs: graphs (eager where graphs failed the self-check)
+    for target_name, draft_name in eq5.cpu_pairs:
         configs = [{**c, "kind": "e2e", "decode": mode} for c in sweep_configs(
-            target_name, draft_name, eq5["gammas"], prompt_ids=[r["id"] for r in prompt_rows],
+            target_name, draft_name, eq5.gammas, prompt_ids=[r["id"] for r in prompt_rows],
             **nb07.common_config(p))]
         if all(graphs.has(c) for c in configs):
             continue

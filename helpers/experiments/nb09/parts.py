@@ -12,15 +12,15 @@ FATAL = (BudgetExhausted,)  # a budget stop ends the part; any other failure is 
 
 
 def _decode(params, store, settings):
-    decode_modes.measure(params, store, {**settings["decode"], "modes": settings["modes"]}, fatal=FATAL)
+    decode_modes.measure(params, store, {**settings.decode, "modes": settings.modes}, fatal=FATAL)
 
 
 def _peers(params, store, settings):
-    decode_modes.measure_peers(params, store, settings["decode"], fatal=FATAL)
+    decode_modes.measure_peers(params, store, settings.decode, fatal=FATAL)
 
 
 def _eq5(params, store, settings):
-    gpu_costs.measure_eq5(params, store(gpu_costs.COSTS), settings, settings["pairs"], "random", fatal=FATAL)
+    gpu_costs.measure_eq5(params, store(gpu_costs.COSTS), settings, settings.pairs, "random", fatal=FATAL)
 
 
 def _graphs(params, store, settings):

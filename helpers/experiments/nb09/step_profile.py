@@ -160,7 +160,7 @@ def _sync(device: torch.device) -> None:
 
 
 def measure_profiles(p: dict, store, eq5: dict, fatal: tuple = ()) -> None:
-    """Part ``profile``: :func:`measure_step` for each model and width of ``eq5["profile_models"]`` (random weights
+    """Part ``profile``: :func:`measure_step` for each model and width of ``eq5.profile_models`` (random weights
     in bf16 for the handout's models, the CPU pair's own weights and dtype), a row each; a failure is printed and
     skipped (a diagnostic never stops the window)."""
     from helpers.experiments.common import check_budget, took
@@ -168,11 +168,11 @@ def measure_profiles(p: dict, store, eq5: dict, fatal: tuple = ()) -> None:
     from helpers.results import free_memory, run_metadata
 
     rows = store(STEP_PROFILE)
-    for name, widths in eq5["profile_models"].items():
+    for name, widths in eq5.profile_models.items():
         label = "cpu-pair" if name.startswith(PAIR_PREFIX) else "random"
-        dtype = p["sd_dtype"] if label == "cpu-pair" else eq5["dtype"]  # as the pair's Eq. 5 rows
+        dtype = p["sd_dtype"] if label == "cpu-pair" else eq5.dtype  # as the pair's Eq. 5 rows
         configs = [{"kind": "step_profile", "model": name, "weights": label, "dtype": dtype, "device": p["device"],
-                    "context_len": eq5["context"], "width": int(w), "decode": "graphs"} for w in widths]
+                    "context_len": eq5.context, "width": int(w), "decode": "graphs"} for w in widths]
         if all(rows.has(c) for c in configs):
             continue
         check_budget(rows, f"profiling {name}")
@@ -181,7 +181,7 @@ def measure_profiles(p: dict, store, eq5: dict, fatal: tuple = ()) -> None:
             with took(rows):
                 model, _ = load_model(name, device=p["device"], dtype=getattr(torch, dtype),
                                       **({} if label == "cpu-pair" else {"weights": "random"}))
-                context = torch.randint(0, model.config.vocab_size, (1, eq5["context"]),
+                context = torch.randint(0, model.config.vocab_size, (1, eq5.context),
                                         generator=torch.Generator().manual_seed(0)).to(p["device"])
                 meta = run_metadata(model_id=name, weights=label, dtype=dtype, device=p["device"], seed=0)
                 for config in configs:
