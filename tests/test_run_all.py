@@ -161,8 +161,9 @@ def test_gpu_paragraph_builds_from_whatever_numbers_the_rows_gave(tmp_path):
     generated = report / "generated" / "gpu-h100"
     generated.mkdir(parents=True)
     (generated / "00_gpu_graphs.tex").write_text("\\begin{tabular}{lr}\\toprule a & b \\\\ \\bottomrule\\end{tabular}\n")
-    (generated / "00_gpu.numbers.tex").write_text("\\wbset{gpu_graphs_above_us_min}{150}\n"
-                                                  "\\wbset{gpu_graphs_above_us_max}{170}\n")
+    (generated / "00_gpu.numbers.tex").write_text("\\wbset{gpu_graphs_above_us_min}{150}\n"  # + what the writer
+                                                  "\\wbset{gpu_graphs_above_us_max}{170}\n"  # always adds
+                                                  "\\wbset{gpu_context}{256}\n")
     text = subprocess.run(["pdftotext", str(run_all.build_report("gpu-h100", report)), "-"], capture_output=True,
                           text=True).stdout
     assert "each layer still costs 150–170" in " ".join(text.split()) and "less time" not in text

@@ -13,7 +13,6 @@ from helpers.experiments.common import HANDOUT_PAIRS, tolerate_graph_failure
 from helpers.gpu_specs import memory_bandwidth
 from helpers.results import gpu_result_folders, latest_ok_rows, run_metadata
 
-DECODE_BYTES_TEXT = ("decode bytes (the weights a decode step reads: every weight but an untied input embedding, of which a step reads one row per token)")
 COSTS = "09_handout_costs"  # eq5 part: the handout pairs, random weights, bf16
 GRAPHS = "09_compiled_decode"  # graphs part: the CPU pair's terms and end-to-end runs
 
@@ -285,8 +284,9 @@ def write_report_tables(profile: str) -> list[str]:
     drops = jump_drops_all(e2e, numbers.get("gpu_jump_from_width"), numbers.get("gpu_jump_to_width"))
     if drops is not None:
         numbers["gpu_jump_drops_all"] = int(drops)
-    if numbers:  # the report's paragraph on eager against graphs says what these rows show
-        tables.write_numbers("00_gpu", profile, numbers)
+    decode = _write_decode_table(folder, profile)
+    if numbers or decode:  # the report's paragraph on eager against graphs, and the tables' captions (report.tex)
+        tables.write_numbers("00_gpu", profile, {**numbers, "gpu_context": EQ5_CONTEXT})
     if len(costs):
         short = costs.drop(columns=["HBM floor ms", "device_name", "target_layers"]).assign(
             target=costs["target"].map(short_name), draft=costs["draft"].map(short_name))
@@ -294,15 +294,7 @@ def write_report_tables(profile: str) -> list[str]:
                                       "T_V/T_T max g", "T_V<T_T at gamma": "artefact g",
                                       "graph replays": "replays", "kernels per layer": "kernels/layer",
                                       "roofline share": "roofline"})
-        tables.write_table(short, "00_gpu_graphs", profile, float_format="{:.3g}",
-                           caption="Eq. 5 terms of the handout pairs (random weights, bf16, batch 1, context 256) and "
-                                   "of the CPU pair (its weights, fp32), eager and replayed as CUDA graphs; T_V/T_T at "
-                                   "the smallest and largest gamma measured; artefact g: the gammas whose T_V/T_T "
-                                   "is below 1 (gamma + 1 positions verified cheaper than one decode step: a timing "
-                                   "artefact, excluded from every Eq. 5 prediction); roofline: the target's "
-                                   + DECODE_BYTES_TEXT
-                                   + " over the datasheet bandwidth, divided by its measured decode step; "
-                                   "kernels/layer: the model file's, where the row recorded it")
+        tables.write_table(short, "00_gpu_graphs", profile, float_format="{:.3g}")  # caption: report.tex
     if len(e2e):
         table, note = e2e_report_table(e2e)
         tables.write_table(table, "00_gpu_e2e", profile, float_format="{:.3g}",
@@ -312,17 +304,7 @@ def write_report_tables(profile: str) -> list[str]:
     steps = step_profile.step_table(step_rows)
     if len(steps):
         tables.write_table(steps.drop(columns="matmul kernels").assign(model=steps["model"].map(short_name)),
-                           "00_gpu_kernels",
-                           profile, float_format="{:.3g}",
-                           caption="Where a decode step's time goes: one step of width tokens replayed as a CUDA graph "
-                                   "(random weights in bf16; the CPU pair's target in fp32), its kernels and their "
-                                   "summed time (busy), the idle share between the first kernel's start and the last "
-                                   "one's end, the matrix products' time and the HBM floor, the " + DECODE_BYTES_TEXT
-                                   + " over the datasheet bandwidth"
-                                   + ("; rows measured before Hopper's nvjet kernels were classed as matrix products have "
-                                      "their eight largest kernels reclassified, so their matrix products' time is a "
-                                      "lower bound" if numbers.get("gpu_step_corrected") else ""))
-    decode = _write_decode_table(folder, profile)
+                           "00_gpu_kernels", profile, float_format="{:.3g}")  # caption: report.tex
     return goal_lines(folder) if len(costs) or len(e2e) or len(steps) or decode else []
 
 
@@ -338,12 +320,7 @@ def _write_decode_table(folder: Path, profile: str) -> bool:
     table = decode_modes.decode_table(rows)
     table = table.drop(columns=["device_name", "HBM floor ms"]).assign(model=table["model"].map(short_name))
     tables.write_table(table.rename(columns={"roofline share": "roofline", "graph replays": "replays"}),
-                       "00_gpu_decode", profile, float_format="{:.3g}",
-                       caption="One decode step of each handout model (random weights, bf16, batch 1, context 256) in "
-                               "the model file's modes (eager; CUDA graphs; the layer compiled by inductor inside the "
-                               "graphs) and transformers' generate (hf-eager; hf-static-compiled: its static cache under "
-                               "torch.compile), timed in one run; roofline: the " + DECODE_BYTES_TEXT + " over bandwidth, "
-                               "divided by the step; compile s: the first call (compile, warm-up, capture)")
+                       "00_gpu_decode", profile, float_format="{:.3g}")  # caption: report.tex
     return True
 
 
