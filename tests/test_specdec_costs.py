@@ -1,13 +1,13 @@
-"""helpers.experiments.specdec_costs: the measurement helpers behind notebook 09 run, return sane figures, and keep
-outputs lossless."""
+"""helpers.experiments.specdec_costs (Eq. 5's terms) and nb09.costs (notebook 09's studies of them): the measurement
+helpers run, return sane figures, and keep outputs lossless."""
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from helpers.experiments.specdec_costs import (alpha_by_source, batch_table, compare_batched, compare_drafts,
-                                               cost_terms, draft_summary, interleaved_runs, last_level_cache_bytes,
-                                               main_study_rows, measure_costs, speedup_sweep)
+from helpers.experiments.nb09.costs import (alpha_by_source, batch_table, compare_batched, compare_drafts, cost_terms,
+                                           draft_summary, last_level_cache_bytes, main_study_rows, speedup_sweep)
+from helpers.experiments.specdec_costs import interleaved_runs, measure_costs
 from tiny_models import RAGGED_PROMPTS as PROMPTS
 
 

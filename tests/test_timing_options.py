@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from helpers import timing
-from helpers.experiments.specdec_costs import draft_time_in_round, least_disturbed_pair
+from helpers.experiments.nb09.costs import least_disturbed_pair
+from helpers.experiments.specdec_costs import draft_time_in_round
 
 
 def _ticking_clock():

@@ -87,7 +87,7 @@ def cost_row(params: dict, store, pair: Pair) -> dict:
 
 def sweep_row(params: dict, store, pair: Pair) -> dict:
     """Greedy speculative decoding per gamma against AR on the held-out prompts (stored row, or measured)."""
-    from helpers.experiments.specdec_costs import speedup_sweep
+    from helpers.experiments.nb09.costs import speedup_sweep
 
     return store.run(sweep_config(params), lambda: speedup_sweep(
         pair.target, pair.draft, pair.prompts[:params["analysis_prompt_count"]], params["analysis_gammas"],
@@ -96,7 +96,7 @@ def sweep_row(params: dict, store, pair: Pair) -> dict:
 
 def batch_rows(params: dict, store, pair: Pair) -> list[dict]:
     """One batched point per batch size B, on the first B prompts (stored rows, or measured)."""
-    from helpers.experiments.specdec_costs import batched_point
+    from helpers.experiments.nb09.costs import batched_point
 
     return [store.run(batch_config(params, b), lambda b=b: batched_point(
         pair.target, pair.draft, pair.prompts[:b], params["analysis_batch_new_tokens"], params["analysis_batch_gamma"],
@@ -301,7 +301,7 @@ def source_run(by_source_07, rows_07, dear_draft: str):
     prompts per source, one gamma), else the main gamma sweep pooled over its gammas: (sources, draft, the run's
     numbers: ``q07_per_source_run`` 1 for the dedicated run, its prompts, prompts per source and gamma; else the
     sweep's prompts and gammas pooled)."""
-    from helpers.experiments.specdec_costs import alpha_by_source
+    from helpers.experiments.nb09.costs import alpha_by_source
 
     if len(by_source_07):
         src_row = by_source_07.iloc[0]
@@ -320,7 +320,7 @@ def other_draft_order(rows_07, other: str, src_draft: str, high_source: str) -> 
     """Whether the other draft (07's gamma sweep, per gamma: the only run that has it) puts the sources in the same
     order as ``src_draft``'s run (printed); the report's numbers: its highest source where one source is highest at
     every gamma (``q07_other_top_fixed``) with its alpha's span, and the span of ``high_source``."""
-    from helpers.experiments.specdec_costs import alpha_by_source
+    from helpers.experiments.nb09.costs import alpha_by_source
 
     per_gamma_src = {int(g): alpha_by_source(grp).set_index("source")["alpha"]
                      for g, grp in rows_07[rows_07["draft"] == other].groupby("gamma")}
