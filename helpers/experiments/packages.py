@@ -10,20 +10,16 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-NOTEBOOKS = tuple(f"nb{n:02d}" for n in range(1, 100))  # the package names a notebook may have
 TARGET = "cpu-pair/target"  # the CPU target, whose step every speculative-decoding notebook times
 SAME_SHAPE = ("cpu-pair/target", "cpu-pair/target-long")  # target-long: the target trained further, the same shape
 
 
 def notebook_packages():
-    """The notebook packages that exist, imported, in notebook order."""
-    for name in NOTEBOOKS:
-        try:
-            yield importlib.import_module(f"helpers.experiments.{name}")
-        except ModuleNotFoundError as missing:
-            if missing.name != f"helpers.experiments.{name}":
-                raise
+    """The notebook packages (``helpers/experiments/nbNN/``), imported, in notebook order."""
+    for init in sorted(Path(__file__).parent.glob("nb[0-9][0-9]/__init__.py")):
+        yield importlib.import_module(f"helpers.experiments.{init.parent.name}")
 
 
 @dataclass(frozen=True)
