@@ -31,6 +31,7 @@ import yaml
 
 from helpers import paths, run_info
 from helpers.profile_env import results_only
+from helpers.tables import latex_escape
 
 
 class Pending(Exception):
@@ -163,8 +164,6 @@ def texlive_install_command() -> str:
 
 STUDENT_HEADER = re.compile(r"# Name / Andrew ID: (?P<name>[^<>/]*?) / (?P<andrew_id>[^<>/]*?)\s*")
 STUDENT_FILE = paths.REPO_ROOT / "submission" / "specdec.py"  # its first line names the student
-_TEX_SPECIALS = {c: "\\" + c for c in "&%$#_{}"} | {"~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                                                    "\\": r"\textbackslash{}"}
 
 
 def student_header(path: Path = STUDENT_FILE) -> tuple[str, str] | None:
@@ -185,9 +184,8 @@ def write_student_macro(report_dir: Path, source: Path = STUDENT_FILE) -> Path:
     specials escaped), read from ``source``'s header; "name not filled in" when it has none. The report builds
     without the file too (it then says so)."""
     header = student_header(source)
-    escape = lambda text: "".join(_TEX_SPECIALS.get(c, c) for c in text)  # noqa: E731
-    text = (f"{escape(header[0])} ({escape(header[1])})" if header
-            else f"name not filled in (the first line of {escape(Path(source).name)})")
+    text = (f"{latex_escape(header[0])} ({latex_escape(header[1])})" if header
+            else f"name not filled in (the first line of {latex_escape(Path(source).name)})")
     target = report_dir / "build" / "student.tex"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text + "%\n", encoding="utf-8")
@@ -209,8 +207,7 @@ def write_section_list(report_dir: Path) -> Path:
     section enters the report without editing report.tex."""
     main = report_dir / "report.tex"
     placed = set(re.findall(r"\\wbsection\{([^}]*)\}", main.read_text())) if main.exists() else set()
-    escape = lambda text: "".join(_TEX_SPECIALS.get(c, c) for c in text)  # noqa: E731
-    lines = [f"\\subsection{{{escape(notebook_title(section.stem))}}}\n\\wbsection{{{section.stem}}}"
+    lines = [f"\\subsection{{{latex_escape(notebook_title(section.stem))}}}\n\\wbsection{{{section.stem}}}"
              for section in sorted((report_dir / "sections").glob("[0-9][0-9]_*.tex")) if section.stem not in placed]
     target = report_dir / "build" / "more_sections.tex"
     target.parent.mkdir(parents=True, exist_ok=True)
