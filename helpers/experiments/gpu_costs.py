@@ -234,9 +234,10 @@ def goal_lines(folder: Path) -> list[str]:
     from helpers.experiments.nb09 import decode_modes, step_profile  # notebook 09's parts: imported when needed
     from helpers.experiments.nb09.decode_modes import goal
 
+    cost_rows = read_rows(folder, COSTS)
     goals = decode_modes.goal_rows(read_rows(folder, decode_modes.DECODE_STEPS),
-                                   [without_artefacts(row) for row in read_rows(folder, COSTS)])  # no Eq. 5 from one
-    costs = cost_table(read_rows(folder, COSTS))
+                                   [without_artefacts(row) for row in cost_rows])  # no Eq. 5 from an artefact
+    costs = cost_table(cost_rows)
     for _, row in costs[costs["decode"] == "graphs"].iterrows() if len(costs) else []:
         if "Qwen3-8B" not in row["target"]:
             continue
