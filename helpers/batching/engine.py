@@ -94,6 +94,8 @@ def run_continuous(model_source, requests: list[Request], cfg: EngineConfig, *, 
                           if status != "ok")
         raise WorkerFailed(f"continuous batching failed: {story}")
     decoded = {row["id"]: row for row in reports["decode"][1]["requests"]}
+    speculation = {i: {k: row[k] for k in ("rounds", "accepted", "rejections")} for i, row in decoded.items()
+                   if "rounds" in row}
     for request in requests:
         row = decoded[request.id]
         request.generated, request.finish_reason = row["generated"], row["finish_reason"]
@@ -101,7 +103,7 @@ def run_continuous(model_source, requests: list[Request], cfg: EngineConfig, *, 
             setattr(request, key, row[key])
         request.state = State.DONE
     return RunResult("continuous", requests, reports["decode"][1]["timeline"], reports["prefill"][1]["batches"],
-                     {"exit_codes": {role: proc.exitcode for role, proc in procs.items()}})
+                     {"exit_codes": {role: proc.exitcode for role, proc in procs.items()}, "speculation": speculation})
 
 
 def run_static_baseline(model, requests: list[Request], cfg: EngineConfig, threads: int | None = None) -> RunResult:
@@ -119,8 +121,9 @@ def summarize(result: RunResult) -> dict:
     tokens = sum(len(r.generated) for r in reqs)
     makespan = max(r.t_done for r in reqs)
     tpot = np.array([r.tpot for r in reqs if len(r.generated) > 1])
+    busy = busy_seconds([(r.arrival_s, r.t_done) for r in reqs])
     out = {"policy": result.policy, "requests": len(reqs), "output_tokens": tokens, "makespan_s": makespan,
-           "throughput_tok_s": tokens / makespan}
+           "throughput_tok_s": tokens / makespan, "busy_s": busy, "goodput_tok_s": tokens / busy}
     for name, values in (("ttft", np.array([r.ttft for r in reqs])), ("tpot", tpot),
                          ("e2e", np.array([r.e2e for r in reqs]))):
         for q in (50, 90, 99):
@@ -135,6 +138,19 @@ def summarize(result: RunResult) -> dict:
     out["mean_prefill_batch"] = float(np.mean([b["size"] for b in result.batches]))
     out["prefill_busy_fraction"] = sum(b["t_end"] - b["t_start"] for b in result.batches) / makespan
     return out
+
+
+def busy_seconds(intervals) -> float:
+    """The length of the union of ``(start, end)`` intervals: the time the engine held at least one request.
+
+    Output tokens over it is the goodput: at a low load the engine idles between requests and tokens over the
+    makespan would only repeat the arrival rate, whatever the decoder's speed."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
 
 
 def full_batch_share(timeline, batch_size: int) -> dict:

@@ -21,6 +21,7 @@ from helpers.batching.request import Request
 from helpers.models.registry import load_model
 from helpers.models.runtime import minimal_supported, minimal_view
 from helpers.specdec.batched import batched_autoregressive_generate
+from helpers.specdec.core import sample
 
 
 def model_max_len(model) -> int:
@@ -46,13 +47,15 @@ def _left_padded(rows: list[list[int]], device) -> tuple[torch.Tensor, torch.Ten
 
 
 @torch.inference_mode()
-def prefill(model, requests: list[Request]) -> tuple[list[int], list[torch.Tensor]]:
-    """One forward over the prompts; returns first tokens and per-request KV (padding stripped)."""
+def prefill(model, requests: list[Request], temperature: float = 0.0,
+            generator=None) -> tuple[list[int], list[torch.Tensor]]:
+    """One forward over the prompts; returns first tokens (greedy, or drawn at ``temperature``) and per-request KV
+    (padding stripped)."""
     mini = _engine_model(model)
     ids, mask = _left_padded([r.input_tokens for r in requests], model.device)
     cache = mini.new_cache(len(requests), ids.shape[1])
     logits = mini(ids, cache, last_only=True, attention_mask=mask)[:, -1]
-    return logits.argmax(-1).tolist(), [cache.row_kv(i) for i in range(len(requests))]
+    return sample(logits, temperature, generator)[0][:, 0].tolist(), [cache.row_kv(i) for i in range(len(requests))]
 
 
 class DecodeBatch:

@@ -21,13 +21,15 @@ class Request:
 
     ``output_length`` is the number of new tokens wanted, when the client says so; ``None`` means "until EOS or
     the model's maximum length", which memory accounting must treat as the worst case. Generation stops on the
-    EOS token or at that maximum, whichever comes first. Times are seconds since the engine started (all
-    requests arrive at time 0: the handout's offline setting).
+    EOS token or at that maximum, whichever comes first. Times are seconds since the engine started;
+    ``arrival_s`` is when the request reaches the engine (0 for every request: the handout's offline setting;
+    notebook 14 draws Poisson arrivals), and the latencies count from it.
     """
 
     id: int
     input_tokens: list[int]
     output_length: int | None = None
+    arrival_s: float = 0.0
     state: State = State.QUEUED
     generated: list[int] = field(default_factory=list)
     finish_reason: str | None = None  # "eos" or "length"
@@ -44,6 +46,8 @@ class Request:
                 f"request {self.id}: output_length={self.output_length!r} is not valid; "
                 "use a positive number of new tokens, or None for 'until EOS or the model's maximum length'"
             )
+        if not self.arrival_s >= 0:
+            raise ValueError(f"request {self.id}: arrival_s={self.arrival_s!r} must be a time >= 0 (seconds)")
 
     @property
     def prompt_len(self) -> int:
@@ -85,7 +89,7 @@ class Request:
     # latency metrics (seconds), available once the request is done
     @property
     def ttft(self) -> float:
-        return self.t_first_token
+        return self.t_first_token - self.arrival_s
 
     @property
     def tpot(self) -> float:
@@ -95,4 +99,4 @@ class Request:
 
     @property
     def e2e(self) -> float:
-        return self.t_done
+        return self.t_done - self.arrival_s

@@ -11,23 +11,32 @@ Decode worker (rank 1) owns the KV memory. Every iteration it takes in what has 
 reserved by the prefill worker's check, so it always fits), moves waiting requests into free rows of the batch,
 runs one decode step for the whole ragged batch, and evicts the requests that stopped (EOS or their maximum
 length) at once, freeing their blocks and telling the prefill worker.
+
+Requests arrive at their ``arrival_s`` (the prefill worker queues a request only once its time has come). With
+``EngineConfig.speculation`` (notebook 14) the decode step is a speculative round
+(:class:`~helpers.batching.speculation.SpecDecodeBatch`): the policy gives each row its γ, the row's blocks grow
+by γ for the round and shrink back to its committed tokens right after it.
 """
 from __future__ import annotations
 
 import os
 import signal
 import time
-from dataclasses import asdict, dataclass
+from collections import deque
+from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from helpers.batching.kv_memory import PagedKVMemory, does_fit
-from helpers.batching.model_ops import DecodeBatch, prefill
+from helpers.batching.model_ops import DecodeBatch, model_source, prefill
+from helpers.batching.policy import GammaPolicy, SpecConfig, measure_costs
 from helpers.batching.queue import BucketedQueue
 from helpers.batching.request import Request, State
+from helpers.batching.speculation import SpecDecodeBatch, make_drafter
 from helpers.batching.transport import END, FREED, KV, Channel
+from helpers.specdec.core import make_generator, vocab_size
 
 PREFILL_RANK, DECODE_RANK = 0, 1
 ROLES = {PREFILL_RANK: "prefill", DECODE_RANK: "decode"}
@@ -50,9 +59,21 @@ class EngineConfig:
     timeout_s: float = 300.0  # longest a worker waits on a live but silent peer (a dead one is noticed at once)
     crash_worker: str | None = None  # testing hook: "prefill" or "decode" kills itself (SIGKILL) mid-run ...
     crash_after: int = 1  # ... after this many of its prefill batches or decode steps
+    speculation: SpecConfig | None = None  # speculative decoding in the decode worker (notebook 14)
+    temperature: float = 0.0  # 0: greedy; > 0: every token drawn at this temperature
+    seed: int = 0  # the workers' sampling seeds (prefill: seed, decode: seed + 1)
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0 (0: greedy), got {self.temperature!r}")
+
+    @property
+    def headroom(self) -> int:
+        """KV slots a speculative round may hold past a request's committed tokens."""
+        return self.speculation.headroom if self.speculation is not None else 0
 
     def memory(self) -> PagedKVMemory:
-        return PagedKVMemory(self.kv_capacity_blocks, self.block_size, self.max_seq_len)
+        return PagedKVMemory(self.kv_capacity_blocks, self.block_size, self.max_seq_len, self.headroom)
 
 
 def _maybe_crash(cfg: EngineConfig, role: str, count: int) -> None:
@@ -68,14 +89,15 @@ def _us(seconds: float) -> int:
 def prefill_loop(model, requests: list[Request], cfg: EngineConfig, channel: Channel, clock) -> list[dict]:
     """Algorithm 2: serve every request's prefill; returns one record per prefill batch."""
     queue = BucketedQueue(cfg.bucket_width)
-    for request in requests:
-        queue.put(request)
+    arriving = deque(sorted(requests, key=lambda r: (r.arrival_s, r.id)))  # not yet arrived, earliest first
     in_decode: dict[int, Request] = {}  # sent to the decode worker and not finished: their blocks are reserved
     batches = []
+    generator = make_generator(cfg.seed, model.device) if cfg.temperature > 0 else None
 
     def fits(request: Request) -> bool:
         return len(in_decode) < cfg.max_decode_batch + cfg.prefill_ahead and does_fit(
-            request, in_decode.values(), cfg.kv_capacity_blocks, block_size=cfg.block_size, max_seq_len=cfg.max_seq_len)
+            request, in_decode.values(), cfg.kv_capacity_blocks, block_size=cfg.block_size, max_seq_len=cfg.max_seq_len,
+            headroom=cfg.headroom)
 
     def note_freed(message) -> None:
         header, _ = message
@@ -83,9 +105,14 @@ def prefill_loop(model, requests: list[Request], cfg: EngineConfig, channel: Cha
             raise RuntimeError(f"prefill worker got unexpected message kind {header[0]}")
         del in_decode[header[1]]
 
-    while queue:
+    while queue or arriving:
         while (message := channel.poll()) is not None:
             note_freed(message)
+        while arriving and arriving[0].arrival_s <= clock():
+            queue.put(arriving.popleft())
+        if not queue:  # nothing has arrived yet: wait for the next arrival, reading FREED messages meanwhile
+            time.sleep(min(max(arriving[0].arrival_s - clock(), 0.0), 0.002))
+            continue
         first = queue.constrained_get(fits)
         if first is None:  # decode memory is full: wait until a request finishes
             note_freed(channel.wait("a request to finish"))
@@ -101,7 +128,7 @@ def prefill_loop(model, requests: list[Request], cfg: EngineConfig, channel: Cha
         t_start = clock()
         for request in batch:
             request.advance(State.PREFILL)
-        first_tokens, kvs = prefill(model, batch)
+        first_tokens, kvs = prefill(model, batch, cfg.temperature, generator)
         t_end = clock()
         for request, token, kv in zip(batch, first_tokens, kvs):
             channel.send([KV, request.id, request.prompt_len, request.output_length or -1, token,
@@ -139,10 +166,60 @@ def _request_from(header: list[int], payload: list[torch.Tensor], device) -> tup
     return request, first_token, kv.to(device)
 
 
-def decode_loop(model, cfg: EngineConfig, channel: Channel, clock) -> dict:
+@dataclass
+class Decoder:
+    """What the decode worker steps: its batch, and the speculation policy (None: one token per step)."""
+
+    batch: DecodeBatch
+    policy: GammaPolicy | None = None
+
+
+def prepare_decoder(model, cfg: EngineConfig) -> Decoder:
+    """The decode worker's batch; with speculation, its drafter, and the policy with costs measured here (before
+    the clock starts) over synthetic rows."""
+    spec = cfg.speculation
+    if spec is None or not spec.speculates:
+        return Decoder(DecodeBatch(model))
+    limit = int(model.config.max_position_embeddings)
+    if cfg.max_seq_len + spec.headroom > limit:
+        raise ValueError(f"max_seq_len {cfg.max_seq_len} + gamma {spec.gamma} exceeds the model's {limit} positions: "
+                         f"a round writes gamma tokens past a request's last; lower max_seq_len to "
+                         f"{limit - spec.headroom}")
+    draft = model_source(spec.draft)().to(model.device).eval() if spec.drafter == "draft" and spec.draft else None
+    generator = make_generator(cfg.seed + 1, model.device) if cfg.temperature > 0 else None
+
+    def make_batch() -> SpecDecodeBatch:
+        drafter = make_drafter(spec.drafter, draft_model=draft, limit=limit, window=spec.window, sinks=spec.sinks,
+                               ngram=spec.ngram)
+        return SpecDecodeBatch(model, drafter, temperature=cfg.temperature, generator=generator)
+
+    costs = None
+    if spec.policy == "adaptive":
+        costs = measure_costs(make_batch, lambda rows: prefill(model, rows), spec, cfg.max_decode_batch,
+                              vocab_size(model))
+    return Decoder(make_batch(), GammaPolicy(spec, costs, cfg.max_seq_len))
+
+
+def _decode_step(decoder: Decoder, memory: PagedKVMemory) -> tuple[list[list[int]], dict]:
+    """One step of the whole batch: each row's new tokens, and what the step did (for the timeline)."""
+    batch, policy = decoder.batch, decoder.policy
+    if policy is None:
+        return [[token] for token in batch.step()], {}
+    gammas = policy.choose(batch.requests)
+    for request, gamma in zip(batch.requests, gammas):  # blocks for the most the round can commit, first
+        memory.grow(request, request.prompt_len + len(request.generated) + gamma + 1)
+    peak = memory.used_blocks
+    new, info = batch.advance(gammas)
+    policy.observe(batch.requests, info)
+    return new, {"gamma": info["gamma"], "drafted": sum(info["drafted"]), "accepted": sum(info["accepted"]),
+                 "draft_s": info["draft_s"], "verify_s": info["verify_s"], "peak_blocks": peak}
+
+
+def decode_loop(model, cfg: EngineConfig, channel: Channel, clock, decoder: Decoder | None = None) -> dict:
     """Algorithm 3: decode everything the prefill worker sends, admitting and evicting every iteration."""
     memory = cfg.memory()
-    batch = DecodeBatch(model)
+    decoder = decoder or Decoder(DecodeBatch(model))
+    batch = decoder.batch
     waiting: list[tuple[Request, torch.Tensor]] = []  # arrived (KV resident), no free row yet
     done, timeline = [], []
     prefill_finished = False
@@ -169,11 +246,14 @@ def decode_loop(model, cfg: EngineConfig, channel: Channel, clock) -> dict:
         # fill free rows, oldest first
         joining, waiting = waiting[:cfg.max_decode_batch - len(batch)], waiting[cfg.max_decode_batch - len(batch):]
         batch.add([r for r, _ in joining], [kv for _, kv in joining])
-        # 2. one token for every running sequence
-        rows = len(batch)
+        # 2. a step for every running sequence: one token each, or a speculative round
+        rows, extra = len(batch), {}
         if rows:
-            for request, token in zip(batch.requests, batch.step()):
-                stop = request.add_token(token, eos_token_id=cfg.eos_token_id, max_seq_len=cfg.max_seq_len)
+            new, extra = _decode_step(decoder, memory)
+            for request, tokens in zip(batch.requests, new):
+                stop = any(request.add_token(t, eos_token_id=cfg.eos_token_id, max_seq_len=cfg.max_seq_len)
+                           for t in tokens)  # any() stops at the token that ends the request: the rest are dropped
+                memory.shrink(request, request.prompt_len + len(request.generated))  # rejected drafts' blocks
                 memory.grow(request, request.prompt_len + len(request.generated))
                 if stop:
                     finished.append(request)
@@ -183,7 +263,7 @@ def decode_loop(model, cfg: EngineConfig, channel: Channel, clock) -> dict:
         now = clock()
         timeline.append({"t": now, "rows": rows, "active": rows, "waiting": len(waiting), "joined": len(joining),
                          "finished": len(finished), "used_blocks": memory.used_blocks,
-                         "reserved_blocks": memory.reserved_total})
+                         "reserved_blocks": memory.reserved_total, **extra})
         for request in finished:
             request.t_last_token = request.t_done = now
             request.advance(State.DONE)
@@ -191,10 +271,17 @@ def decode_loop(model, cfg: EngineConfig, channel: Channel, clock) -> dict:
             channel.send([FREED, request.id])
             done.append({"id": request.id, "generated": request.generated, "finish_reason": request.finish_reason,
                          "t_prefill_start": request.t_prefill_start, "t_first_token": request.t_first_token,
-                         "t_last_token": now, "t_done": now})
+                         "t_last_token": now, "t_done": now, **_speculation_counts(decoder.policy, request)})
         batch.remove(finished)
     channel.flush()
     return {"requests": done, "timeline": timeline}
+
+
+def _speculation_counts(policy: GammaPolicy | None, request: Request) -> dict:
+    if policy is None or request.id not in policy.alphas:
+        return {}
+    alpha = policy.alphas.pop(request.id)
+    return {"rounds": alpha.rounds, "accepted": alpha.accepted, "rejections": alpha.rejections}
 
 
 def worker_main(rank: int, port: int, model_source, requests: list[Request], cfg: EngineConfig, report_to) -> None:
@@ -210,6 +297,7 @@ def worker_main(rank: int, port: int, model_source, requests: list[Request], cfg
                                 timeout=timedelta(seconds=cfg.timeout_s))
         model = model_source().to(device).eval()
         spec = kv_payload_spec(model) if rank == DECODE_RANK else (lambda header: [])
+        decoder = prepare_decoder(model, cfg) if rank == DECODE_RANK else None
         channel = Channel(1 - rank, ROLES[1 - rank], cfg.timeout_s, spec,
                           device if backend == "nccl" else torch.device("cpu"))
         dist.barrier()  # both models loaded: start the clock together
@@ -221,7 +309,7 @@ def worker_main(rank: int, port: int, model_source, requests: list[Request], cfg
         if rank == PREFILL_RANK:
             output = {"batches": prefill_loop(model, requests, cfg, channel, clock)}
         else:
-            output = decode_loop(model, cfg, channel, clock)
+            output = decode_loop(model, cfg, channel, clock, decoder)
         report, code = (role, "ok", output), 0
     except BaseException as err:  # report every failure to the parent, then exit non-zero
         report, code = (role, "error", f"{type(err).__name__}: {err}"), 1

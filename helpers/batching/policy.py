@@ -1,0 +1,194 @@
+"""When the decode worker speculates, and how far: γ per request from Eq. 5 over costs the engine measures.
+
+A round over a batch of B rows that drafts up to γ tokens costs C(B, γ) = T_D-part + T_V(B, γ) (``CostTable``:
+measured at start-up over synthetic rows, then updated from every step the engine runs); plain decoding costs
+C(B, 0) = T_T(B). Row b with running acceptance rate α_b and γ_b drafts commits Ω(γ_b, α_b) =
+(1 - α_b^(γ_b+1)) / (1 - α_b) tokens on average (Eq. 4). Eq. 5 batched: the step's γ maximises
+Σ_b Ω(min(γ, cap_b), α_b) / C(B, γ) over γ = 0..γ_max, where cap_b is the row's tokens still due minus one (a draft
+past the end is waste); γ = 0 wins unless speculation beats plain decoding by ``margin``. A request whose running
+α stays below ``stop_below`` after ``min_rounds`` rounds stops speculating (γ_b = 0 from then on).
+
+Policies (``POLICIES``): ``none`` (the engine of notebook 05: no drafter at all), ``fixed`` (every row drafts γ
+every step, capped only at the end of its output) and ``adaptive`` (the rule above).
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from helpers.batching.request import Request
+from helpers.batching.speculation import DRAFTERS
+from helpers.specdec.analysis import expected_tokens_per_round
+
+POLICIES = ("none", "fixed", "adaptive")
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """Speculation in the decode worker: the drafter, the policy and their knobs."""
+
+    drafter: str = "draft"  # helpers.batching.speculation.DRAFTERS
+    draft: str | None = None  # the draft model's name (helpers.models.load_model) for the "draft" drafter
+    policy: str = "adaptive"  # POLICIES
+    gamma: int = 4  # the fixed policy's γ; the largest the adaptive policy considers
+    window: int = 64  # the self-draft's recent window (tokens)
+    sinks: int = 4  # the self-draft's attention sinks
+    ngram: int = 3  # the lookup drafter's longest suffix
+    alpha_prior: float = 0.6  # a new request's α before any round
+    prior_weight: float = 4.0  # how many acceptance tests the prior counts as
+    stop_below: float = 0.25  # running α under which a request stops speculating ...
+    min_rounds: int = 6  # ... once it has run this many rounds
+    margin: float = 0.03  # speculate only when Eq. 5 predicts at least this gain
+    calibration_context: int = 64  # tokens per synthetic row when the costs are measured at start-up
+    calibration_repeats: int = 3
+
+    def __post_init__(self) -> None:
+        if self.drafter not in DRAFTERS:
+            raise ValueError(f"unknown drafter {self.drafter!r}; choose one of {', '.join(DRAFTERS)}")
+        if self.drafter == "draft" and self.policy != "none" and not self.draft:
+            raise ValueError("the 'draft' drafter needs a draft model: pass draft='<model name or directory>'")
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown speculation policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
+        if isinstance(self.gamma, bool) or not isinstance(self.gamma, int) or self.gamma < 1:
+            raise ValueError(f"gamma must be an int >= 1 (the fixed γ, or the adaptive policy's largest), got "
+                             f"{self.gamma!r}")
+        if not 0 <= self.alpha_prior < 1 or not 0 <= self.stop_below < 1:
+            raise ValueError(f"alpha_prior ({self.alpha_prior}) and stop_below ({self.stop_below}) must lie in [0, 1)")
+
+    @property
+    def speculates(self) -> bool:
+        return self.policy != "none"
+
+    @property
+    def headroom(self) -> int:
+        """KV slots a round may hold past a row's committed tokens."""
+        return self.gamma if self.speculates else 0
+
+
+class CostTable:
+    """Seconds per decode step by (batch size, γ): measured values, updated by an exponential moving average;
+    batch sizes between measured ones are interpolated linearly, beyond them scaled in proportion."""
+
+    def __init__(self, seconds: dict[tuple[int, int], float], smoothing: float = 0.2) -> None:
+        self.seconds = dict(seconds)
+        self.smoothing = smoothing
+
+    def cost(self, batch: int, gamma: int) -> float:
+        sizes = sorted(b for b, g in self.seconds if g == gamma)
+        if not sizes:
+            raise KeyError(f"no cost measured for gamma={gamma}")
+        if batch in sizes:
+            return self.seconds[batch, gamma]
+        i = bisect.bisect_left(sizes, batch)
+        if i == 0:
+            return self.seconds[sizes[0], gamma]
+        if i == len(sizes):
+            return self.seconds[sizes[-1], gamma] * batch / sizes[-1]
+        low, high = sizes[i - 1], sizes[i]
+        w = (batch - low) / (high - low)
+        return (1 - w) * self.seconds[low, gamma] + w * self.seconds[high, gamma]
+
+    def observe(self, batch: int, gamma: int, seconds: float) -> None:
+        key = (batch, gamma)
+        old = self.seconds.get(key)
+        self.seconds[key] = seconds if old is None else (1 - self.smoothing) * old + self.smoothing * seconds
+
+
+class RunningAlpha:
+    """A request's acceptance rate from its own rounds (accepted drafts and rejections), with a prior."""
+
+    def __init__(self, prior: float, weight: float) -> None:
+        self.prior, self.weight = prior, weight
+        self.accepted = self.rejections = self.rounds = 0
+
+    def add(self, drafted: int, accepted: int) -> None:
+        if drafted:
+            self.rounds += 1
+            self.accepted += accepted
+            self.rejections += accepted < drafted
+
+    @property
+    def value(self) -> float:
+        return (self.accepted + self.prior * self.weight) / (self.accepted + self.rejections + self.weight)
+
+
+class GammaPolicy:
+    """Chooses each row's γ for the next step and learns from what the step did."""
+
+    def __init__(self, spec: SpecConfig, costs: CostTable | None, max_seq_len: int) -> None:
+        if spec.policy == "adaptive" and costs is None:
+            raise ValueError("the adaptive policy needs measured costs (a CostTable)")
+        self.spec, self.costs, self.max_seq_len = spec, costs, max_seq_len
+        self.alphas: dict[int, RunningAlpha] = {}
+
+    def _alpha(self, request: Request) -> RunningAlpha:
+        if request.id not in self.alphas:
+            self.alphas[request.id] = RunningAlpha(self.spec.alpha_prior, self.spec.prior_weight)
+        return self.alphas[request.id]
+
+    def stopped(self, request: Request) -> bool:
+        alpha = self._alpha(request)
+        return alpha.rounds >= self.spec.min_rounds and alpha.value < self.spec.stop_below
+
+    def choose(self, requests: list[Request]) -> list[int]:
+        caps = [max(0, min(self.spec.gamma, r.max_new_tokens(self.max_seq_len) - len(r.generated) - 1))
+                for r in requests]
+        if self.spec.policy == "fixed":
+            return caps
+        caps = [0 if self.stopped(r) else cap for r, cap in zip(requests, caps)]
+        alphas = [self._alpha(r).value for r in requests]
+        batch = len(requests)
+        best, best_rate = 0, batch / self.costs.cost(batch, 0) * (1 + self.spec.margin)
+        for gamma in range(1, max(caps, default=0) + 1):
+            tokens = sum(float(expected_tokens_per_round(min(gamma, cap), a)) for cap, a in zip(caps, alphas))
+            rate = tokens / self.costs.cost(batch, gamma)
+            if rate > best_rate:
+                best, best_rate = gamma, rate
+        return [min(best, cap) for cap in caps]
+
+    def observe(self, requests: list[Request], info: dict) -> None:
+        """Learn from one step: every row's drafts and acceptances, and the step's cost at its batch and γ."""
+        for request, drafted, accepted in zip(requests, info["drafted"], info["accepted"]):
+            self._alpha(request).add(drafted, accepted)
+        if self.costs is not None:
+            self.costs.observe(len(requests), info["gamma"], info["draft_s"] + info["verify_s"])
+
+    def forget(self, request: Request) -> None:
+        self.alphas.pop(request.id, None)
+
+
+def calibration_batches(max_batch: int) -> list[int]:
+    """Batch sizes the start-up measurement times: powers of two up to ``max_batch``, and ``max_batch``."""
+    sizes, b = [], 1
+    while b < max_batch:
+        sizes.append(b)
+        b *= 2
+    return sizes + [max_batch]
+
+
+def measure_costs(make_batch, prefill_rows, spec: SpecConfig, max_batch: int, vocab: int) -> CostTable:
+    """Time a step at every calibration batch size and γ = 0..γ_max over synthetic rows of
+    ``spec.calibration_context`` tokens (a periodic sequence, so that prompt lookup always finds a match).
+
+    ``make_batch()``: a fresh, empty :class:`~helpers.batching.speculation.SpecDecodeBatch`;
+    ``prefill_rows(requests)``: their first tokens and KV (``helpers.batching.model_ops.prefill``)."""
+    seconds = {}
+    period = 11
+    for size in calibration_batches(max_batch):
+        requests = [Request(-1 - i, [(3 + 7 * i + j % period) % vocab for j in range(spec.calibration_context)], 10**6)
+                    for i in range(size)]
+        first, kvs = prefill_rows(requests)
+        for request, token in zip(requests, first):
+            request.generated.append(token)
+        batch = make_batch()
+        batch.add(requests, kvs)
+        for gamma in range(spec.gamma + 1):
+            times = []
+            for repeat in range(spec.calibration_repeats + 1):  # the first is a warm-up
+                new, info = batch.advance([gamma] * size)
+                if repeat:
+                    times.append(info["draft_s"] + info["verify_s"])
+                for request, tokens in zip(requests, new):
+                    request.generated.extend(tokens)
+            seconds[size, gamma] = sorted(times)[len(times) // 2]
+    return CostTable(seconds)

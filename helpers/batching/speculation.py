@@ -1,0 +1,265 @@
+"""Speculative decoding inside the decode worker: a ragged batch whose step is a speculative round (notebook 14).
+
+:class:`SpecDecodeBatch` is the engine's :class:`~helpers.batching.model_ops.DecodeBatch` with a drafter and a
+policy. Rows join and leave between steps as before; each step the policy gives every row its γ (0: the row only
+decodes), the drafter proposes up to γ tokens per row, ONE target forward verifies every row's pending token and
+drafts, each row keeps what :func:`helpers.specdec.core.accept` (the rule every method of the workbook uses)
+accepts, and each row's cache rolls back to its own committed tokens. No verify loop of its own.
+
+Rows verify different numbers of drafts in one rectangular forward: shorter rows are padded at the END. Causal
+attention keeps a row's real tokens blind to its padding, and the padding is rolled back with the rejected
+drafts, so padding costs compute, never correctness. That is also why a row's γ below the step's largest saves
+only its drafting: the verify forward is as wide for every row.
+
+Invariant between steps (as in :mod:`helpers.specdec.batched`): with N_b the tokens row b has committed (prompt +
+generated), the target cache holds the first N_b - 1; the last is the pending token the next forward feeds.
+
+Drafters (``DRAFTERS``): ``draft`` (a small draft model with its own ragged cache, prefilled when a row joins),
+``self`` (the target drafting over a StreamingLLM view of its own cache, MagicDec's self-speculation for long
+prompts: no second cache) and ``lookup`` (prompt lookup over each row's tokens: no model).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from helpers.batching.model_ops import DecodeBatch, _engine_model
+from helpers.batching.request import Request
+from helpers.models.streaming import StreamingView
+from helpers.specdec.core import accept, sample
+from helpers.specdec.lookup import NgramIndex
+from helpers.timing import sync
+
+PAD = 0  # the token id written in padding slots (any id works: they are masked by causality and rolled back)
+
+
+def extend_ragged(model, cache, rows: list[list[int]]) -> torch.Tensor:
+    """Append ``rows[b]`` (at least one token each, lengths may differ) to row b of ``cache``; returns the
+    logits ``(B, longest, V)``. Shorter rows are padded at the end and the padding is rolled back at once."""
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), PAD, dtype=torch.long, device=cache.device)
+    for b, row in enumerate(rows):
+        ids[b, :len(row)] = torch.tensor(row, device=cache.device)
+    _ensure_room(cache, width, model.config.max_seq_len)
+    logits = model(ids, cache)
+    cache.rollback([width - len(row) for row in rows])
+    return logits
+
+
+def _ensure_room(cache, new: int, limit: int) -> None:
+    need = max(cache.lengths, default=0) + new
+    if need > cache.capacity:
+        cache.reserve(min(max(2 * cache.capacity, need), limit))
+
+
+def _pick(logits: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+    """Row b's logits at its last real position ``lengths[b] - 1``: (B, V)."""
+    index = torch.tensor([n - 1 for n in lengths], device=logits.device)
+    return logits[torch.arange(len(lengths), device=logits.device), index]
+
+
+class DraftModelDrafter:
+    """A draft model with its own ragged cache over the same rows; the cache holds a prefix of each row's tokens
+    (``lengths``) and catches up with what the row committed since, in the first draft forward of a round."""
+
+    name = "draft"
+
+    def __init__(self, draft_model, limit: int) -> None:
+        self.model = _engine_model(draft_model)
+        self.cache = self.model.new_cache(0, 1)
+        self.limit = limit
+
+    def join(self, requests: list[Request]) -> None:
+        kvs = []
+        for request in requests:  # the draft is small: prefill it here, one prompt at a time
+            cache = self.model.new_cache(1, request.prompt_len)
+            self.model(torch.tensor([request.input_tokens], device=cache.device), cache, last_only=True)
+            kvs.append(cache.row_kv(0))
+        self.cache.append_rows(kvs)
+
+    def leave(self, keep: list[int]) -> None:
+        self.cache.select_rows(keep)
+
+    def propose(self, batch: "SpecDecodeBatch", gammas: list[int], temperature: float, generator):
+        """``max(gammas)`` draft tokens per row (B, γ) and their distributions (B, γ, V; None when greedy)."""
+        gamma = max(gammas)
+        catch_up = [r.input_tokens[n:] + r.generated[max(0, n - r.prompt_len):]  # what the row committed since
+                    for r, n in zip(batch.requests, self.cache.lengths)]
+        logits = _pick(extend_ragged(self.model, self.cache, catch_up), [len(c) for c in catch_up])
+        drafts, dists = [], []
+        for i in range(gamma):
+            token, dist = sample(logits, temperature, generator)
+            drafts.append(token)
+            dists.append(dist)
+            if i + 1 < gamma:
+                _ensure_room(self.cache, 1, self.limit)
+                logits = self.model(token, self.cache, last_only=True)[:, -1]
+        self._fed = gamma - 1
+        return torch.cat(drafts, dim=1), None if temperature == 0 else torch.stack(dists, dim=1)
+
+    def settle(self, committed_before: list[int], accepted: list[int]) -> None:
+        """Keep the drafted tokens that were accepted (the draft saw the first ``gamma - 1`` of them)."""
+        keep = [n + min(k, self._fed) for n, k in zip(committed_before, accepted)]
+        self.cache.rollback([have - want for have, want in zip(self.cache.lengths, keep)])
+
+    def skip(self) -> None:
+        """A step without drafting: the cache falls behind and catches up at the next round."""
+
+
+class SelfDrafter:
+    """The target drafts for itself over a StreamingLLM view (``sinks`` first + ``window`` recent tokens) of its
+    own cache, writing provisional keys that the verify forward overwrites."""
+
+    name = "self"
+
+    def __init__(self, *, window: int, sinks: int) -> None:
+        self.window, self.sinks = window, sinks
+
+    def join(self, requests: list[Request]) -> None: ...
+
+    def leave(self, keep: list[int]) -> None: ...
+
+    def skip(self) -> None: ...
+
+    def settle(self, committed_before: list[int], accepted: list[int]) -> None: ...
+
+    def propose(self, batch: "SpecDecodeBatch", gammas: list[int], temperature: float, generator):
+        gamma = max(gammas)
+        view = StreamingView(batch.cache, sinks=self.sinks, window=self.window)
+        token = batch.pending()
+        _ensure_room(batch.cache, gamma, batch.limit)
+        drafts, dists = [], []
+        for _ in range(gamma):
+            token, dist = sample(batch.model(token, view, last_only=True)[:, -1], temperature, generator)
+            drafts.append(token)
+            dists.append(dist)
+        batch.cache.rollback(gamma)
+        return torch.cat(drafts, dim=1), None if temperature == 0 else torch.stack(dists, dim=1)
+
+
+class LookupDrafter:
+    """Prompt lookup: each row proposes the tokens that followed the last earlier occurrence of its suffix (up to
+    ``ngram`` tokens) in its own prompt and output; a row without a match proposes nothing."""
+
+    name = "lookup"
+
+    def __init__(self, *, ngram: int = 3) -> None:
+        self.ngram = ngram
+        self.indexes: list[NgramIndex] = []
+
+    def join(self, requests: list[Request]) -> None:
+        self.indexes += [NgramIndex(self.ngram, r.input_tokens + r.generated) for r in requests]
+
+    def leave(self, keep: list[int]) -> None:
+        self.indexes = [self.indexes[i] for i in keep]
+
+    def skip(self) -> None: ...
+
+    def settle(self, committed_before: list[int], accepted: list[int]) -> None: ...
+
+    def observe(self, new_tokens: list[list[int]]) -> None:
+        for index, tokens in zip(self.indexes, new_tokens):
+            index.add(tokens)
+
+    def propose_lists(self, gammas: list[int]) -> list[list[int]]:
+        return [index.propose(g) if g else [] for index, g in zip(self.indexes, gammas)]
+
+
+DRAFTERS = ("draft", "self", "lookup")
+
+
+class SpecDecodeBatch(DecodeBatch):
+    """A ragged decode batch whose ``advance(gammas)`` is one speculative round (greedy or sampled)."""
+
+    def __init__(self, model, drafter, *, temperature: float = 0.0, generator=None) -> None:
+        super().__init__(model)
+        self.drafter, self.temperature, self.generator = drafter, temperature, generator
+        self.limit = self.model.config.max_seq_len
+
+    def add(self, requests: list[Request], kvs: list[torch.Tensor]) -> None:
+        if requests:
+            super().add(requests, kvs)
+            self.drafter.join(requests)
+
+    def remove(self, finished: list[Request]) -> None:
+        if finished:
+            gone = {r.id for r in finished}
+            keep = [i for i, r in enumerate(self.requests) if r.id not in gone]
+            super().remove(finished)
+            self.drafter.leave(keep)
+
+    def pending(self) -> torch.Tensor:
+        return torch.tensor([[r.generated[-1]] for r in self.requests], device=self.cache.device)
+
+    @torch.inference_mode()
+    def advance(self, gammas: list[int]) -> tuple[list[list[int]], dict]:
+        """One round: row b drafts up to ``gammas[b]`` tokens; returns each row's new tokens (its accepted drafts,
+        then the target's token) and what the round did (``draft_s``, ``verify_s``, ``gamma``, ``drafted``,
+        ``accepted`` per row)."""
+        start = time.perf_counter()
+        drafts, dists = self._drafts(gammas)
+        drafted = [len(d) for d in drafts]
+        sync(self.cache.device)
+        drafted_at = time.perf_counter()
+        if max(drafted, default=0) == 0:
+            self.drafter.skip()
+            tokens, _ = sample(self.model(self.pending(), self._room(1), last_only=True)[:, -1], self.temperature,
+                               self.generator)
+            new = [[t] for t in tokens[:, 0].tolist()]
+            accepted = [0] * len(new)
+        else:
+            new, accepted = self._verify(drafts, dists, drafted)
+        if isinstance(self.drafter, LookupDrafter):
+            self.drafter.observe(new)
+        return new, {"draft_s": drafted_at - start, "verify_s": time.perf_counter() - drafted_at,
+                     "gamma": max(drafted, default=0), "drafted": drafted, "accepted": accepted}
+
+    def _room(self, new: int):
+        _ensure_room(self.cache, new, self.limit)
+        return self.cache
+
+    def _drafts(self, gammas: list[int]) -> tuple[list[list[int]], torch.Tensor | None]:
+        if max(gammas, default=0) == 0:
+            return [[] for _ in gammas], None
+        if isinstance(self.drafter, LookupDrafter):
+            return self.drafter.propose_lists(gammas), None
+        tokens, dists = self.drafter.propose(self, gammas, self.temperature, self.generator)
+        host = tokens.tolist()
+        return [row[:g] for row, g in zip(host, gammas)], dists
+
+    def _verify(self, drafts: list[list[int]], dists, drafted: list[int]) -> tuple[list[list[int]], list[int]]:
+        committed_before = [len(r.input_tokens) + len(r.generated) for r in self.requests]
+        rows = [[r.generated[-1]] + d for r, d in zip(self.requests, drafts)]
+        logits = extend_ragged(self.model, self.cache, rows)  # the one verify forward, (B, 1 + γ, V)
+        if dists is None and self.temperature > 0:  # lookup: a proposal is a point mass
+            dists = torch.zeros(*logits.shape[:1], max(drafted), logits.shape[-1], device=logits.device)
+            for b, d in enumerate(drafts):
+                dists[b, torch.arange(len(d)), torch.tensor(d, dtype=torch.long)] = 1.0
+        k = torch.zeros(len(rows), dtype=torch.long, device=logits.device)
+        nxt = torch.zeros(len(rows), dtype=torch.long, device=logits.device)
+        for g in sorted(set(drafted)):  # rows with the same γ share one acceptance test
+            idx = torch.tensor([b for b, n in enumerate(drafted) if n == g], device=logits.device)
+            if g == 0:
+                nxt[idx] = sample(logits[idx, 0], self.temperature, self.generator)[0][:, 0]
+                continue
+            ids = torch.tensor([drafts[b] for b in idx.tolist()], device=logits.device)
+            k[idx], nxt[idx] = accept(logits[idx, :g + 1], ids, None if dists is None else dists[idx, :g],
+                                      self.temperature, self.generator)
+        host_k, host_next = k.tolist(), nxt.tolist()  # the round's one host sync
+        self.cache.rollback([g - n for g, n in zip(drafted, host_k)])
+        self.drafter.settle(committed_before, host_k)
+        return [d[:n] + [t] for d, n, t in zip(drafts, host_k, host_next)], host_k
+
+
+def make_drafter(name: str, *, draft_model=None, limit: int, window: int = 64, sinks: int = 4, ngram: int = 3):
+    """The drafter called ``name`` (one of ``DRAFTERS``), with a clear error for a bad name or a missing model."""
+    if name == "draft":
+        if draft_model is None:
+            raise ValueError("the 'draft' drafter needs a draft model: set SpecConfig.draft to a model name")
+        return DraftModelDrafter(draft_model, limit)
+    if name == "self":
+        return SelfDrafter(window=window, sinks=sinks)
+    if name == "lookup":
+        return LookupDrafter(ngram=ngram)
+    raise ValueError(f"unknown drafter {name!r}; choose one of {', '.join(DRAFTERS)}")
