@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import pandas as pd
 
-from helpers.gpu_specs import best_and_worst, collect_results, describe_ties, layer_cost_fit, roofline_seconds, \
-    run_to_run_spread
+from helpers.experiments import gpu_costs
+from helpers.gpu_specs import (best_and_worst, collect_results, describe_ties, gpu_spec, layer_cost_fit,
+                               roofline_seconds, run_to_run_spread)
 from helpers.memory import load_config
 from helpers.models import model_config
 from helpers.paths import REPO_ROOT
-from helpers.results import MissingResultError
+from helpers.results import MissingResultError, gpu_result_folders
+
+HANDOUT_GAMMAS = (2, 3, 5, 7)  # the lookaheads of the handout's Table 1: best and worst are picked among them
+NO_SPREAD_TOLERANCE = 0.05  # the stated tie tolerance of a device whose rows time no quantity twice
 
 
 def profile_rows(notebook: str, profile: str, *, say: str = "") -> pd.DataFrame:
-    """A notebook's rows of every profile from this run's output root, else (printing ``say``) the committed ones
-    (e.g. this notebook validated alone in a fresh output root)."""
+    """A notebook's rows of every profile from this run's output root, else (printing ``say``) the committed ones."""
     runs = collect_results(notebook)
     if runs.empty or not (runs["profile"] == profile).any():
         runs = collect_results(notebook, root=REPO_ROOT)
@@ -26,8 +29,8 @@ def profile_rows(notebook: str, profile: str, *, say: str = "") -> pd.DataFrame:
 
 def sweep_rows(profile: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Notebook 07's sweep rows of every profile, and this profile's (an error without them)."""
-    runs = profile_rows("07_speculative_decoding", profile, say=f"notebook 07: the committed rows (none for {profile!r} "
-                        "in this output root)")
+    runs = profile_rows("07_speculative_decoding", profile,
+                        say=f"notebook 07: the committed rows (none for {profile!r} in this output root)")
     own = runs[runs["profile"] == profile] if not runs.empty else runs
     if own.empty:
         raise MissingResultError(f"no notebook 07 results for profile {profile!r}: run notebook 07 first "
@@ -35,62 +38,51 @@ def sweep_rows(profile: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     return runs, own
 
 
+def _spread(spreads, default: float) -> float:
+    """The largest run-to-run spread that is a number (NaN: nothing was timed twice), else ``default``."""
+    return max((spread for spread in spreads if spread == spread), default=default)
+
+
 def tie_tolerance(own: pd.DataFrame) -> float:
-    """The run-to-run spread of the timings: the larger of the same target's T_T and of its AR baseline's tokens/s
-    (the numerator of every speedup), each timed once per pair on the same prompts and conditions; 0 where no target
-    was timed twice."""
+    """The run-to-run spread of the timings: the larger of T_T's and AR tokens/s's (the numerator of every speedup); 0
+    where nothing was timed twice."""
     ok = own[own["status"] == "ok"]
-    spreads = [run_to_run_spread(ok, column) for column in ("T_T_s", "ar_tokens_per_s") if column in ok]
-    spreads = [spread for spread in spreads if spread == spread]
-    return max(spreads, default=0.0)
+    return _spread((run_to_run_spread(ok, column) for column in ("T_T_s", "ar_tokens_per_s") if column in ok), 0.0)
 
 
 def print_best_worst(own: pd.DataFrame, tolerance: float) -> pd.DataFrame:
-    """The best and the worst configuration among the rows with a handout gamma, and what is tied with each within
-    ``tolerance`` (the run-to-run spread of T_T and of AR), printed as a table."""
+    """The best and the worst configuration with a handout gamma and their ties within ``tolerance``, printed."""
     chosen = best_and_worst(own, tolerance=tolerance)  # among the rows flagged handout_gamma (gamma in {2, 3, 5, 7})
     shown = chosen.assign(tied_with=chosen["ties"].map(describe_ties))
     print(shown[["which", "draft", "gamma", "speedup", "n_tied", "tied_with"]].to_string(index=False))
     return chosen
 
 
-HANDOUT_GAMMAS = (2, 3, 5, 7)  # the lookaheads of the handout's Table 1: best and worst are picked among them
-NO_SPREAD_TOLERANCE = 0.05  # the stated tie tolerance of a device whose rows time no quantity twice
-
-
 def _e2e_rows() -> list[tuple[str, dict]]:
     """Every GPU window's end-to-end rows (``results/gpu-*/09_compiled_decode``, kind e2e) with its folder name."""
-    from helpers.experiments.gpu_costs import GRAPHS, read_rows
-    from helpers.results import gpu_result_folders
-
-    return [(folder.name, row) for folder in gpu_result_folders(GRAPHS) for row in read_rows(folder, GRAPHS)
+    return [(folder.name, row) for folder in gpu_result_folders(gpu_costs.GRAPHS)
+            for row in gpu_costs.read_rows(folder, gpu_costs.GRAPHS)
             if row.get("kind") == "e2e" and row.get("status", "ok") == "ok"]
 
 
 def gpu_e2e_rows(chosen: pd.DataFrame) -> pd.DataFrame:
-    """The same (target, draft, gamma) as ``chosen`` run end to end by a GPU window (``results/gpu-*/
-    09_compiled_decode``, kind e2e: the CPU pair's weights, real acceptance, speculative decoding over AR in the same
-    decode mode), one line per GPU and configuration, with its prompts and new tokens per prompt (a window's run
-    length need not be the CPU's). Empty without such rows."""
-    lines = []
+    """The GPU windows' end-to-end runs of ``chosen``'s (target, draft, gamma), one line per GPU and configuration, with
+    its prompts and new tokens per prompt (a window's run length need not be the CPU's)."""
     rows = _e2e_rows()
-    for window in dict.fromkeys(folder for folder, _ in rows):  # per window, in chosen's order: best, then worst
-        for _, pick in chosen.iterrows():
-            for folder, row in rows:
-                if folder == window and (row.get("target"), row.get("draft"), row.get("gamma")) == (
-                        pick["target"], pick["draft"], int(pick["gamma"])):
-                    lines.append({"which": pick["which"], "device_name": row["device_name"],
-                                  "target": row["target"], "draft": row["draft"], "gamma": int(row["gamma"]),
-                                  "alpha": row.get("alpha"), "c": None, "speedup": row["speedup"],
-                                  "prompts": len(row.get("prompt_ids") or []), "new tokens": row.get("max_new_tokens"),
-                                  "run": f"window {folder}, {row.get('decode', 'eager')}"})
-    return pd.DataFrame(lines)
+    return pd.DataFrame([
+        {"which": pick["which"], "device_name": row["device_name"], "target": row["target"], "draft": row["draft"],
+         "gamma": int(row["gamma"]), "alpha": row.get("alpha"), "c": None, "speedup": row["speedup"],
+         "prompts": len(row.get("prompt_ids") or []), "new tokens": row.get("max_new_tokens"),
+         "run": f"window {folder}, {row.get('decode', 'eager')}"}
+        for window in dict.fromkeys(folder for folder, _ in rows)  # per window, in chosen's order: best, then worst
+        for _, pick in chosen.iterrows() for folder, row in rows
+        if folder == window and (row.get("target"), row.get("draft"), row.get("gamma")) == (
+            pick["target"], pick["draft"], int(pick["gamma"]))])
 
 
 def measured_best_worst(chosen: pd.DataFrame, runs: pd.DataFrame, own: pd.DataFrame) -> tuple[pd.DataFrame, list]:
-    """The best and worst configurations on every device that ran them (printed), and those devices: notebook 07's
-    rows of every profile, and the GPU windows' end-to-end rows of the same configurations (:func:`gpu_e2e_rows`):
-    the handout's Table 3, with each run's prompts and new tokens per prompt (``max_new_tokens``)."""
+    """The handout's Table 3 (printed): the best and worst on every device that ran them (notebook 07's rows and
+    :func:`gpu_e2e_rows`), and those devices."""
     measured = chosen[["which", "target", "draft", "gamma"]].merge(runs[runs["status"] == "ok"],
                                                                    on=["target", "draft", "gamma"])
     measured = measured.assign(prompts=measured["prompt_ids"].map(len), **{"new tokens": measured["max_new_tokens"]})
@@ -107,20 +99,16 @@ def measured_best_worst(chosen: pd.DataFrame, runs: pd.DataFrame, own: pd.DataFr
 
 
 def run_lengths(measured: pd.DataFrame) -> dict:
-    """Whether Table 3's devices ran different lengths (prompts x new tokens per prompt, printed per device;
-    ``t3_len_differs``): a greedy run's alpha depends on the tokens it generates, so runs of different length are the
-    same (target, draft, gamma), not the same workload."""
+    """Whether Table 3's devices ran different lengths (printed): a greedy run's alpha depends on the tokens it
+    generates."""
     lengths = measured.groupby("device", sort=False)[["prompts", "new tokens"]].first()
     print(lengths.to_string())
     return {"t3_len_differs": int(len(lengths.drop_duplicates()) > 1)}
 
 
 def gpu_own_best(chosen: pd.DataFrame) -> dict:
-    """Each GPU window's own best among its end-to-end rows with a handout gamma, in CUDA graphs where it ran them
-    (Table 3's mode), against §4.4's best carried over: tied within the window's run-to-run spread (its AR baseline,
-    timed once per draft; :data:`NO_SPREAD_TOLERANCE` where it has none) or not. ``t3_own{i}_*`` for the i-th GPU
-    (``t3_own_count`` of them); ``t3_own_best_differs``: on some GPU the best is another configuration beyond that
-    spread. Printed; ``t3_own_best`` 0 without rows."""
+    """Each GPU window's own best (handout gammas; CUDA graphs where it ran them) against §4.4's best carried over: tied
+    or not within its AR's run-to-run spread. Printed; ``t3_own_best`` 0 without rows."""
     best = chosen.iloc[0]
     frame = pd.DataFrame([{**row, "window": folder} for folder, row in _e2e_rows()])
     if frame.empty:
@@ -133,8 +121,7 @@ def gpu_own_best(chosen: pd.DataFrame) -> dict:
                     & (rows["gamma"] == int(best["gamma"]))]
         if mine.empty:
             continue
-        spread = run_to_run_spread(rows, "ar_tokens_per_s")
-        tolerance = spread if spread == spread else NO_SPREAD_TOLERANCE
+        tolerance = _spread([run_to_run_spread(rows, "ar_tokens_per_s")], NO_SPREAD_TOLERANCE)
         top = best_and_worst(rows.assign(handout_gamma=rows["gamma"].isin(HANDOUT_GAMMAS)),
                              tolerance=tolerance).iloc[0]
         tied = bool(((top["ties"]["draft"] == best["draft"]) & (top["ties"]["gamma"] == int(best["gamma"]))).any())
@@ -150,22 +137,17 @@ def gpu_own_best(chosen: pd.DataFrame) -> dict:
 
 
 def gpu_pair_comparison(chosen: pd.DataFrame) -> dict:
-    """The two GPU windows' end-to-end rows (CUDA graphs) of §4.4's best and worst against what the bandwidth ratio
-    predicts (datasheet table): were a decode step bound by reading weights, AR would run ``bandwidth ratio`` times
-    faster on the faster-memory GPU and the speedup (a ratio of step times) would be the same on both. The measured
-    ratios (AR tokens/s, mean over the drafts' baselines; speedups of the best and worst), the spread they are judged
-    against (the larger window's run-to-run spread of its AR baseline, else :data:`NO_SPREAD_TOLERANCE`) and a verdict
-    flag each (``t3_cmp_ar_bound``, ``t3_cmp_sd_same``). Printed; ``t3_cmp`` 0 without two GPUs."""
-    from helpers.gpu_specs import gpu_spec
-
+    """The two GPU windows' best and worst (CUDA graphs) against their bandwidth ratio: a decode step bound by reading
+    weights makes AR that much faster and the speedups equal. Verdicts within the larger AR spread; printed; ``t3_cmp``
+    0 without two GPUs."""
     frame = pd.DataFrame([{**row, "window": folder} for folder, row in _e2e_rows() if row.get("decode") == "graphs"])
     if frame.empty or frame["device_name"].nunique() < 2:
         return {"t3_cmp": 0}
     specs = {d: gpu_spec(str(d)) for d in frame["device_name"].unique()}
     slow, fast = sorted(specs, key=lambda d: specs[d]["bandwidth_gbs"])[:2]
     bw = specs[fast]["bandwidth_gbs"] / specs[slow]["bandwidth_gbs"]
-    spreads = [run_to_run_spread(frame[frame["device_name"] == d], "ar_tokens_per_s") for d in (slow, fast)]
-    tolerance = max([x for x in spreads if x == x], default=NO_SPREAD_TOLERANCE)
+    tolerance = _spread([run_to_run_spread(frame[frame["device_name"] == d], "ar_tokens_per_s") for d in (slow, fast)],
+                        NO_SPREAD_TOLERANCE)
     ar = frame.groupby(["device_name", "draft"])["ar_tokens_per_s"].first()
     ar_ratio = float((ar[fast] / ar[slow]).mean())
 
@@ -187,13 +169,8 @@ def gpu_pair_comparison(chosen: pd.DataFrame) -> dict:
 
 
 def second_device_numbers(measured: pd.DataFrame) -> dict:
-    """Table 3 in numbers: the best's and worst's speedup on the i-th device that ran them (``t3_dev{i}_name``,
-    ``_best``, ``_worst``; ``t3_devices`` of them), whether the best stays ahead on each, and, for two GPUs, what
-    tells them apart by the datasheet table (:func:`helpers.gpu_specs.gpu_spec`): the same architecture, compute
-    capability and tensor-core generation (``t3_same_core``) with different bandwidth and memory make the pair a
-    bandwidth experiment. Printed."""
-    from helpers.gpu_specs import gpu_spec
-
+    """Table 3 per device (best, worst, best ahead?) and, for two GPUs, whether the datasheet says they share their
+    cores and differ in bandwidth and memory: a bandwidth experiment. Printed."""
     devices = list(dict.fromkeys(measured["device"]))
     numbers, ahead = {"t3_devices": len(devices)}, {}
     for i, device in enumerate(devices, 1):
@@ -224,15 +201,14 @@ def second_device_numbers(measured: pd.DataFrame) -> dict:
 
 
 def table3_numbers(measured: pd.DataFrame, chosen: pd.DataFrame) -> dict:
-    """Table 3 in the report's words (:func:`second_device_numbers`), its run lengths (:func:`run_lengths`), each
-    GPU's own best (:func:`gpu_own_best`) and the two GPUs against the bandwidth ratio (:func:`gpu_pair_comparison`)."""
+    """Table 3's numbers: its devices, run lengths, each GPU's own best and the two GPUs against their bandwidth."""
     return {**second_device_numbers(measured), **run_lengths(measured), **gpu_own_best(chosen),
             **gpu_pair_comparison(chosen)}
 
 
 def runner_up(own: pd.DataFrame, chosen: pd.DataFrame, tolerance: float) -> dict:
-    """The second best configuration among the rows with a handout gamma, and whether the best beats it by more than
-    ``tolerance`` (``best_runner_tied`` 1: not). Printed."""
+    """The second best configuration with a handout gamma, and whether the best is tied with it (``best_runner_tied``).
+    Printed."""
     ok = own[own["status"] == "ok"]
     if "handout_gamma" in ok:
         ok = ok[ok["handout_gamma"].astype("boolean").fillna(False).astype(bool)]
@@ -250,27 +226,23 @@ def runner_up(own: pd.DataFrame, chosen: pd.DataFrame, tolerance: float) -> dict
 
 
 def best_worst_numbers(own: pd.DataFrame, chosen: pd.DataFrame, devices: list, tolerance: float) -> dict:
-    """The report's numbers of the best and worst (:func:`print_best_worst`) and the runner-up (:func:`runner_up`):
-    each one's configuration, speedup and alpha, and what is tied with it (a label and its speedups' span)."""
-    best, worst = chosen.iloc[0], chosen.iloc[1]
+    """The report's numbers of the best, the worst and the runner-up: configuration, speedup, alpha and ties."""
     numbers = {"n_configs": len(own), "source_device": own["device_name"].iloc[0],
                "devices_with_results": ", ".join(devices), "tie_tolerance_pct": 100 * tolerance}
-    for which, row in (("best", best), ("worst", worst)):
+    for which, row in (("best", chosen.iloc[0]), ("worst", chosen.iloc[1])):
+        ties = row["ties"]["speedup"]
         numbers.update({f"{which}_cfg": f"{row['draft']}, gamma={row['gamma']}", f"{which}_speedup": row["speedup"],
                         f"{which}_alpha": row["alpha"], f"{which}_ties": describe_ties(row["ties"]),
-                        f"{which}_ties_low": float(row["ties"]["speedup"].min()),
-                        f"{which}_ties_high": float(row["ties"]["speedup"].max()), f"{which}_tied": int(row["n_tied"] > 1)})
+                        f"{which}_ties_low": float(ties.min()), f"{which}_ties_high": float(ties.max()),
+                        f"{which}_tied": int(row["n_tied"] > 1)})
     return {**runner_up(own, chosen, tolerance), **numbers}
 
 
 def print_fit_a(ok_rows: pd.DataFrame, context_len: int) -> tuple[pd.DataFrame, dict]:
-    """Fit A: the host time per forward (a + b * layers) over notebook 07's models (their median T_T and T_D); on a
-    GPU only what the roofline leaves over. Printed (the per-model frame, then a and b in ms, whether the intercept
-    was clipped to 0 and the largest residual); returns the per-model frame and the fit."""
-    from helpers.gpu_specs import gpu_spec
-
-    timings = pd.concat([ok_rows[["target", "T_T_s"]].set_axis(["model", "seconds"], axis=1),
-                         ok_rows[["draft", "T_D_s"]].set_axis(["model", "seconds"], axis=1)]).groupby("model")["seconds"]
+    """Fit A: host time per forward (a + b * layers) over notebook 07's models' median T_T and T_D (on a GPU, what the
+    roofline leaves). Printed; the per-model frame and the fit."""
+    timings = pd.concat([ok_rows[[model, seconds]].set_axis(["model", "seconds"], axis=1)
+                         for model, seconds in (("target", "T_T_s"), ("draft", "T_D_s"))]).groupby("model")["seconds"]
     costs = timings.median()  # a target timed once per pair: the median of its pairs' timings
     fit = pd.DataFrame({"layers": [model_config(m).num_hidden_layers for m in costs.index],
                         "hidden": [model_config(m).hidden_size for m in costs.index], "measured (ms)": costs * 1e3,
@@ -287,17 +259,16 @@ def print_fit_a(ok_rows: pd.DataFrame, context_len: int) -> tuple[pd.DataFrame, 
 
 
 def _fit_summary(name: str, fit: dict, device: str) -> dict:
-    """One fit's numbers: a and b in ms, points, r2, largest residual, whether the intercept was clipped to 0."""
     return {"fit": name, "device": device, "a ms": round(fit["fixed_s"] * 1e3, 3),
             "b ms/layer": round(fit["per_layer_s"] * 1e3, 3), "points": fit["points"], "r2": round(fit["r2"], 3),
             "max residual": round(fit["max_abs_residual"], 3), "clipped": bool(fit["clipped"])}
 
 
 def print_fit_b(profile: str, fit: pd.DataFrame) -> dict | None:
-    """Fit B over notebook 12's drafts of EQUAL size and different depth (printed, and its line against the 07
-    models in ``fit["fit B (ms)"]``); None (printed: fit A only) without two depths among its rows."""
+    """Fit B over notebook 12's drafts of EQUAL size and different depth (printed; its line at the 07 models in
+    ``fit``); None without two depths."""
     runs12 = profile_rows("12_draft_design", profile)
-    rows12 = runs12[(runs12["profile"] == profile) & (runs12.get("status", "ok") == "ok")] if not runs12.empty else runs12
+    rows12 = runs12 if runs12.empty else runs12[(runs12["profile"] == profile) & (runs12.get("status", "ok") == "ok")]
     family = rows12[rows12["draft"].astype(str).str.fullmatch(r".*-\d+x\d+")] if "draft" in rows12 else rows12
     if len(family) < 2 or family["draft"].map(lambda d: model_config(d).num_hidden_layers).nunique() < 2:
         print("fit B: no notebook 12 rows for this profile (fit A only)")
@@ -313,47 +284,38 @@ def print_fit_b(profile: str, fit: pd.DataFrame) -> dict | None:
 
 
 def host_numbers(fit: pd.DataFrame, fit07: dict, fit12: dict | None, device_name: str) -> dict:
-    """The report's numbers of the two host-cost fits."""
+    """The report's numbers of the two host-cost fits (fit B's ``host2_*`` 0 without it)."""
     d2 = fit07["residuals"]["residual"]
     worst_point = d2.abs().idxmax()
+    target, b = fit.loc[fit["layers"].idxmax()], fit12 or {}  # notebook 07's target: its deepest model
     return {"host_fixed_ms": fit07["fixed_s"] * 1e3, "host_per_layer_ms": fit07["per_layer_s"] * 1e3,
             "host_device": device_name, "host_points": fit07["points"],
             "host_clipped": int(fit07["clipped"]), "host_worst_model": str(worst_point),
             "host_worst_measured_ms": float(fit.loc[worst_point, "measured (ms)"]),
             "host_worst_fit_ms": float(fit.loc[worst_point, "fit (ms)"]),
-            "host_worst_residual_pct": 100 * abs(float(d2[worst_point])),
-            "host_alt": int(fit12 is not None),
-            "host2_fixed_ms": fit12["fixed_s"] * 1e3 if fit12 else 0.0,
-            "host2_per_layer_ms": fit12["per_layer_s"] * 1e3 if fit12 else 0.0,
-            "host2_points": fit12["points"] if fit12 else 0, "host2_r2": fit12["r2"] if fit12 else 0.0,
-            "host2_max_residual_pct": 100 * fit12["max_abs_residual"] if fit12 else 0.0,
+            "host_worst_residual_pct": 100 * abs(float(d2[worst_point])), "host_alt": int(fit12 is not None),
+            "host2_fixed_ms": b.get("fixed_s", 0.0) * 1e3, "host2_per_layer_ms": b.get("per_layer_s", 0.0) * 1e3,
+            "host2_points": b.get("points", 0), "host2_r2": b.get("r2", 0.0),
+            "host2_max_residual_pct": 100 * b.get("max_abs_residual", 0.0),
             # fit B's line at the depth of notebook 07's target, against that target's measured step
             "host2_cpu_target_ms": float(fit["fit B (ms)"].max()) if fit12 else 0.0,
-            "cpu_target_ms": float(fit.loc[fit["layers"].idxmax(), "measured (ms)"]),
-            "cpu_target_layers": int(fit["layers"].max()),
-            "cpu_target_timings": int(fit.loc[fit["layers"].idxmax(), "timings"]),
+            "cpu_target_ms": float(target["measured (ms)"]), "cpu_target_layers": int(fit["layers"].max()),
+            "cpu_target_timings": int(target["timings"]),
             # the report's "mostly its own arithmetic": fit B's per-layer line covers under half the target's step
             "target_mostly_arithmetic": int(bool(fit12) and float(fit["fit B (ms)"].max())
-                                            < 0.5 * float(fit.loc[fit["layers"].idxmax(), "measured (ms)"]))}
-
-
-def _host_and_roofline(model_id: str, fixed_s: float, per_layer_s: float, compare: dict, context_len: int):
-    """A model's host time per forward under a fit, and its roofline step time on each compared GPU (ms)."""
-    config = load_config(model_id)
-    host_ms = (fixed_s + per_layer_s * config.num_hidden_layers) * 1e3
-    roof_ms = {gpu["gpu"]: roofline_seconds(config, gpu, 1, 1, context_len) * 1e3 for gpu in compare.values()}
-    return config, host_ms, roof_ms
+                                            < 0.5 * float(target["measured (ms)"]))}
 
 
 def print_host_bound(host_fits: dict, model_ids: list, compare: dict, fast, slow, context_len: int,
                      host_device: str) -> dict:
-    """The "+ host cost" regime's assumption in numbers: this device's per-layer time applied to the GPUs unchanged,
-    per fit and model, against each GPU's roofline step (printed as a table: where the host time is the longer, the
-    model is host-bound on that GPU); the report's numbers (``host_device``: where the fits were measured)."""
+    """Each fit's host time per forward applied unchanged to each GPU, against its roofline step (printed: host-bound
+    where the host time is the longer); the report's numbers."""
     lines = []
     for name, (fixed_s, per_layer_s) in host_fits.items():
         for model_id in model_ids:
-            config, host_ms, roof_ms = _host_and_roofline(model_id, fixed_s, per_layer_s, compare, context_len)
+            config = load_config(model_id)
+            host_ms = (fixed_s + per_layer_s * config.num_hidden_layers) * 1e3
+            roof_ms = {gpu["gpu"]: roofline_seconds(config, gpu, 1, 1, context_len) * 1e3 for gpu in compare.values()}
             lines.append({"fit": name, "model": model_id, "layers": config.num_hidden_layers, "host ms": host_ms,
                           **{f"roofline {g} ms": t for g, t in roof_ms.items()},
                           **{f"host-bound {g}": host_ms > t for g, t in roof_ms.items()}})
@@ -381,13 +343,10 @@ def column(gpu: str, regime: str) -> str:
 
 
 def prediction_numbers(predicted: pd.DataFrame, regimes: dict, compare: dict, fast, slow) -> dict:
-    """Does §4.4's best stay ahead of its worst in the prediction (``rank_<regime>_ahead``), and is the host-cost
-    prediction lower on the faster-memory GPU (``host_gpu_lower``) or the same on both (``host_gpu_same``: both
-    host-bound)? Printed; the report's numbers."""
-    from helpers.gpu_specs import gpu_spec
-
-    keeps = {regime: bool(predicted.loc[0, column(fast["gpu"], regime)] >= predicted.loc[1, column(fast["gpu"], regime)])
-             for regime in regimes}
+    """Does the best stay ahead of the worst per regime, and is the host-cost prediction lower on the faster-memory GPU
+    or the same on both (both host-bound)? Printed; the report's numbers."""
+    on_fast = {regime: predicted[column(fast["gpu"], regime)] for regime in regimes}
+    keeps = {regime: bool(values.loc[0] >= values.loc[1]) for regime, values in on_fast.items()}
     numbers = {}
     for i, which in enumerate(["best", "worst"]):
         for gpu_name in compare:
@@ -398,19 +357,18 @@ def prediction_numbers(predicted: pd.DataFrame, regimes: dict, compare: dict, fa
                     numbers[f"pred_{which}_{key}_host2"] = predicted.loc[i, column(gpu_name, "+ host cost B")]
         numbers[f"pred_{which}_pair"] = predicted.loc[i, "handout pair"]
         numbers[f"pred_{which}_alpha"] = predicted.loc[i, "alpha (borrowed)"]
-    gap = [r[column(slow['gpu'], '+ host cost')] - r[column(fast['gpu'], '+ host cost')] for _, r in predicted.iterrows()]
+    gap = list(predicted[column(slow["gpu"], "+ host cost")] - on_fast["+ host cost"])
     flags = {"host_gpu_lower": int(min(gap) > 1e-3), "host_gpu_same": int(max(gap) <= 1e-3),
              "rank_roof_ahead": int(keeps["roofline only"]), "rank_host_ahead": int(keeps["+ host cost"]),
              "rank_host2_ahead": int(keeps.get("+ host cost B", False)),
-             "rank_host_fits_agree": int("+ host cost B" not in keeps or keeps["+ host cost"] == keeps["+ host cost B"])}
+             "rank_host_fits_agree": int(keeps.get("+ host cost B", keeps["+ host cost"]) == keeps["+ host cost"])}
     print(flags)
     return numbers | flags
 
 
 def prediction_grid(predict, compare: dict, drafts: list, gammas: list, regimes: dict, alpha_for: dict,
                     target: str) -> pd.DataFrame:
-    """The model over every handout draft and gamma on each GPU: c and the speedup per regime (``predict``:
-    ``(target, draft, gamma, gpu, host) -> eq5_prediction``)."""
+    """The model over every handout draft and gamma on each GPU: c and the speedup per regime."""
     grid = []
     for gpu_name, gpu in compare.items():
         for draft_id in drafts:
@@ -425,10 +383,8 @@ def prediction_grid(predict, compare: dict, drafts: list, gammas: list, regimes:
 
 
 def grid_numbers(model: pd.DataFrame, gpus: list, regimes: dict) -> dict:
-    """The smallest c per GPU and regime, and the host-cost prediction's range per fit and GPU (printed) with whether
-    it is below 1 everywhere (``host_always_slower``, ``host2_always_slower``); the report's numbers."""
-    from helpers.gpu_specs import gpu_spec
-
+    """The smallest c per GPU and regime, the host-cost predictions' range per fit and GPU (printed), and whether they
+    stay below 1."""
     numbers, spans = {}, []
     for gpu_name in gpus:
         part = model[model["GPU"] == gpu_name]
@@ -439,7 +395,7 @@ def grid_numbers(model: pd.DataFrame, gpus: list, regimes: dict) -> dict:
             values = part[f"speedup, {regime} (model)"]
             spans.append({"regime": regime, "GPU": gpu_name, "low": float(values.min()), "high": float(values.max())})
             suffix = "_host2" if regime.endswith("B") else "_host"
-            numbers[f"grid_low_{key}{suffix}"], numbers[f"grid_high_{key}{suffix}"] = spans[-1]["low"], spans[-1]["high"]
+            numbers.update({f"grid_low_{key}{suffix}": spans[-1]["low"], f"grid_high_{key}{suffix}": spans[-1]["high"]})
     spans = pd.DataFrame(spans)
     print(spans.round(2).to_string(index=False))
     slower = spans.groupby("regime", sort=False)["high"].max() < 1  # below 1 for every configuration on both GPUs
@@ -449,15 +405,10 @@ def grid_numbers(model: pd.DataFrame, gpus: list, regimes: dict) -> dict:
 
 
 def gpu_steps(target: str, host_fits: dict) -> pd.DataFrame:
-    """What the GPU windows measured for ``target`` (:func:`helpers.experiments.gpu_costs.measured_cost_tables`: batch 1,
-    context 256, random weights, bf16; the mean over the pairs that timed it): the decode step eager and replayed as
-    a CUDA graph, the GPU's HBM floor (the weight bytes a step reads over its bandwidth), the host time each fit of
-    the "+ host cost" regime assumes for this depth, and whether the eager step lies between the two regimes (the
-    floor alone, and the longer of the floor and fit A's host time). Empty without GPU rows."""
-    from helpers.experiments.gpu_costs import measured_cost_tables
-
+    """The GPU windows' decode step of ``target`` (eager, CUDA graphs) against its HBM floor and each fit's host time,
+    and whether eager lies between the two regimes. Empty without rows."""
     lines = []
-    for folder, costs in measured_cost_tables():
+    for folder, costs in gpu_costs.measured_cost_tables():
         mine = costs[costs["target"] == target]
         eager, graphs = (mine[mine["decode"] == mode]["T_T ms"] for mode in ("eager", "graphs"))
         if eager.empty:
@@ -474,8 +425,7 @@ def gpu_steps(target: str, host_fits: dict) -> pd.DataFrame:
 
 
 def print_gpu_steps(steps: pd.DataFrame, target: str, host_per_layer_ms: float) -> dict:
-    """:func:`gpu_steps` set against the two regimes (printed); the report's numbers (``gpu_measured`` 0 without
-    GPU rows; ``gpu_other_*``: a second GPU beside the first)."""
+    """:func:`gpu_steps` against the two regimes (printed); the report's numbers (``gpu_measured`` 0 without rows)."""
     if steps.empty:
         print("no GPU window has measured the target's step yet")
         return {"gpu_measured": 0}
@@ -484,15 +434,16 @@ def print_gpu_steps(steps: pd.DataFrame, target: str, host_per_layer_ms: float) 
     if len(steps) > 1 and pd.notna(steps.iloc[1]["graphs ms"]):  # a second GPU: one sentence beside the first's
         other = steps.iloc[1]
         numbers = {"gpu_other_name": other["gpu"], "gpu_other_eager_ms": other["eager ms"],
-                   "gpu_other_eager_within": int(other["eager within the regimes"]), "gpu_other_graphs_ms": other["graphs ms"],
+                   "gpu_other_eager_within": int(other["eager within the regimes"]),
+                   "gpu_other_graphs_ms": other["graphs ms"],
                    "gpu_other_graphs_share": other["HBM floor ms"] / other["graphs ms"],
                    "gpu_other_agrees": int(other["eager within the regimes"] == first["eager within the regimes"])}
+    graphs = pd.notna(first["graphs ms"])
     return {**numbers, "gpu_measured": 1, "gpu_measured_name": first["gpu"], "gpu_measured_profile": first["profile"],
             "gpu_eager_ms": first["eager ms"], "gpu_eager_per_layer_ms": first["eager per layer ms"],
-            "gpu_graphs_ms": first["graphs ms"] if pd.notna(first["graphs ms"]) else 0.0,
-            "gpu_floor_ms": first["HBM floor ms"], "gpu_host_a_ms": first["host fit A ms"],
-            "gpu_eager_within": int(first["eager within the regimes"]),
-            "gpu_graphs_share": first["HBM floor ms"] / first["graphs ms"] if pd.notna(first["graphs ms"]) else 0.0,
+            "gpu_graphs_ms": first["graphs ms"] if graphs else 0.0, "gpu_floor_ms": first["HBM floor ms"],
+            "gpu_host_a_ms": first["host fit A ms"], "gpu_eager_within": int(first["eager within the regimes"]),
+            "gpu_graphs_share": first["HBM floor ms"] / first["graphs ms"] if graphs else 0.0,
             "gpu_eager_over_fit_a": first["eager per layer ms"] / host_per_layer_ms}
 
 
@@ -500,8 +451,7 @@ REGIME_LABELS = {"roofline only": "roof", "+ host cost": "+host A", "+ host cost
 
 
 def short_regime_headers(grid: pd.DataFrame) -> pd.DataFrame:
-    """:func:`prediction_grid`'s columns with short headers for the report's table ("c, + host cost" ->
-    "c (+host A)", "speedup, roofline only (model)" -> "speedup (roof)"); the caption spells the regimes out."""
+    """:func:`prediction_grid`'s columns with the report's short headers ("c, + host cost" -> "c (+host A)")."""
     names = {f"{quantity}, {regime}{suffix}": f"{quantity} ({label})" for regime, label in REGIME_LABELS.items()
              for quantity, suffix in (("c", ""), ("speedup", " (model)"))}
     return grid.rename(columns=names)
@@ -509,11 +459,8 @@ def short_regime_headers(grid: pd.DataFrame) -> pd.DataFrame:
 
 def _measured_pair_rows(target_id: str, draft_id: str):
     """(datasheet GPU name, row) of every GPU window's Eq. 5 cost row of one pair (random weights, bf16, batch 1)."""
-    from helpers.experiments.gpu_costs import COSTS, gpu_cost_folders, read_rows
-    from helpers.gpu_specs import gpu_spec
-
-    for folder in gpu_cost_folders():
-        for row in read_rows(folder, COSTS):
+    for folder in gpu_costs.gpu_cost_folders():
+        for row in gpu_costs.read_rows(folder, gpu_costs.COSTS):
             if row.get("target") == target_id and row.get("draft") == draft_id:
                 try:
                     yield gpu_spec(str(row.get("device_name")))["gpu"], row
@@ -522,17 +469,13 @@ def _measured_pair_rows(target_id: str, draft_id: str):
 
 
 def measured_terms_speedups(target_id: str, draft_id: str, gamma: int, alpha: float) -> dict:
-    """Eq. 5 for one handout pair with the cost terms a GPU window MEASURED for it (c and T_V(gamma)/T_T, random
-    weights, bf16, batch 1; eager and with CUDA graphs) in place of the roofline's, at the borrowed ``alpha``: one
-    column per GPU profile and decode mode, ``"<GPU>, measured terms, <mode> (Eq. 5)"``; NaN where the measured
-    T_V/T_T at ``gamma`` is below 1, a timing artefact (:func:`~helpers.experiments.gpu_costs.verify_artefacts`).
-    Empty without such rows."""
-    from helpers.experiments.gpu_costs import trusted_verify_ratios
+    """Eq. 5 for one handout pair over each GPU window's MEASURED c and T_V/T_T at the borrowed ``alpha``, per GPU and
+    decode mode (NaN where T_V/T_T < 1, a timing artefact)."""
     from helpers.specdec.analysis import predicted_speedup
 
     found = {}
     for gpu, row in _measured_pair_rows(target_id, draft_id):
-        ratios = trusted_verify_ratios(row)  # a T_V/T_T below 1 is a timing artefact: no prediction from it
+        ratios = gpu_costs.trusted_verify_ratios(row)
         if str(gamma) in row.get("verify_ratio", {}):
             found[f"{gpu}, measured terms, {row.get('decode', 'eager')} (Eq. 5)"] = float(
                 predicted_speedup(gamma, alpha, row["c"], ratios[gamma])) if gamma in ratios else float("nan")
@@ -540,9 +483,8 @@ def measured_terms_speedups(target_id: str, draft_id: str, gamma: int, alpha: fl
 
 
 def measured_terms_numbers(predicted: pd.DataFrame) -> dict:
-    """The measured-terms columns of the best/worst prediction in numbers (``pred_measured`` 0 without them): their
-    smallest and largest value, whether the best stays ahead in every column with both, whether every value is below
-    1, and how many cells are blank (a T_V/T_T below 1 there, a timing artefact). Printed."""
+    """The measured-terms columns in numbers: range, best ahead, all below 1, blank cells (artefacts). Printed;
+    ``pred_measured`` 0 without them."""
     columns = [c for c in predicted.columns if ", measured terms, " in c]
     if not columns:
         return {"pred_measured": 0}
@@ -558,18 +500,14 @@ def measured_terms_numbers(predicted: pd.DataFrame) -> dict:
 
 
 def measured_terms_optimum(target_id: str, draft_id: str, alpha: float) -> list[dict]:
-    """Each GPU profile's and decode mode's Eq. 5 optimum for one handout pair over its MEASURED terms (c and
-    T_V(gamma)/T_T, random weights, bf16, batch 1) at the borrowed ``alpha``: the gamma in 1..max measured that
-    maximises the predicted speedup (:func:`helpers.specdec.analysis.optimal_gamma`), with T_V/T_T of a gamma not
-    measured from the line through the measured ones (:func:`~helpers.specdec.analysis.linear_verify_cost`, said so in
-    ``extrapolated``), the speedup at the largest measured gamma beside it, and the break-even alpha
-    (:func:`~helpers.specdec.analysis.break_even_alpha`, over the measured gammas). Empty without such rows."""
-    from helpers.experiments.gpu_costs import trusted_verify_ratios, verify_artefacts
+    """Each GPU window's Eq. 5 optimum for one handout pair over its MEASURED terms at the borrowed ``alpha`` (a gamma
+    not measured from the line through the trusted ones: ``extrapolated``), the speedup at the largest measured gamma
+    and the break-even alpha."""
     from helpers.specdec.analysis import break_even_alpha, linear_verify_cost, optimal_gamma, predicted_speedup
 
     found = []
     for gpu, row in _measured_pair_rows(target_id, draft_id):
-        ratios = trusted_verify_ratios(row)  # without the artefacts (T_V/T_T < 1 at gamma >= 1)
+        ratios = gpu_costs.trusted_verify_ratios(row)  # without the artefacts (T_V/T_T < 1 at gamma >= 1)
         if not ratios:
             continue
         if len(ratios) >= 2:  # the line through the trusted ratios stands in for the gammas not measured
@@ -583,13 +521,14 @@ def measured_terms_optimum(target_id: str, draft_id: str, alpha: float) -> list[
         found.append({"gpu": gpu, "decode": row.get("decode", "eager"), "gamma": int(gamma),
                       "speedup": float(speedup), "extrapolated": gamma not in ratios,
                       "largest_gamma": top, "at_largest": float(predicted_speedup(top, alpha, row["c"], ratios[top])),
-                      "break_even_alpha": break_even_alpha(row["c"], ratios)[0], "artefacts": verify_artefacts(row)})
+                      "break_even_alpha": break_even_alpha(row["c"], ratios)[0],
+                      "artefacts": gpu_costs.verify_artefacts(row)})
     return found
 
 
 def optimum_table(pairs: dict) -> pd.DataFrame:
-    """Each handout pair's optimal gamma by Eq. 5 over the measured terms, one line per GPU and decode mode:
-    ``pairs``: ``{label: measured_terms_optimum(...)}``; empty without them."""
+    """Each handout pair's optimal gamma per GPU and decode mode (``pairs``: label ->
+    :func:`measured_terms_optimum`)."""
     lines = [{"pair": label, "GPU": f["gpu"], "decode": f["decode"], "gamma*": f["gamma"], "speedup": f["speedup"],
               "extrapolated": f["extrapolated"], "largest gamma": f["largest_gamma"], "speedup there": f["at_largest"],
               "artefact g": ", ".join(map(str, f.get("artefacts") or [])) or "none"}
@@ -598,8 +537,7 @@ def optimum_table(pairs: dict) -> pd.DataFrame:
 
 
 def optimum_numbers(pairs: dict) -> dict:
-    """The report's numbers on each handout pair's optimal gamma (:func:`optimum_table`, printed): ``pred_opt`` 0
-    without measured terms, else the largest optimum's speedup and whether any exceeds 1."""
+    """The optimal gammas' numbers (printed): the largest optimum and whether any exceeds 1; ``pred_opt`` 0 without."""
     table = optimum_table(pairs)
     if table.empty:
         return {"pred_opt": 0}
@@ -607,5 +545,3 @@ def optimum_numbers(pairs: dict) -> dict:
     return {"pred_opt": 1, "pred_opt_max": float(table["speedup"].max()),
             "pred_opt_any_above_one": int(table["speedup"].max() > 1),
             "pred_opt_any_extrapolated": int(table["extrapolated"].any())}
-
-
