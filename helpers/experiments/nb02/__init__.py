@@ -1,7 +1,6 @@
-"""Notebook 02 (handout §1.3): generation time against the input length, the output length and the model. The
-configurations built from the notebook's ``gen_*`` parameters, written once for the notebook and
-:mod:`helpers.gpu_measure`; the measurement of what the result file lacks (the two capped sweeps of one model, one
-row per compared model); and the numbers the notebook's model comparison reports."""
+"""Notebook 02 (handout §1.3): generation time against the input length, the output length and the model. Its
+configurations from the ``gen_*`` parameters (for the notebook and :mod:`helpers.gpu_measure`), the measurement of
+what the result file lacks, and the numbers the notebook's model comparison reports."""
 from __future__ import annotations
 
 import torch
@@ -31,7 +30,7 @@ def time_cap(params: dict) -> float | None:
 
 
 def base_config(params: dict, threads: int, label: str | None = None) -> dict:
-    """What every row of the notebook records besides lengths (``label``: the loaded sweep model's weights)."""
+    """What every row records besides lengths (``label``: the loaded sweep model's weights)."""
     p = params
     label = label or gb.expected_weights_label(p["gen_sweep_model"], p["gen_weights"])
     return {"model": p["gen_sweep_model"], "weights": label, "dtype": p["gen_dtype"], "device": p["device"],
@@ -58,34 +57,34 @@ def compare_config(params: dict, base: dict, name: str, label: str | None = None
 
 def _load(params: dict, store, name: str):
     check_budget(store, f"loading {name}")
-    device = resolve_device(params["device"])
-    return load_for_sweep(name, params["gen_weights"], device, getattr(torch, params["gen_dtype"]))
+    return load_for_sweep(name, params["gen_weights"], resolve_device(params["device"]),
+                          getattr(torch, params["gen_dtype"]))
+
+
+def _run_kwargs(p: dict, loaded) -> dict:
+    """What both sweeps hand :mod:`helpers.generation.sweeps`'s runners."""
+    return dict(meta=loaded.meta, warmup=p["gen_warmup"], repeats=p["gen_repeats"], device=resolve_device(p["device"]),
+                rerun=p.get("gen_rerun", False))
 
 
 def measure_sweep(params: dict, store, sweep: str, threads: int, loaded, progress: bool = True) -> list[dict]:
-    """One capped sweep of the loaded sweep model (:func:`helpers.generation.sweeps.run_capped_generation_sweep`):
-    its rows, 'not run' rows past the time cap included."""
-    p, results = params, store(RESULT)
-    configs = sweep_configs(p, base_config(p, threads, loaded.label), sweep)
-    return gb.run_capped_generation_sweep(results, loaded.model, configs, meta=loaded.meta, warmup=p["gen_warmup"],
-                                          repeats=p["gen_repeats"], max_seconds_per_batch=time_cap(p),
-                                          device=resolve_device(p["device"]), desc=SWEEPS[sweep],
-                                          rerun=p.get("gen_rerun", False), progress=progress)
+    """One capped sweep of the loaded sweep model: its rows, 'not run' rows past the time cap included."""
+    configs = sweep_configs(params, base_config(params, threads, loaded.label), sweep)
+    return gb.run_capped_generation_sweep(store(RESULT), loaded.model, configs, max_seconds_per_batch=time_cap(params),
+                                          desc=SWEEPS[sweep], progress=progress, **_run_kwargs(params, loaded))
 
 
 def measure_compare(params: dict, store, name: str, threads: int, loaded) -> dict:
     """The comparison's row of model ``name`` (loaded: ``loaded``)."""
-    p = params
-    config = compare_config(p, base_config(p, threads), name, loaded.label)
-    return gb.run_generation_sweep(store(RESULT), loaded.model, [config], meta=loaded.meta, warmup=p["gen_warmup"],
-                                   repeats=p["gen_repeats"], device=resolve_device(p["device"]), progress=False,
-                                   rerun=p.get("gen_rerun", False))[0]
+    config = compare_config(params, base_config(params, threads), name, loaded.label)
+    return gb.run_generation_sweep(store(RESULT), loaded.model, [config], progress=False,
+                                   **_run_kwargs(params, loaded))[0]
 
 
 def measure(params: dict, store, progress: bool = True) -> None:
-    """Every configuration of the notebook the result file lacks, loading a model only when one of its rows is
-    missing (the GPU window; the notebook calls :func:`measure_sweep` and :func:`measure_compare` with the models
-    it shows). A capped sweep's 'not run' lengths are never stored, so the sweep model is loaded for them."""
+    """Every configuration the result file lacks, loading a model only when one of its rows is missing (the GPU
+    window; the notebook calls :func:`measure_sweep` and :func:`measure_compare`). A capped sweep's 'not run'
+    lengths are never stored, so the sweep model is loaded for them."""
     p = params
     _, threads = setup(p)
     results = store(RESULT)
@@ -108,18 +107,15 @@ def measure(params: dict, store, progress: bool = True) -> None:
 
 
 def first_timed(rows: list[dict], noise: list[int]) -> bool:
-    """Whether the input lengths flagged as noise were the first configurations the sweep timed (a machine still
-    settling), from the rows' timestamps."""
+    """Whether the input lengths flagged as noise were the first the sweep timed (a machine still settling)."""
     timed = [r["input_len"] for r in sorted((r for r in rows if r["status"] == "ok"), key=lambda r: r["timestamp"])]
     return sorted(noise) == sorted(timed[:len(noise)])
 
 
 def compare_numbers(params: dict, measured, verdicts: dict, overlaps: list[str]) -> dict:
-    """The report's numbers of §1.3.3: the slowest against the fastest model (time, parameter and layer ratios),
-    the ordering and the neighbours whose ranges overlap (``overlaps``: :func:`report.overlaps`), which features
-    explain it (``verdicts``: :func:`report.feature_orderings`; for vocabulary, bytes per step and KV heads the
-    verdict 0/1/2 and its pair of models, ``gen{Vocab,Bytes,Kv}{Explains,A,B,AValue,BValue,ATime,BTime}``) and
-    the KV cache's share of the bytes a decode step reads."""
+    """The report's numbers of §1.3.3: the slowest against the fastest model, the ordering and its overlapping
+    neighbours (:func:`report.overlaps`), the features that explain it (:func:`report.feature_orderings`; for vocab,
+    bytes per step and KV heads the verdict and its pair) and the KV cache's share of the bytes a step reads."""
     fastest, slowest = measured.iloc[0], measured.iloc[-1]
     numbers = {}
     for key, feature in (("Vocab", "vocab"), ("Bytes", "bytes per step (MB)"), ("Kv", "KV heads")):
@@ -143,12 +139,10 @@ def compare_numbers(params: dict, measured, verdicts: dict, overlaps: list[str])
 
 def prefill_check(input_rows: list[dict], output_rows: list[dict]) -> dict:
     """The input sweep's split of a generation into decode steps (the time at the shortest input) and prefill (the
-    rest), checked where the output sweep measured a one-token generation at an input length the input sweep also
-    ran: that generation is a prefill and nothing more. The split overstates the prefill beyond the noise
-    (``genPrefillOverstated``) only if even its smallest value within the rows' min-max times (the longer input's
-    fastest batch minus the shortest input's slowest) exceeds the one-token generation's slowest batch; the excess
-    is then what the decode steps cost more at the longer context. The report's numbers (``genPrefillChecked`` 0
-    where the sweeps share no such point)."""
+    rest), checked against the output sweep's one-token generation (a prefill alone) at an input length both ran.
+    ``genPrefillOverstated``: even the split's smallest value within the rows' min-max times exceeds that
+    generation's slowest batch (the excess: what decode steps cost more at the longer context). ``genPrefillChecked``
+    0 where the sweeps share no such point."""
     ok_in = {r["input_len"]: r for r in input_rows if r.get("status") == "ok"}
     single = [r for r in output_rows if r.get("status") == "ok" and r["new_tokens"] == 1 and r["input_len"] in ok_in]
     if not single or len(ok_in) < 2:
@@ -166,10 +160,8 @@ def prefill_check(input_rows: list[dict], output_rows: list[dict]) -> dict:
 
 
 def checked_crossover(found_in: dict) -> dict:
-    """The measured crossover of :func:`report.input_numbers`, checked to be what it says: the
-    bracketing lengths are neighbours among the clean lengths, the prefill (time minus the time at the shortest
-    input) is below the decode time at the lower one and at least it at the upper one. (The fitted line's crossover
-    only describes.)"""
+    """The measured crossover of :func:`report.input_numbers`, checked: its brackets are neighbouring clean lengths,
+    the prefill is below the decode time at the lower and at least it at the upper one."""
     cross = found_in["crossover"]
     if cross["found"]:
         lengths = found_in["clean_lengths"]

@@ -1,9 +1,7 @@
-"""Notebook 02's tables, figures and findings (handout §1.3), from the sweep rows of :mod:`helpers.generation.sweeps`:
-:func:`sweep_table` / :func:`sweep_figure` (:func:`figure_marks` says which marks it draws); the numbers and flags
-the sentences are chosen from, :func:`input_numbers` / :func:`output_numbers` (points slower than a longer length
-beyond both rows' min-max ranges are noise, left out), :func:`card_numbers` / :func:`prediction_numbers` (the memory
-the prediction column is set against); the model comparison (:func:`compare_row`, :func:`feature_orderings`: only
-pairs of models separated beyond their min-max ranges are evidence); :func:`run_lengths` for the protocol table."""
+"""Notebook 02's tables, figures and findings (handout §1.3) from :mod:`helpers.generation.sweeps`'s rows: the sweeps'
+tables and figures, the numbers and flags the sentences are chosen from (a point slower than a longer length beyond
+both rows' min-max ranges is noise, left out), the memory prediction's card, and the model comparison (only pairs
+separated beyond their min-max ranges are evidence)."""
 from __future__ import annotations
 
 import math
@@ -15,7 +13,8 @@ from helpers import memory, models, plotting
 from helpers.generation.sweeps import (STATUS_NOT_RUN, linear_fit, non_monotone_noise, ordering_violation,
                                        separated, status_table)
 
-SWEEP_COLUMNS = {"time_s_mean": "Time, mean (s)", "time_s_median": "Time, median (s)", "time_range": "Time, min-max (s)",
+SWEEP_COLUMNS = {"time_s_mean": "Time, mean (s)", "time_s_median": "Time, median (s)",
+                 "time_range": "Time, min-max (s)",
                  "throughput_tok_s": "Throughput, mean (tokens/s)"}  # the handout's: tokens over the mean batch time
 
 
@@ -33,30 +32,10 @@ def sweep_table(rows: list[dict], key: str, header: str, prediction: memory.Gene
     return table
 
 
-def _legend_extras(not_run, over, oom, over_label):
-    extras = [(not_run, plt.Rectangle((0, 0), 1, 1, color="0.88"), "not run on this profile (time cap)"),
-              (over, plt.Line2D([], [], color="tab:orange", ls="--", lw=1), over_label),
-              (oom, plt.Line2D([], [], color="red", ls=":", lw=1), "OOM (measured)")]
-    return [h for show, h, _ in extras if show], [label for show, _, label in extras if show]
-
-
-def _format_log_axis(ax, x_label, y_label, oom, not_run, over):
-    ax.set(yscale="log", xlabel=x_label, ylabel=y_label)
-    ax.set_xscale("log", base=2)
-    plotting.plain_log_axis(ax.yaxis)
-    for x in oom:
-        ax.axvline(x, color="red", ls=":", lw=1)
-    if not_run:
-        ax.axvspan(min(not_run) / 1.2, max(not_run) * 1.2, color="0.88", lw=0)
-    if over:
-        ax.axvline(min(over), color="tab:orange", ls="--", lw=1)
-
-
 def sweep_figure(rows: list[dict], x_key: str, x_label: str, title: str, prediction: memory.GenerationPrediction,
                  over_label: str, total: bool = False, figsize=(6.5, 2.99)):
-    """Median time per batch (min-max bars) with its least-squares line, and throughput; OOM, not-run and
-    predicted-OOM lengths marked (``over_label`` names the prediction in the legend). ``total``: also the
-    throughput counting prompt tokens. Returns the figure."""
+    """Median time per batch (min-max bars) with its least-squares line, and throughput (``total``: also counting prompt
+    tokens); OOM, not-run and predicted-OOM lengths marked."""
     ok = ok_frame(rows, x_key)
     clean = ok[~ok["noise"]]
     oom = [r[x_key] for r in rows if r["status"] == "oom"]
@@ -83,10 +62,21 @@ def sweep_figure(rows: list[dict], x_key: str, x_label: str, title: str, predict
         if total:
             axes[1].plot(noisy[x_key], total_tput[ok["noise"]], marker="x", ms=9, ls="", color="red")
     for ax, label in [(axes[0], "time per batch (s)"), (axes[1], "throughput (tokens/s)")]:
-        _format_log_axis(ax, x_label, label, oom, not_run, over)
-    extra_handles, extra_labels = _legend_extras(not_run, over, oom, over_label)
-    handles = [h for ax in axes for h in ax.get_legend_handles_labels()[0]] + extra_handles
-    labels = [lab for ax in axes for lab in ax.get_legend_handles_labels()[1]] + extra_labels
+        ax.set(yscale="log", xlabel=x_label, ylabel=label)
+        ax.set_xscale("log", base=2)
+        plotting.plain_log_axis(ax.yaxis)
+        for x in oom:
+            ax.axvline(x, color="red", ls=":", lw=1)
+        if not_run:
+            ax.axvspan(min(not_run) / 1.2, max(not_run) * 1.2, color="0.88", lw=0)
+        if over:
+            ax.axvline(min(over), color="tab:orange", ls="--", lw=1)
+    extras = [(h, label) for show, h, label in (
+        (not_run, plt.Rectangle((0, 0), 1, 1, color="0.88"), "not run on this profile (time cap)"),
+        (over, plt.Line2D([], [], color="tab:orange", ls="--", lw=1), over_label),
+        (oom, plt.Line2D([], [], color="red", ls=":", lw=1), "OOM (measured)")) if show]
+    handles = [h for ax in axes for h in ax.get_legend_handles_labels()[0]] + [h for h, _ in extras]
+    labels = [lab for ax in axes for lab in ax.get_legend_handles_labels()[1]] + [lab for _, lab in extras]
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize="x-small", frameon=False)
     fig.suptitle(title, fontsize="medium")
     fig.tight_layout(rect=(0, 0.06 + 0.045 * math.ceil(len(labels) / 2), 1, 0.94))
@@ -94,9 +84,8 @@ def sweep_figure(rows: list[dict], x_key: str, x_label: str, title: str, predict
 
 
 def ok_frame(rows: list[dict], key: str) -> pd.DataFrame:
-    """The measured rows of a sweep as a DataFrame sorted by ``key``, with ``noise`` (bool) marking the points
-    :func:`~helpers.generation.sweeps.non_monotone_noise` flags and ``slower_than`` the longer length that shows it;
-    fewer than three unflagged rows is an error (raise the time cap or re-measure)."""
+    """A sweep's measured rows sorted by ``key``, with ``noise`` and ``slower_than`` from
+    :func:`~helpers.generation.sweeps.non_monotone_noise`; an error with fewer than three unflagged rows."""
     ok = pd.DataFrame([r for r in rows if r["status"] == "ok"])
     if len(ok):
         ok = ok.sort_values(key).reset_index(drop=True)
@@ -116,8 +105,7 @@ def _noise(ok: pd.DataFrame, key: str) -> dict:
 
 
 def figure_marks(rows: list[dict], key: str, prediction: memory.GenerationPrediction) -> dict:
-    """Which marks :func:`sweep_figure` draws (1 or 0), so that its caption names only those: crosses on points
-    flagged as noise, the band of lengths not run, lines at measured OOMs and at the first predicted OOM."""
+    """Which marks :func:`sweep_figure` draws (1 or 0), so that its caption names only those."""
     ok = ok_frame(rows, key)
     return {"FigNoise": int(ok["noise"].any()), "FigNotRun": int(any(r["status"] == STATUS_NOT_RUN for r in rows)),
             "FigOom": int(any(r["status"] == "oom" for r in rows)),
@@ -129,10 +117,8 @@ def _prefixed(prefix: str, numbers: dict) -> dict:
 
 
 def _crossover(clean: pd.DataFrame) -> dict:
-    """Where the prefill costs as much as the decode steps, from the measured points (``cross``), and the
-    least-squares line that only describes them (``fit``, ``fit_crossover``), with the report's numbers: the
-    cost of an added input token up to the crossover's lower bracket and between the two longest lengths
-    (``Steepens`` where the latter is larger), and on which side of the measured crossover the line's lies."""
+    """Where the prefill costs as much as the decode steps, measured (``cross``), and the least-squares line that only
+    describes the points (``fit``), with their numbers."""
     # time ~ (decode steps, independent of the prompt) + (prefill, growing with it): where do the two cost the same?
     # Taken from the measured points (the line is only a description: it misses a convex curve).
     fit = linear_fit(clean["input_len"], clean["time_s_median"], relative=True)
@@ -155,10 +141,8 @@ def _crossover(clean: pd.DataFrame) -> dict:
 
 
 def _doublings(clean: pd.DataFrame, crossover: float) -> dict:
-    """What one doubling of the input does to the time, below and above ``crossover`` (per doubling, between
-    consecutive points not flagged; a pair belongs to the side of the crossover its geometric mean lies on): the
-    range of the changes on each side (signed percentages), where each side starts and ends, ``AboveRises`` (every
-    doubling above raises the time) and ``SteeperAbove`` (every doubling below costs less than every one above)."""
+    """What one doubling of the input does to the time below and above ``crossover`` (a pair of neighbours on the side
+    of its geometric mean), with ``AboveRises`` and ``SteeperAbove``."""
     n, t = clean["input_len"].to_numpy(dtype=float), clean["time_s_median"].to_numpy()
     pairs = [(n0, n1, (t1 / t0) ** (1 / math.log2(n1 / n0))) for n0, n1, t0, t1 in zip(n, n[1:], t, t[1:])]
     below = [p for p in pairs if math.sqrt(p[0] * p[1]) < crossover]
@@ -177,9 +161,8 @@ def _doublings(clean: pd.DataFrame, crossover: float) -> dict:
 
 
 def _total_throughput(clean: pd.DataFrame, batch_size: int) -> dict:
-    """Throughput counting prompt tokens too: at the shortest input, at its peak (``TotalPeakAt``: 0 the shortest
-    input, 1 between, 2 the longest) and at the longest, and whether it falls after the peak beyond the min-max
-    ranges of the peak's and the longest input's rows (``TotalFalls``)."""
+    """Throughput counting prompt tokens: at the shortest input, its peak and the longest, and whether it falls after
+    the peak beyond the rows' min-max ranges."""
     short, long = clean.iloc[0], clean.iloc[-1]
     peak = clean.loc[clean["total_tok_s_median"].idxmax()]
     tokens = batch_size * (clean["input_len"] + clean["new_tokens"])
@@ -203,9 +186,8 @@ def _cutoff_and_oom(rows: list[dict], last) -> dict:
 
 def input_numbers(rows: list[dict], batch_size: int, prediction: memory.GenerationPrediction,
                    torch_card=None) -> dict:
-    """What the input-length sweep (§1.3.1) shows: ``numbers`` for the notebook's and the report's sentences
-    (``genIn...``), and the values the notebook's checks need (``growth``, ``fit``, ``noise``: the flagged input
-    lengths). Growth, fit and throughput figures use only the points not flagged as noise (:func:`ok_frame`)."""
+    """What the input-length sweep (§1.3.1) shows: ``numbers`` (``genIn...``) and the values the notebook's checks need,
+    from the points not flagged as noise."""
     ok = ok_frame(rows, "input_len")
     ok["total_tok_s_median"] = batch_size * (ok["input_len"] + ok["new_tokens"]) / ok["time_s_median"]
     clean = ok[~ok["noise"]].reset_index(drop=True)
@@ -233,13 +215,9 @@ def input_numbers(rows: list[dict], batch_size: int, prediction: memory.Generati
 
 
 def measured_crossover(lengths, times) -> dict:
-    """Where the prefill of an input-length sweep costs as much as its decode steps, from the measured points.
-
-    ``lengths`` ascending, ``times`` their median times (points not flagged as noise). The decode steps cost about
-    the time at the shortest input (``decode_s``: a prefill of that few tokens is almost nothing); the prefill at
-    length n is the time there minus ``decode_s``. The crossover is found between the two consecutive measured
-    lengths that bracket it (``low``: prefill below ``decode_s``, ``high``: at or above) by linear interpolation
-    of the times; ``found`` is False when no measured length reaches it (``high`` is then the longest length)."""
+    """Where an input sweep's prefill (its time minus ``decode_s``, the time at the shortest input) reaches
+    ``decode_s``: interpolated between the two measured lengths that bracket it (``low``, ``high``); ``found`` False
+    when no length reaches it."""
     n = [int(x) for x in lengths]
     t = [float(x) for x in times]
     if len(n) < 2 or any(b <= a for a, b in zip(n, n[1:])):
@@ -256,9 +234,8 @@ def measured_crossover(lengths, times) -> dict:
 
 
 def card_numbers(prediction: memory.GenerationPrediction) -> dict:
-    """The memory the prediction column is compared with (``genPredict...``): nvidia-smi's total of the smallest
-    listed card sold as that size, in MiB, GB and GiB, the other listed cards, and the datasheet's figure in GiB;
-    ``genPredictListed`` 0 where no card of that size is listed (the datasheet's figure stands in)."""
+    """The memory the prediction column is set against: nvidia-smi's total of the smallest listed card sold as that size
+    (MiB, GB, GiB), the other listed cards, the datasheet's GiB."""
     card, gpu_gb = prediction.card, prediction.gpu_gb
     listed = memory.cards_sold_as(gpu_gb)
     return {"genPredictListed": int(bool(listed)), "genPredictCard": card.card, "genPredictCardLabel": card.label,
@@ -272,11 +249,9 @@ RESERVE_GB = 2.0  # §1.2.1's fixed reserve for the CUDA context, allocator slac
 
 
 def card_torch_bytes(gpu_gb: float, rows: list[dict] | None = None, name: str = "02_generation_benchmarks"):
-    """The bytes torch reports as the total memory (``device_memory_bytes``) of a card sold as ``gpu_gb`` GB that a
-    row came from: ``rows`` (this profile's) where they were measured on such a card, else the GPU windows' rows of
-    ``name`` (:func:`helpers.results.gpu_result_folders`). ``(bytes, device name, where)``, or None where no row came
-    from such a card. torch's total is what an allocation can reach; nvidia-smi's MiB count a little more (the H100
-    80GB: 85,017,493,504 B against 81,559 MiB = 85,521,661,952 B)."""
+    """``(bytes, device name, where)`` of the total memory torch reported on a card sold as ``gpu_gb`` GB, from ``rows``
+    else the GPU windows' rows of ``name``; None without. torch's total is what an allocation can reach (nvidia-smi's
+    MiB count a little more)."""
     from helpers.results import gpu_result_folders, latest_ok_rows
 
     sources = [(rows or [], "this profile's rows")] + [
@@ -292,14 +267,9 @@ def card_torch_bytes(gpu_gb: float, rows: list[dict] | None = None, name: str = 
 
 def prediction_numbers(prediction: memory.GenerationPrediction, input_lens: list[int], new_tokens: int,
                        torch_card=None) -> dict:
-    """At which of ``input_lens`` the prediction exceeds what the card exposes (``genInPredictOver``, from
-    ``genInPredictFrom``), or, if none, how close the longest comes: against the datasheet figure too
-    (``genInPredictOverDatasheet``, what reading GB for GiB would have claimed), the headroom left and whether it
-    covers §1.2.1's reserve (:data:`RESERVE_GB`; ``genInReserveOk`` 0: the longest is borderline).
-
-    ``torch_card`` (:func:`card_torch_bytes`): the total torch reported on a card of that size a row came from;
-    where given (``genInPredictTorch``), the verdicts are taken against those bytes, the ones an allocation can
-    reach; else against nvidia-smi's total."""
+    """Where the prediction exceeds the card's memory (``torch_card``'s bytes, else nvidia-smi's total), or how close
+    the longest input comes, against the datasheet figure too, and whether the headroom covers §1.2.1's
+    :data:`RESERVE_GB`."""
     limit = torch_card[0] if torch_card else prediction.card.total_bytes
     over = [n for n in input_lens if prediction.bytes(n, new_tokens) > limit]
     longest = max(input_lens)
@@ -317,9 +287,8 @@ def prediction_numbers(prediction: memory.GenerationPrediction, input_lens: list
 
 
 def _marginal_steps(clean: pd.DataFrame) -> dict:
-    """The marginal cost of a decode step over the first doubling from 8 new tokens and over the last, with the
-    range the rows' fastest and slowest batches allow for each; ``Dearer`` / ``Cheaper``: the later cost lies above
-    / below the earlier beyond those ranges."""
+    """The marginal cost of a decode step over the first doubling from 8 new tokens and over the last, with the ranges
+    the rows' min-max allow (``Dearer``/``Cheaper`` beyond them)."""
     n, t = clean["new_tokens"].to_numpy(), clean["time_s_median"].to_numpy()
     t_min, t_max = clean["time_s_min"].to_numpy(), clean["time_s_max"].to_numpy()
     width = n[1:] - n[:-1]
@@ -334,11 +303,8 @@ def _marginal_steps(clean: pd.DataFrame) -> dict:
 
 
 def output_numbers(rows: list[dict], prediction: memory.GenerationPrediction | None = None) -> dict:
-    """What the output-length sweep (§1.3.2) shows: ``numbers`` for the sentences (``genOut...``: the linear fit
-    and whether it is one, ``Linear``; the marginal cost of a decode step, :func:`_marginal_steps`; where
-    throughput peaks, ``PeakAt`` 0 the shortest output, 1 between, 2 the longest, and whether it then ``Falls``
-    beyond the rows' min-max ranges; with ``prediction``, the figure's marks). Points flagged as noise
-    (:func:`ok_frame`) are left out."""
+    """What the output-length sweep (§1.3.2) shows: ``numbers`` (``genOut...``: the fit, the marginal step, the
+    throughput's peak; with ``prediction`` the figure's marks), from the points not flagged as noise."""
     ok = ok_frame(rows, "new_tokens")
     clean = ok[~ok["noise"]].reset_index(drop=True)
     n, t_min, t_max = clean["new_tokens"].to_numpy(), clean["time_s_min"].to_numpy(), clean["time_s_max"].to_numpy()
@@ -362,8 +328,8 @@ def output_numbers(rows: list[dict], prediction: memory.GenerationPrediction | N
 
 
 def compare_row(name: str, note: str, model, row: dict, kv_bytes: int) -> dict:
-    """One model of the comparison (§1.3.3): its shape, the bytes a decode step reads (weights + ``kv_bytes`` of
-    KV cache) and its measured time (or "OOM"); ``t_min``/``t_max`` for the overlap check."""
+    """One model of §1.3.3: its shape, the bytes a decode step reads (weights + ``kv_bytes``) and its time (or
+    "OOM")."""
     shape = models.describe(model)
     bytes_per_elem = next(model.parameters()).element_size()
     weights = shape["parameters"] * bytes_per_elem
@@ -379,8 +345,7 @@ def compare_row(name: str, note: str, model, row: dict, kv_bytes: int) -> dict:
 
 
 def _separated_pairs(measured: pd.DataFrame):
-    """``comparable(i, j)`` for :func:`~helpers.generation.sweeps.ordering_violation`: the two models' min-max
-    ranges (``t_min``-``t_max``) do not overlap, so their order is beyond the noise."""
+    """``comparable(i, j)``: the two models' min-max ranges do not overlap."""
     rows = measured.to_dict("records")
     return lambda i, j: separated(rows[i], rows[j], "t_min", "t_max")
 
@@ -391,10 +356,8 @@ def _value(value) -> str:
 
 
 def ordering(measured: pd.DataFrame, feature: str) -> dict:
-    """Whether ``feature`` alone orders the models as ``measured["time"]``: ``explains`` 2 (every pair), 1 (every
-    pair whose min-max ranges do not overlap; it misorders only pairs within the noise) or 0 (a pair beyond the
-    noise contradicts it); ``a``/``b`` the models of the pair that contradicts it (0) or that it misorders (1),
-    with their feature values and median times (absent for 2)."""
+    """Whether ``feature`` alone orders the models as their times: ``explains`` 2 (every pair), 1 (every pair beyond the
+    noise) or 0, with the pair that breaks it."""
     beyond = ordering_violation(measured[feature], measured["time"], comparable=_separated_pairs(measured))
     within = ordering_violation(measured[feature], measured["time"])
     pair = beyond if beyond is not None else within
@@ -407,8 +370,7 @@ def ordering(measured: pd.DataFrame, feature: str) -> dict:
 
 
 def feature_orderings(measured: pd.DataFrame, features: list[str]) -> dict:
-    """For each feature its :func:`ordering` (``verdicts``); ``explaining``: the features that order every pair
-    of models whose times are separated beyond their min-max ranges; and the pair counts."""
+    """Per feature its :func:`ordering`, the features that explain every separated pair, and the pair counts."""
     comparable = _separated_pairs(measured)
     pairs = [(i, j) for i in range(len(measured)) for j in range(i + 1, len(measured))]
     verdicts = {f: ordering(measured, f) for f in features}
@@ -417,8 +379,7 @@ def feature_orderings(measured: pd.DataFrame, features: list[str]) -> dict:
 
 
 def run_lengths(rows: list[dict], key: str) -> dict:
-    """The shortest and longest lengths of a sweep that were run, and of those not run (over the time cap):
-    ``first``, ``last``, ``skipped`` (how many), ``skipped_first``, ``skipped_last`` (None where none)."""
+    """The shortest and longest lengths of a sweep that were run, and of those not run (over the time cap)."""
     done = [r[key] for r in rows if r["status"] != STATUS_NOT_RUN]
     skipped = [r[key] for r in rows if r["status"] == STATUS_NOT_RUN]
     return {"first": min(done), "last": max(done), "skipped": len(skipped), "skipped_first": min(skipped, default=None),
