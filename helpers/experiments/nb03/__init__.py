@@ -1,8 +1,7 @@
-"""Notebook 03 (handout §2.1): generation with and without the KV cache in the handout's four settings. The
-configurations built from the notebook's ``kvb_*`` parameters, written once for the notebook and
-:mod:`helpers.gpu_measure`; the measurement of what the result file lacks (the cold first call, the four paired
-sweeps, the matrix-multiply share of a cached generation); and the numbers its sentences and the report choose their
-words from."""
+"""Notebook 03 (handout §2.1): generation with and without the KV cache in the handout's four settings. Its
+configurations from the ``kvb_*`` parameters (for the notebook and :mod:`helpers.gpu_measure`), the measurement of what
+the result file lacks (the cold first call, the four paired sweeps, the matmul share), and the numbers its sentences
+and the report choose their words from."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,7 +18,7 @@ from helpers.generation.sweeps import expected_weights_label, generate_exact
 from helpers.hardware import resolve_device
 from helpers.kv_cache import sweep as kv_sweep
 from helpers.kv_cache.analysis import weight_costs
-from helpers.results import config_key, free_memory, run_metadata
+from helpers.results import config_key, free_memory, gpu_result_folders, run_metadata
 
 RESULT = "03_kv_cache_benchmarks"
 EXPERIMENTS = ("cold_start", "sweep", "matmul_share")  # what measure() can do, in the notebook's order
@@ -64,9 +63,8 @@ def sweep_config(params: dict, setting: str, prompt_tokens: int) -> dict:
 
 
 def long_prompt_text(params: dict) -> str | None:
-    """The text of ``kvb_long_prompt_path`` (the course's long_prompt.txt), or None for the workbook's stand-in (the
-    first ``kvb_long_prompt_tokens`` tokens of Python's help topics). A path that is not a readable file is an error
-    naming the parameter."""
+    """The text of ``kvb_long_prompt_path`` (the course's long_prompt.txt), or None for the workbook's stand-in; an
+    error naming the parameter where it is not a readable, non-empty file."""
     path = params.get("kvb_long_prompt_path") or ""
     if not path:
         return None
@@ -91,9 +89,8 @@ def stored(store, config: dict) -> dict:
 
 
 class SweepModels:
-    """Per model id, on first need: the loaded model (:func:`load_for_sweep`), its short and long prompt ids and
-    the rows' metadata. A model with random weights has no tokenizer of its own, so its prompts (and with them
-    every configuration) are known without loading it: a resumed run loads no model whose rows all exist."""
+    """Per model id, on first need: the loaded model, its short and long prompt ids and the rows' metadata. A model with
+    random weights has no tokenizer of its own, so a resumed run loads no model whose rows all exist."""
 
     def __init__(self, params: dict, device: torch.device, store=None):
         self.params, self.device, self.store = params, device, store
@@ -130,41 +127,25 @@ class SweepModels:
         free_memory()
 
 
-def _measure_cold(params, store, sweep_models: SweepModels) -> dict:
-    model_id = params["kvb_baseline_model"]
-    config = cold_config(params)
+def _row(store, models: SweepModels, model_id: str, config: dict, metrics, *, long: bool = False,
+         tokenizer: bool = True) -> dict:
+    """The stored row of ``config``, else ``metrics(model, prompt ids)`` measured (the model loaded only then)."""
     if store.has(config):
         return stored(store, config)
-    model, ids = sweep_models.loaded(model_id).model, sweep_models.prompts(model_id)[0][False]
-    return store.run(config, lambda: kv_sweep.cold_start(
-        lambda c: generate_exact(model, ids, 1, use_cache=c), repeats=params["kvb_cold_repeats"],
-        device=sweep_models.device), meta=sweep_models.meta(model_id, tokenizer=False))
+    model, ids = models.loaded(model_id).model, models.prompts(model_id)[0][long]
+    return store.run(config, lambda: metrics(model, ids), meta=models.meta(model_id, tokenizer))
 
 
 def _measure_sweep(params, store, sweep_models: SweepModels, setting: str, bar) -> dict:
     p = params
     model_id, long, cap = settings(p)[setting]
-    ids = sweep_models.prompts(model_id)[0][long]
-    config = sweep_config(p, setting, ids.shape[1])
-    if store.has(config):
-        return stored(store, config)
-    model = sweep_models.loaded(model_id).model
-    modes = {"with cache": lambda n: generate_exact(model, ids, n, use_cache=True),
-             "without cache": lambda n: generate_exact(model, ids, n, use_cache=False)}
-    return store.run(config, lambda: {"rows": kv_sweep.paired_sweep(
-        modes, kv_sweep.output_lengths(p["kvb_max_new_tokens"]), repeats=p["kvb_repeats"],
-        max_repeats=p["kvb_max_repeats"], max_spread=p["kvb_max_spread"], device=sweep_models.device,
-        caps={"without cache": cap}, progress=bar)}, meta=sweep_models.meta(model_id))
-
-
-def _measure_matmul(params, store, sweep_models: SweepModels, model_id: str) -> dict:
-    config = matmul_config(params, model_id)
-    if store.has(config):
-        return stored(store, config)
-    model, ids = sweep_models.loaded(model_id).model, sweep_models.prompts(model_id)[0][False]
-    return store.run(config, lambda: {"share": kv_sweep.matmul_time_share(
-        lambda: generate_exact(model, ids, MATMUL_NEW_TOKENS, use_cache=True))},
-        meta=sweep_models.meta(model_id, tokenizer=False))
+    config = sweep_config(p, setting, sweep_models.prompts(model_id)[0][long].shape[1])
+    return _row(store, sweep_models, model_id, config, lambda model, ids: {"rows": kv_sweep.paired_sweep(
+        {"with cache": lambda n: generate_exact(model, ids, n, use_cache=True),
+         "without cache": lambda n: generate_exact(model, ids, n, use_cache=False)},
+        kv_sweep.output_lengths(p["kvb_max_new_tokens"]), repeats=p["kvb_repeats"], max_repeats=p["kvb_max_repeats"],
+        max_spread=p["kvb_max_spread"], device=sweep_models.device, caps={"without cache": cap}, progress=bar)},
+        long=long)
 
 
 def _sweep_bar(params: dict, progress: bool):
@@ -178,12 +159,9 @@ def _sweep_bar(params: dict, progress: bool):
 
 def measure(params: dict, store, progress: bool = True, *, experiments=EXPERIMENTS,
             sweep_models: SweepModels | None = None) -> dict:
-    """Measure every configuration of ``experiments`` the result file lacks, model by model; returns the rows:
-    ``{"cold_start": row, "sweep": {setting: row}, "matmul_share": {setting: row}}`` (those asked for).
-
-    ``store(result_name)`` gives the result store (the GPU window's checks its budget before each load). Without
-    ``sweep_models`` (the GPU window) each model is released once its rows are done; a notebook passes its own
-    :class:`SweepModels` and keeps the models for the cells that use them."""
+    """Every configuration of ``experiments`` the result file lacks, model by model: ``{"cold_start": row, "sweep":
+    {setting: row}, "matmul_share": {setting: row}}``. Without ``sweep_models`` (the GPU window) each model is released
+    once its rows are done; a notebook passes its own and keeps them."""
     results = store(RESULT)
     keep = sweep_models is not None
     sweep_models = sweep_models or SweepModels(params, setup(params), results)
@@ -192,12 +170,17 @@ def measure(params: dict, store, progress: bool = True, *, experiments=EXPERIMEN
     matmul_models = {settings(params)[s][0]: s for s in MATMUL_SETTINGS}
     for model_id in dict.fromkeys(m for m, _, _ in settings(params).values()):
         if "cold_start" in experiments and model_id == params["kvb_baseline_model"]:
-            found["cold_start"] = _measure_cold(params, results, sweep_models)
+            found["cold_start"] = _row(results, sweep_models, model_id, cold_config(params), lambda model, ids: (
+                kv_sweep.cold_start(lambda c: generate_exact(model, ids, 1, use_cache=c),
+                                    repeats=params["kvb_cold_repeats"], device=sweep_models.device)), tokenizer=False)
         for setting, (setting_model, _, _) in settings(params).items():
             if "sweep" in experiments and setting_model == model_id:
                 found["sweep"][setting] = _measure_sweep(params, results, sweep_models, setting, bar)
         if "matmul_share" in experiments and model_id in matmul_models:
-            found["matmul_share"][matmul_models[model_id]] = _measure_matmul(params, results, sweep_models, model_id)
+            found["matmul_share"][matmul_models[model_id]] = _row(
+                results, sweep_models, model_id, matmul_config(params, model_id), lambda model, ids: {
+                    "share": kv_sweep.matmul_time_share(
+                        lambda: generate_exact(model, ids, MATMUL_NEW_TOKENS, use_cache=True))}, tokenizer=False)
         if not keep:
             sweep_models.release(model_id)
     if bar is not None:
@@ -208,27 +191,19 @@ def measure(params: dict, store, progress: bool = True, *, experiments=EXPERIMEN
 # ------------------------------------------------------------------------------------------ what the notebook prints
 
 
-def gpu_measured() -> int:
-    """1 where a GPU window has measured §2.1 (``results/gpu-*/03_kv_cache_benchmarks`` rows on a GPU), else 0."""
-    from helpers.results import gpu_result_folders
-
-    return int(bool(gpu_result_folders(RESULT)))
-
-
 def handout_numbers(params: dict, prompt_tokens: int, long_measured: int, handout_n: int, handout_prompt: int) -> dict:
-    """Flags that choose the words of §2.1.2's extrapolation: whether the no-cache run was measured at the handout's
-    ``handout_n`` (``kvbHandoutMeasured``), whether the long prompt had the handout's length (``kvbLongIsHandout``),
-    where it came from (``kvbLongPromptFile`` 1: the course's file ``kvbLongPromptName``; 0: the workbook's
-    stand-in) and whether a GPU window has run §2.1 (``kvbGpuMeasured``)."""
+    """Flags that choose the words of §2.1.2's extrapolation: the no-cache run reached the handout's ``handout_n``, the
+    long prompt had its length and came from the course's file (else the workbook's stand-in)."""
     path = params.get("kvb_long_prompt_path") or ""
-    return {"kvbHandoutMeasured": int(long_measured >= handout_n), "kvbLongIsHandout": int(prompt_tokens >= handout_prompt),
-            "kvbHandoutPrompt": handout_prompt, "kvbLongPromptFile": int(bool(path)),
-            "kvbLongPromptName": Path(path).name if path else "--", "kvbGpuMeasured": gpu_measured()}
+    return {"kvbHandoutMeasured": int(long_measured >= handout_n),
+            "kvbLongIsHandout": int(prompt_tokens >= handout_prompt), "kvbHandoutPrompt": handout_prompt,
+            "kvbLongPromptFile": int(bool(path)), "kvbLongPromptName": Path(path).name if path else "--",
+            "kvbGpuMeasured": int(bool(gpu_result_folders(RESULT)))}  # a GPU window has measured §2.1
 
 
 def setting_numbers(explain, common, settings_: dict, n_max: int) -> dict:
-    """The report's numbers of each setting (``kvbBase...``, ``kvbLong...``, ...) from the explanation table,
-    ``common`` (the measured speedup per setting at the largest n measured in every setting) and the settings."""
+    """The report's numbers of each setting (``kvbBase...``, ``kvbLong...``, ...) from the explanation table and
+    ``common`` (the speedups at the largest n every setting measured)."""
     numbers = {}
     for setting, k in NUMBER_KEYS.items():
         row = explain.loc[setting]
@@ -248,9 +223,8 @@ def setting_numbers(explain, common, settings_: dict, n_max: int) -> dict:
 
 
 def cost_table(sweep_models: SweepModels, shares: dict, explain, settings_: dict):
-    """Per setting of :data:`MATMUL_SETTINGS`: its model's weights per token
-    (:func:`helpers.kv_cache.analysis.weight_costs`), the measured matmul share of a cached generation (``shares``:
-    setting -> its ``matmul_share`` row) and the cached ms per token of ``explain``."""
+    """Per setting of :data:`MATMUL_SETTINGS`: its model's weights per token, the measured matmul share of a cached
+    generation and the cached ms per token."""
     rows = []
     for setting in MATMUL_SETTINGS:
         model_id = settings_[setting][0]
@@ -261,12 +235,12 @@ def cost_table(sweep_models: SweepModels, shares: dict, explain, settings_: dict
 
 
 def cost_numbers(costs, diff: dict) -> dict:
-    """The report's numbers of the baseline against the older model: time and weight ratios per token, the
-    bootstrap interval of the time ratio (``diff``: :func:`helpers.kv_cache.analysis.per_token_difference`), the
-    matmul shares, vocabularies and MLP widths."""
+    """The baseline against the older model: time and weight ratios per token, the time ratio's bootstrap interval
+    (``diff``), matmul shares, vocabularies and MLP widths."""
     b, o = costs.loc["baseline"], costs.loc["older model"]
-    return dict(kvbTimeRatioLow=diff["low"], kvbTimeRatioHigh=diff["high"], kvbTimeRatioLevel=round(100 * diff["level"]),
-                kvbSameModelRatio=diff["same_model_ratio"], kvbBaseOldResolved=int(diff["resolved"]),
+    return dict(kvbTimeRatioLow=diff["low"], kvbTimeRatioHigh=diff["high"],
+                kvbTimeRatioLevel=round(100 * diff["level"]), kvbSameModelRatio=diff["same_model_ratio"],
+                kvbBaseOldResolved=int(diff["resolved"]),
                 kvbBaseFaster=int(b["cached ms/token"] < o["cached ms/token"]),
                 kvbTimeRatioBaseOld=b["cached ms/token"] / o["cached ms/token"],
                 kvbWeightRatioBaseOld=b["weights per token (M)"] / o["weights per token (M)"],
@@ -278,10 +252,8 @@ def cost_numbers(costs, diff: dict) -> dict:
 
 
 def smaller_against_baseline(explain, table) -> dict:
-    """§2.1.3's comparison: the smaller model against the baseline at the same prompt and the largest n
-    both measured without the cache: their speedups, cached costs per token, the share of the uncached time that
-    recomputing the prefix adds (the fit's quadratic share), and which of the smaller model's points stayed noisy.
-    The report's numbers."""
+    """§2.1.3: the smaller model against the baseline at the largest n both measured without the cache (speedups, cached
+    costs, the quadratic share) and which of its points stayed noisy."""
     small, base = explain.loc["smaller model"], explain.loc["baseline"]
     noisy = [int(n) for (setting, n), flag in table["noisy"].items() if setting == "smaller model" and flag]
     gains_less = bool(small["speedup there (measured)"] < base["speedup there (measured)"])
@@ -305,9 +277,8 @@ def _threshold_neighbours(table, setting: str, row) -> set[int]:
 
 
 def times_report(table) -> tuple[pd.DataFrame, bool]:
-    """The report's table of every setting and length (times in ms), and whether any no-cache time is extrapolated:
-    the ``no-cache extrapolated`` column ('fit') is kept only then (a profile whose caps cover every length has no
-    such point, and an empty column would say nothing)."""
+    """The report's table of every setting and length (ms), and whether a no-cache time is extrapolated (its 'fit'
+    column is kept only then)."""
     report = table.reset_index()
     for mode in ("without cache", "with cache"):
         report.insert(report.columns.get_loc(f"{mode} (s)"), f"{mode} (ms)", 1e3 * report.pop(f"{mode} (s)"))
@@ -318,4 +289,4 @@ def times_report(table) -> tuple[pd.DataFrame, bool]:
     return report.rename(columns={"new_tokens": "new tokens"}), extrapolated
 
 
-GPU_PARTS = (notebook_part("03", (RESULT,), measure),)  # the GPU window measures these rows (helpers.experiments.packages)
+GPU_PARTS = (notebook_part("03", (RESULT,), measure),)  # the rows the GPU window measures (experiments.packages)
