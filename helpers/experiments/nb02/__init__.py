@@ -173,4 +173,4 @@ def checked_crossover(found_in: dict) -> dict:
     return cross
 
 
-GPU_PARTS = (notebook_part("02", (RESULT,), measure),)  # the GPU window measures these rows (helpers.experiments.packages)
+GPU_PARTS = (notebook_part("02", (RESULT,), measure),)  # the rows the GPU window measures (experiments.packages)

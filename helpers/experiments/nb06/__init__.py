@@ -1,7 +1,6 @@
 """Notebook 06 (handout §4.2): one forward pass against the batch size, and the verify step (one forward over k
-tokens after a cached prefix). The configurations built from the notebook's ``fp_*`` parameters, written once for
-the notebook and :mod:`helpers.gpu_measure`; the measurement of what the result file lacks (CUDA events on a GPU);
-and the numbers (roofline, GPU rows, verify order) its sentences and the report choose their words from."""
+tokens after a cached prefix). Its configurations from the ``fp_*`` parameters, the measurement of what the result
+file lacks (CUDA events on a GPU), and the numbers (roofline, GPU rows, verify order) its sentences choose from."""
 from __future__ import annotations
 
 import numpy as np
@@ -45,23 +44,18 @@ def verify_configs(params: dict, label: str | None = None) -> list[dict]:
              "trials": p["fp_trials"]} for k in p["fp_verify_tokens"]]
 
 
-def _load(params: dict, store, name: str, loaded, configs: list[dict]):
-    """``loaded`` if given; else the model when a configuration is missing (or ``fp_rerun``), after the budget."""
-    if loaded is not None or (all(store.has(c) for c in configs) and not params.get("fp_rerun", False)):
-        return loaded
-    check_budget(store, f"loading {name}")
-    return load_for_sweep(name, params["fp_weights"], resolve_device(params["device"]),
-                          getattr(torch, params["fp_dtype"]))
-
-
 def _with_model(params: dict, results, name: str, loaded, configs: list[dict], run) -> list[dict]:
-    """The rows of ``configs``: the stored ones where every one is stored (and no ``loaded`` model is given), else
-    ``run(model, device)`` with ``loaded`` or the model loaded for it (released afterwards)."""
-    model = _load(params, results, name, loaded, configs)
-    if model is None:
+    """The rows of ``configs``: the stored ones where all are (no ``loaded`` model given, no ``fp_rerun``), else
+    ``run(model, device)`` with ``loaded`` or the model loaded for it after the budget (released afterwards)."""
+    if loaded is None and all(results.has(c) for c in configs) and not params.get("fp_rerun", False):
         done = results.done()
         return [done[config_key(c)] for c in configs]
-    rows = run(model, resolve_device(params["device"]))
+    device = resolve_device(params["device"])
+    model = loaded
+    if model is None:
+        check_budget(results, f"loading {name}")
+        model = load_for_sweep(name, params["fp_weights"], device, getattr(torch, params["fp_dtype"]))
+    rows = run(model, device)
     if loaded is None:
         del model
         free_memory()
@@ -69,8 +63,8 @@ def _with_model(params: dict, results, name: str, loaded, configs: list[dict], r
 
 
 def measure_forward(params: dict, store, progress: bool = True, loaded=None) -> list[dict]:
-    """The forward sweep over batch sizes: the rows in ``fp_batch_sizes`` order, measuring those the result file
-    lacks (``loaded``: the model if the caller has it; else it is loaded only when a row is missing)."""
+    """The forward sweep over ``fp_batch_sizes``, measuring the rows the result file lacks (``loaded``: the caller's
+    model)."""
     p, results = params, store(RESULT)
     configs = forward_configs(p, loaded and loaded.label)
     return _with_model(p, results, p["fp_model"], loaded, configs,
@@ -81,8 +75,8 @@ def measure_forward(params: dict, store, progress: bool = True, loaded=None) -> 
 
 
 def measure_verify(params: dict, store, progress: bool = True, loaded=None) -> list[dict]:
-    """The verify step over ``fp_verify_tokens``: medians of at least 20 timed forwards each (a verify step takes
-    milliseconds, so a descheduling would skew a mean); as :func:`measure_forward` otherwise."""
+    """The verify step over ``fp_verify_tokens``: medians of at least 20 timed forwards each (a descheduling would skew
+    a mean of milliseconds)."""
     from tqdm.auto import tqdm
 
     p, results = params, store(RESULT)
@@ -111,11 +105,9 @@ SWEEP_DRIFT_RHO = -0.8  # a sweep's medians against run order: this Spearman cor
 
 
 def sample_reliability(samples) -> dict:
-    """Can a row's median stand for one forward? ``samples`` in run order. ``bimodal``: the largest gap between
-    neighbours in the sorted samples is at least :data:`BIMODAL_GAP` of the median, with at least two samples and
-    :data:`BIMODAL_SIDE` of them on each side (two levels: the row timed two states of the machine); ``drift``: the
-    samples trend with run order (Spearman p < 0.01) and the second half's median moves :data:`DRIFT_SHIFT` or more
-    from the first half's. ``reason`` names what was found (empty: reliable)."""
+    """Can a row's median stand for one forward? ``bimodal``: the sorted samples split at a gap of :data:`BIMODAL_GAP`
+    of the median into two levels of :data:`BIMODAL_SIDE` each (two states of the machine); ``drift``: a trend with run
+    order (Spearman p < 0.01) moving the halves' medians :data:`DRIFT_SHIFT` apart. ``reason`` names what was found."""
     from scipy.stats import spearmanr
 
     x = np.asarray(samples, dtype=float)
@@ -148,10 +140,8 @@ def sample_reliability(samples) -> dict:
 
 
 def sweep_drift(rows: list[dict], key: str) -> dict:
-    """Does a sweep whose work grows with ``key`` fall with the order it was run in? Its rows' medians against their
-    run order (the order of their timestamps): a Spearman correlation of :data:`SWEEP_DRIFT_RHO` or lower over four
-    or more rows, where the rows were run in increasing ``key``, is a drift of the machine (more tokens or sequences
-    cannot cost steadily less), not a property of the forward. ``rows`` 0: too few rows to check."""
+    """Does a sweep whose work grows with ``key``, run in that order, fall with run order (Spearman rho <=
+    :data:`SWEEP_DRIFT_RHO` over four or more rows)? That is the machine drifting, not the forward."""
     from scipy.stats import spearmanr
 
     ok = sorted((r for r in rows if r.get("status") == "ok" and r.get("time_s_median") is not None),
@@ -165,7 +155,7 @@ def sweep_drift(rows: list[dict], key: str) -> dict:
 
 
 def unreliable_rows(rows: list[dict], key: str) -> dict:
-    """``{key value: reason}`` for the rows to re-measure (:func:`sample_reliability` of their samples)."""
+    """``{key value: reason}`` of the rows to re-measure (:func:`sample_reliability`)."""
     found = {}
     for r in rows:
         if r.get("status") == "ok" and r.get("time_s_samples"):
@@ -176,10 +166,8 @@ def unreliable_rows(rows: list[dict], key: str) -> dict:
 
 
 def verify_order(rows: list[dict]) -> dict:
-    """Does the verify forward's median time grow with every added token k? Each dip (a larger k timed faster than
-    the k before it) is set against the two rows' min-max ranges over their samples: within them it is jitter, beyond
-    them noise (:func:`helpers.generation.sweeps.non_monotone_noise`'s rule); where the medians fall steadily with
-    run order (:func:`sweep_drift`, ``drift``) every row is to re-measure instead. The report's numbers."""
+    """Does the verify forward's median grow with every added token k? Each dip is jitter within the two rows' min-max
+    ranges, noise beyond them; a drifting sweep (:func:`sweep_drift`) is to re-measure instead. The report's numbers."""
     ok = sorted((dict(r, time_s_min=min(r["time_s_samples"]), time_s_max=max(r["time_s_samples"]))
                  for r in rows if r.get("status") == "ok" and r.get("time_s_samples")), key=lambda r: r["new_tokens"])
     if len(ok) < 2:  # rows without their samples (or a single k): nothing to set a dip against
@@ -201,8 +189,8 @@ REFERENCE_GPU = "H100 SXM"  # the roofline a CPU profile's section states (noteb
 
 
 def roofline_gpu(device_name: str, on_gpu: bool) -> str:
-    """The GPU whose roofline §4.2 states: the rows' own GPU (``device_name``) where the datasheet table has it,
-    else :data:`REFERENCE_GPU` (said so when the rows came from a GPU the table lacks)."""
+    """The GPU whose roofline §4.2 states: the rows' own where the datasheet table has it, else
+    :data:`REFERENCE_GPU`."""
     if on_gpu:
         try:
             return gpu_spec(device_name)["gpu"]
@@ -212,10 +200,8 @@ def roofline_gpu(device_name: str, on_gpu: bool) -> str:
 
 
 def roofline_numbers(config, gpu_name: str, batch_sizes: list[int], seq_len: int) -> tuple[dict, dict]:
-    """Where a forward over ``seq_len`` tokens turns compute-bound on ``gpu_name`` (:mod:`helpers.gpu_specs`:
-    FLOPs and bytes of one forward without a cache, against the ridge point peak / bandwidth): the arithmetic
-    intensity per batch size (FLOP/byte) and the report's numbers (``fpRoof...``; ``fpRoofNearLinear``: the
-    roofline time grows at least 80 % of linearly from the first batch to the last)."""
+    """Where a forward over ``seq_len`` tokens turns compute-bound on ``gpu_name``: the arithmetic intensity per batch
+    size against the ridge point, and the report's numbers (``fpRoof...``)."""
     ridge = gpu_spec(gpu_name)["ridge_flop_per_byte"]
     ai = {b: arithmetic_intensity(config, b, seq_len, 0) for b in batch_sizes}
     compute_bound = [b for b, v in ai.items() if v > ridge]
@@ -231,10 +217,8 @@ def roofline_numbers(config, gpu_name: str, batch_sizes: list[int], seq_len: int
 
 
 def batch_one_dearest(ok, skip=()) -> dict:
-    """Is the smallest batch the dearest per sequence beyond noise? ``ok``: the forward rows by batch size (with
-    ``ms_per_sequence``, ``time_ms_std``, ``trials``); ``skip``: batch sizes to re-measure, left out of the larger
-    batches. Its excess over the dearest larger batch, and whether that exceeds twice the standard error of the
-    difference of the two per-sequence means (the report's numbers)."""
+    """Is the smallest batch the dearest per sequence beyond twice the standard error of the difference from the dearest
+    larger batch (``skip``: batch sizes to re-measure)? The report's numbers."""
     first = ok.iloc[0]
     larger = ok.iloc[1:][~ok.iloc[1:]["batch_size"].isin(list(skip))]
     larger = larger if len(larger) else ok.iloc[1:]
@@ -252,10 +236,8 @@ HOST_BOUND = 3  # a forward this many times its roofline time is bound by someth
 
 
 def sweep_not_monotone(rows: list[dict]) -> list[int]:
-    """The batch sizes of a forward sweep measured faster than its smallest batch beyond their spread: the mean
-    (``time_ms_mean``) below the first's by more than twice the standard error of the difference of the two means
-    (``time_ms_std``, ``trials``). A forward over more sequences does no less work, so such a row timed the machine,
-    not the forward, and the sweep is quoted by no report as a ratio."""
+    """The batch sizes timed faster than the smallest batch by more than twice the standard error of the difference of
+    the means: more sequences cannot cost less, so such a row timed the machine."""
     ok = sorted((r for r in rows if r.get("time_ms_mean") is not None), key=lambda r: r["batch_size"])
     if len(ok) < 2:
         return []
@@ -266,13 +248,9 @@ def sweep_not_monotone(rows: list[dict]) -> list[int]:
 
 
 def gpu_forward_rows(config, seq_len: int) -> list[dict]:
-    """What the GPU windows measured of the roofline's model (``results/gpu-*/06_forward_pass_scaling``, forward
-    rows at ``seq_len``; this run's output root, else the committed rows): per GPU, the MEAN forward time per batch
-    size (the statistic of the forward table) against the roofline of that GPU
-    (:func:`helpers.gpu_specs.roofline_seconds`). A sweep with any row to re-measure (:func:`unreliable_rows`) or a
-    larger batch measured faster than the first beyond the spread (:func:`sweep_not_monotone`) carries
-    ``remeasure`` (``flagged``: those batch sizes; ``faster``: those, with the first's mean ``faster_ms``), and no
-    ratio is quoted from it. Empty without rows."""
+    """Per GPU window, the roofline model's MEAN forward time per batch size at ``seq_len`` against that GPU's roofline;
+    a sweep with a row to re-measure or one faster than its first batch carries ``remeasure`` (no ratio is quoted from
+    it)."""
     found = []
     for folder in gpu_result_folders(RESULT):
         rows = [r for r in latest_ok_rows(folder / f"{RESULT}.jsonl") if r.get("device") == "cuda"
@@ -294,17 +272,15 @@ def gpu_forward_rows(config, seq_len: int) -> list[dict]:
 
 
 def forward_reliability(rows: list[dict]) -> tuple[dict, dict]:
-    """The forward rows to re-measure (``{batch size: reason}``, :func:`unreliable_rows`) and the report's numbers
-    (``fpUnreliable``: their count; ``fpUnreliableText``: each batch size with what its samples show)."""
+    """The forward rows to re-measure (``{batch size: reason}``) and their numbers (``fpUnreliable...``)."""
     flagged = unreliable_rows(rows, "batch_size")
     text = "; ".join(f"B = {b}: {reason}" for b, reason in flagged.items())
     return flagged, {"fpUnreliable": len(flagged), "fpUnreliableText": text or "none"}
 
 
 def current_rows(profile: str, rows: list[dict]) -> list[dict]:
-    """The rows of ``profile`` measured as its parameter file asks now (``fp_trials`` trials after ``fp_warmup``
-    warm-ups): rows of an earlier protocol are the ones the profile marks for re-measuring (its notebook 06 is pending
-    on them), so no report quotes them. All rows where the profile has no parameter file."""
+    """The rows of ``profile`` measured with the trials and warm-ups its parameter file asks for now (older ones are to
+    re-measure and quoted nowhere); all rows without a parameter file."""
     import yaml
 
     from helpers import paths
@@ -322,11 +298,8 @@ def _batches(sizes) -> str:
 
 
 def gpu_forward_numbers(found: list[dict], profile: str | None = None) -> dict:
-    """The report's numbers of :func:`gpu_forward_rows` against the roofline (``fpGpuMeasured`` 0 without), of
-    ``profile``'s own GPU where it is one of them, else of the first. A sweep to re-measure is quoted as no ratio:
-    ``fpGpuRemeasure`` 1 with the GPUs (``fpGpuRemeasureName``) and, for the first of them, the batch sizes to
-    re-measure (``fpGpuRemeasureFlagged``) and those faster than the first (``fpGpuRemeasureFaster``, the first's
-    mean ``fpGpuRemeasureFirstMs`` against the faster one's ``fpGpuRemeasureFasterMs``)."""
+    """The report's numbers of :func:`gpu_forward_rows` (``fpGpuMeasured`` 0 without), of ``profile``'s GPU where it is
+    one, else of the first; a sweep to re-measure is quoted as no ratio, only as ``fpGpuRemeasure...``."""
     if not found:
         return {"fpGpuMeasured": 0}
     f = next((f for f in found if f["profile"] == profile), found[0])
@@ -356,22 +329,22 @@ def gpu_forward_numbers(found: list[dict], profile: str | None = None) -> dict:
 
 
 def mark_remeasure(table, rows: list[dict], faster: list[int]):
-    """The forward table of a sweep to re-measure: the rows measured faster than the first batch beyond the spread
-    (:func:`sweep_not_monotone`) marked so in ``status``, and no ratio column (a sweep to re-measure is quoted as no
-    ratio, in its table either). ``table`` unchanged where nothing is to re-measure."""
+    """The forward table of a sweep to re-measure: the rows faster than the first batch marked in ``status``, and no
+    ratio column."""
     if not faster and "status" not in table:
         return table
     status = list(table["status"]) if "status" in table else [r["status"] for r in rows]
-    status = ["faster than the first B: to re-measure" if r["batch_size"] in faster else s for r, s in zip(rows, status)]
+    status = ["faster than the first B: to re-measure" if r["batch_size"] in faster else s
+              for r, s in zip(rows, status)]
     return table.drop(columns=[c for c in table if c.startswith("time / time(")]).assign(status=status)
 
 
-GPU_PARTS = (notebook_part("06", (RESULT,), measure),)  # the GPU window measures these rows (helpers.experiments.packages)
+GPU_PARTS = (notebook_part("06", (RESULT,), measure),)  # the rows the GPU window measures (experiments.packages)
 
 
 def target_steps(rows: dict) -> list[dict]:
     """The 1-token verify forward, T_V(0), by its median as notebook 06 quotes it (run-info page)."""
-    return [step_record("06", "1-token forward (T_V(0))", row.get("time_s_median", row["time_s_mean"]), "transformers", 1,
-                        row["prefix_len"], row)
+    return [step_record("06", "1-token forward (T_V(0))", row.get("time_s_median", row["time_s_mean"]), "transformers",
+                        1, row["prefix_len"], row)
             for row in rows.get(RESULT, [])
             if row.get("measure") == "verify" and row.get("model") == TARGET and row.get("new_tokens") == 1]
