@@ -1,9 +1,8 @@
-"""What every experiment module shares: its parameters picked from a notebook's namespace, the optional budget of
-the GPU window's result stores, a cache of loaded models, and a short description of a configuration.
+"""What every experiment module shares: its parameters from a notebook's namespace, the optional budget of the GPU
+window's result stores, a cache of loaded models, and a configuration in one line.
 
-An experiment's ``measure(params, store)`` takes ``store`` as a factory, ``store(result_name) -> ResultStore``: in
-a notebook ``lambda name: ResultStore(profile, name)``, in :mod:`helpers.gpu_measure` its budget-checking store.
-Only the latter has a ``budget``; :func:`check_budget` and :func:`took` do nothing without one.
+``measure(params, store)`` takes ``store`` as a factory, ``store(result_name) -> ResultStore``; only the GPU window's
+(:mod:`helpers.gpu_measure`) has a ``budget``, so :func:`check_budget` and :func:`took` do nothing in a notebook.
 """
 from __future__ import annotations
 
@@ -26,9 +25,8 @@ class BudgetExhausted(Exception):
 
 
 def notebook_params(namespace: dict, prefix: str) -> dict:
-    """The parameters of one notebook from its namespace (``globals()``): ``profile``, ``device`` and every name
-    starting with ``prefix`` (``"sd_"`` for notebook 07), the same keys :mod:`helpers.gpu_measure` reads from a
-    profile's parameter file."""
+    """A notebook's parameters from its ``globals()``: ``profile``, ``device`` and every name starting with ``prefix``,
+    the keys :mod:`helpers.gpu_measure` reads from a profile's file."""
     return {k: v for k, v in namespace.items()
             if k in ("profile", "device") or (k.startswith(prefix) and not callable(v))}
 
@@ -64,9 +62,8 @@ def seed_and_threads(seed: int, device: str, threads: int) -> None:
 
 
 class LoadedModels:
-    """Models loaded once and kept while needed: ``models(name) -> (model, tokenizer)``.
-
-    ``store`` (optional) is the result store whose budget is checked before a load."""
+    """Models loaded once and kept while needed: ``models(name) -> (model, tokenizer)``, the budget of ``store``
+    (optional) checked before a load."""
 
     def __init__(self, device: str, dtype: torch.dtype, store=None):
         from helpers.models import load_model
@@ -92,8 +89,8 @@ class LoadedModels:
 
 def tolerate_graph_failure(mode: str, config: dict, measure, fatal: tuple = ()) -> None:
     """Run ``measure()``; a graphs or compiled measurement that fails (a capture error, no C compiler for triton, a
-    dynamo limit) is reported and skipped, not stored, so the eager rows and the other parts still come back (a
-    rerun tries it again). Eager failures, and the exceptions in ``fatal`` (the window's budget), stay errors."""
+    dynamo limit) is reported and skipped, so the eager rows and other parts still come back. Eager failures and
+    ``fatal`` (the window's budget) stay errors."""
     try:
         measure()
     except fatal:

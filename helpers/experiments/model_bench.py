@@ -1,11 +1,9 @@
 """The model file's decode step, fused against separate projections: ``python -m helpers.bench model``.
 
-The CPU pair's models (target and a draft) decode greedily on the minimal runtime, each in two builds over the SAME
-weights: as shipped (q/k/v one matrix product, gate/up one) and with those products split back into the separate ones
-the layer ran before fusion (q, k and v, then q joined with k; gate and up). Interleaved rounds of one decode each (a
-prompt, then ``--new-tokens`` steps, prefill left out), at every thread count asked for; per build the median ms per
-token, the rounds' min-max spread, and the median of the paired per-round ratios separate / fused (above 1: fusion
-is faster). ``--compiled`` adds the fused build with the inductor-compiled layer (``compile="compiled"``).
+The CPU pair's models decode greedily on the minimal runtime in two builds over the SAME weights: as shipped (q/k/v
+one matrix product, gate/up one) and split back into the products the layer ran before fusion. Interleaved rounds
+(prefill left out) at every thread count asked for: per build the median ms per token, its min-max, and the median
+of the paired ratios separate / fused (above 1: fusion is faster). ``--compiled`` adds the compiled fused build.
 """
 from __future__ import annotations
 
