@@ -1,9 +1,6 @@
-"""Notebook 01 (handout §1.1): the empirical check that ``kv_cache_bytes`` equals the bytes a real cache holds.
-
-A miniature of each architecture family (same query and KV head counts, so GQA is exercised exactly) generates with
-transformers' ``DynamicCache`` on the profile's device; the bytes in its key and value tensors are compared with the
-formula. One row per family in ``results/<profile>/01_gpu_memory_math.jsonl``, measured by the notebook or by
-:mod:`helpers.gpu_measure` (part ``01``), so a GPU profile renders without a GPU (``WORKBOOK_RESULTS_ONLY=1``).
+"""Notebook 01 (handout §1.1): the empirical check that ``kv_cache_bytes`` equals the bytes a real cache holds. A
+miniature of each architecture family (the same query and KV head counts, so GQA is exercised exactly) generates
+with transformers' ``DynamicCache`` on the profile's device, one row per family (also measured by the GPU window).
 """
 from __future__ import annotations
 
@@ -24,11 +21,6 @@ def cached_tokens(params: dict) -> int:
     """Positions the cache holds after generation: the prompt and every generated token but the last, which has
     not been fed back yet."""
     return params["check_prompt_len"] + params["check_new_tokens"] - 1
-
-
-def check_configs(params: dict) -> list[dict]:
-    return [{"check": "kv_bytes", "family_of": model_id, "batch": params["check_batch_size"],
-             "tokens": cached_tokens(params)} for model_id in CHECK_MODELS]
 
 
 def held_bytes(model_id: str, params: dict, device: torch.device) -> dict:
@@ -57,16 +49,17 @@ def measure(params: dict, store, progress: bool = True) -> pd.DataFrame:
     meta = run_metadata(model_id="miniatures of " + ", ".join(CHECK_MODELS), weights="random", dtype="float32",
                         device=params["device"], seed=0)
     rows = []
-    for config in check_configs(params):
-        found = results.run(config, lambda c=config: held_bytes(c["family_of"], params,
-                                                                 resolve_device(params["device"])), meta=meta)
-        shape = memory.miniature_config(config["family_of"])
+    for model_id in CHECK_MODELS:
+        config = {"check": "kv_bytes", "family_of": model_id, "batch": params["check_batch_size"],
+                  "tokens": cached_tokens(params)}
+        found = results.run(config, lambda: held_bytes(model_id, params, resolve_device(params["device"])), meta=meta)
+        shape = memory.miniature_config(model_id)
         predicted = memory.kv_cache_bytes(shape, config["tokens"], config["batch"], bytes_per_elem=DTYPE.itemsize)
-        rows.append({"family of": config["family_of"], "q heads": shape.num_attention_heads,
+        rows.append({"family of": model_id, "q heads": shape.num_attention_heads,
                      "KV heads": shape.num_key_value_heads, "tokens cached": config["tokens"],
                      "bytes held": found["bytes_held"], "kv_cache_bytes": predicted,
                      "equal": found["bytes_held"] == predicted})
     return pd.DataFrame(rows)
 
 
-GPU_PARTS = (notebook_part("01", (RESULT,), measure),)  # the GPU window measures these rows (helpers.experiments.packages)
+GPU_PARTS = (notebook_part("01", (RESULT,), measure),)  # what the GPU window measures (packages.Part)

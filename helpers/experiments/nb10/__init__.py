@@ -1,9 +1,6 @@
-"""Notebook 10 (tree speculation and prompt lookup): its workloads and result rows from the parameters, and the
-analysis it prints.
-
-:func:`measure` builds every result-store configuration (the forward costs, then one row per prompt and workload
-with every method) and measures only what the store lacks. The analysis functions take the notebook's summaries
-and return the numbers and flags the notebook prints and the report quotes; the computations themselves live in
+"""Notebook 10 (tree speculation and prompt lookup): its workloads and result rows from the parameters
+(:func:`measure`: the forward costs, then one row per prompt and workload with every method, measuring only what the
+store lacks), and the numbers and flags the notebook prints and the report quotes; the computations live in
 :mod:`helpers.experiments.nb10.study` and :mod:`helpers.experiments.comparison`.
 """
 from __future__ import annotations
@@ -13,8 +10,8 @@ import os
 import numpy as np
 import pandas as pd
 
-from helpers.experiments.packages import TARGET, notebook_part, step_record
-from helpers.experiments.comparison import best_of, method_configs, summarise_methods
+from helpers.experiments.packages import notebook_part, step_record
+from helpers.experiments.comparison import best_of, measure_comparison, method_configs, summarise_methods
 from helpers.experiments.nb10.study import (context_coverage, copied_prefix, cost_model_agreement,
                                             draft_model_methods, forward_costs, greedy_continuation, method_specs,
                                             per_prompt_speedup, ranking_beyond_noise, tau_against_linear,
@@ -37,17 +34,14 @@ def specs(params: dict) -> list[dict]:
 
 
 def workloads(params: dict, target, tokenizer) -> tuple[list[dict], dict]:
-    """``(open-ended prompt rows, {workload: encoded cases})``. The in-context prompts are a held-out function, the
-    target's own greedy continuation of it, a blank line, the function again: what the target writes after the
-    second copy is in the prompt if it writes the same (section 4 counts it). The continuation is written by the
-    target in float32 on the CPU whatever the profile's device, so that a GPU run and a renderer without its GPU
-    (``WORKBOOK_RESULTS_ONLY=1``, models on the meta device) build the same prompts."""
+    """``(open-ended prompt rows, {workload: encoded cases})``. An in-context prompt is a held-out function, the
+    target's own greedy continuation of it, a blank line and the function again, the continuation written on the CPU
+    in float32 (:func:`cpu_writer`) so that a GPU run and a renderer without its GPU build the same prompts."""
     from helpers.prompts import encode_prompts, in_context_prompts, load_prompts, select_prompts
 
-    writer = cpu_writer(target, params)
     open_rows = select_prompts(load_prompts(params["tree_prompt_profile"]), params["tree_prompt_count"])
-    in_context_rows = in_context_prompts(tokenizer, params["tree_grounded_count"],
-                                         greedy_continuation(writer, tokenizer, params["tree_new_tokens"]))
+    in_context_rows = in_context_prompts(tokenizer, params["tree_grounded_count"], greedy_continuation(
+        cpu_writer(target, params), tokenizer, params["tree_new_tokens"]))
     device = next(target.parameters()).device
     return open_rows, {"open-ended": encode_prompts(tokenizer, open_rows, device),
                        "in-context": encode_prompts(tokenizer, in_context_rows, device)}
@@ -71,9 +65,8 @@ def showcase_case(params: dict, tokenizer, device) -> dict:
 
 
 def repetition(tokens) -> dict:
-    """How much of an output repeats itself (:func:`helpers.stats.repeated_ngram_share`) and whether that passes
-    :data:`helpers.stats.REPETITIVE_SHARE` (``threshold``): printed beside a speedup measured on the output (a loop
-    is easy to draft, so its speedup flatters the method)."""
+    """How much of an output repeats itself (:func:`helpers.stats.repeated_ngram_share`) and whether it passes
+    :data:`helpers.stats.REPETITIVE_SHARE` (``threshold``): a loop is easy to draft, so its speedup flatters."""
     from helpers.stats import REPETITIVE_SHARE, repeated_ngram_share
 
     share = repeated_ngram_share(tokens)
@@ -90,8 +83,8 @@ def round_to_draw(rounds) -> int:
 
 
 def cpu_writer(target, params: dict):
-    """The target in float32 on the CPU (itself when it already is): what writes the texts the notebook builds from
-    the target's greedy output, the same on every machine (a GPU run, a renderer whose models sit on meta)."""
+    """The target in float32 on the CPU (itself when it already is): what writes the texts built from the target's
+    greedy output, the same on every machine (a GPU run, a renderer whose models sit on meta)."""
     import torch
 
     from helpers.models import load_model
@@ -100,11 +93,6 @@ def cpu_writer(target, params: dict):
     if (weight.device.type, weight.dtype) == ("cpu", torch.float32):
         return target
     return load_model(params["tree_target"], device="cpu", dtype=torch.float32)[0]
-
-
-def _pair(params: dict) -> dict:
-    return {"target": params["tree_target"], "draft": params["tree_draft"], "dtype": params["tree_dtype"],
-            "device": params["device"]}
 
 
 def cost_widths(params: dict) -> list[int]:
@@ -117,18 +105,18 @@ def cost_widths(params: dict) -> list[int]:
 def configs(params: dict, cases: dict) -> dict:
     """Every result-store configuration: ``"costs"`` (on the first open-ended prompt) and ``(workload, prompt id)``
     for the method comparison."""
-    context = cases["open-ended"][0]["input_ids"]
-    found = {"costs": {"kind": "costs", **_pair(params), "context_len": int(context.shape[1]),
+    pair = {"target": params["tree_target"], "draft": params["tree_draft"], "dtype": params["tree_dtype"],
+            "device": params["device"]}
+    found = {"costs": {"kind": "costs", **pair, "context_len": int(cases["open-ended"][0]["input_ids"].shape[1]),
                        "nodes": params["tree_cost_nodes"], "widths": cost_widths(params)}}
-    return found | method_configs(cases, _pair(params), new_tokens=params["tree_new_tokens"],
-                                  repeats=params["tree_repeats"], specs=specs(params))
+    return found | method_configs(cases, pair, new_tokens=params["tree_new_tokens"], repeats=params["tree_repeats"],
+                                  specs=specs(params))
 
 
 def measure(params: dict, store, progress: bool = True, *, models=None, cases: dict | None = None) -> dict:
-    """Measure what ``store(RESULTS)`` lacks and return ``{"costs": the forward costs (int keys), "rows": {workload:
-    every method's runs over its prompts}}``. ``models`` is ``(target, draft, tokenizer)`` and ``cases`` the encoded
-    :func:`workloads` when the caller has them (the notebook does); otherwise they are loaded here. ``store`` is a
-    factory ``store(result_name) -> ResultStore``; a ``store.budget`` (the GPU window's) is checked before loading."""
+    """Measure what ``store(RESULTS)`` lacks (:func:`~helpers.experiments.comparison.measure_comparison`): the
+    forward costs and every workload's runs. ``models`` (``(target, draft, tokenizer)``) and ``cases``
+    (:func:`workloads`) when the caller has them; a ``store.budget`` (the GPU window's) is checked before loading."""
     from helpers.experiments.comparison import compare_methods
     from helpers.experiments.common import check_budget
     from helpers.results import run_metadata
@@ -138,31 +126,21 @@ def measure(params: dict, store, progress: bool = True, *, models=None, cases: d
         models = load_pair(params)
     target, draft, tokenizer = models
     cases = cases if cases is not None else workloads(params, target, tokenizer)[1]
-    results, wanted = store(RESULTS), configs(params, cases)
+    wanted, context = configs(params, cases), cases["open-ended"][0]["input_ids"]
     meta = run_metadata(model_id=params["tree_target"], weights=target.weights_label, dtype=params["tree_dtype"],
                         device=params["device"], seed=0, draft_id=params["tree_draft"],
                         load_average=os.getloadavg()[0])
-    context = cases["open-ended"][0]["input_ids"]
-    costs = results.run(wanted["costs"], lambda: forward_costs(
-        target, draft, context, params["tree_cost_nodes"], wanted["costs"]["widths"],
-        repeats=params["tree_cost_repeats"]), meta=meta)
-    costs = {**costs, "T_V": {int(k): v for k, v in costs["T_V"].items()},
-             "T_D": {int(k): v for k, v in costs["T_D"].items()}}
-    rows = {}
-    for workload, group in cases.items():
-        rows[workload] = []
-        for case in group:
-            done = results.run(wanted[workload, case["id"]], lambda: {"runs": compare_methods(
-                target, draft, [case], specs(params), params["tree_new_tokens"], repeats=params["tree_repeats"])},
-                meta=meta)
-            rows[workload] += done["runs"]
-    return {"costs": costs, "rows": rows}
+    return measure_comparison(
+        store(RESULTS), wanted, cases, lambda: forward_costs(target, draft, context, params["tree_cost_nodes"],
+                                                            wanted["costs"]["widths"],
+                                                            repeats=params["tree_cost_repeats"]),
+        lambda case: compare_methods(target, draft, [case], specs(params), params["tree_new_tokens"],
+                                     repeats=params["tree_repeats"]), meta)
 
 
 def load_pair(params: dict) -> tuple:
-    """``(target, draft, tokenizer)`` at the notebook's dtype and device. Rendering a GPU profile's rows without
-    the GPU (``WORKBOOK_RESULTS_ONLY=1``), the pair sits on the CPU instead of the meta device: the notebook's live
-    demonstrations (a tree round, greedy outputs) then run there, and every measurement still comes from the rows."""
+    """``(target, draft, tokenizer)`` at the notebook's dtype and device; on the CPU instead of the meta device
+    when rendering without the GPU, so that the notebook's live demonstrations run (every measurement is a row)."""
     import torch
 
     from helpers.models import load_model
@@ -177,36 +155,33 @@ def load_pair(params: dict) -> tuple:
 
 def cost_summary(costs: dict) -> dict:
     """Section 2's numbers: T_T, a target forward over one, eight and the most positions (``tv_max_nodes``) in target
-    steps (``tv_grows``: does it grow?), T_D(1)/T_T. Eq. 5's T_V(n) verifies n drafted tokens, a forward over n + 1
-    positions: ``costs["T_V"]`` is keyed by the positions, so the widest is T_V(tv_max_nodes - 1)."""
+    steps (``tv_grows``: does it grow?), T_D(1)/T_T. ``costs["T_V"]`` is keyed by the positions, so the widest
+    verifies ``tv_max_nodes - 1`` drafted tokens (Eq. 5's T_V argument)."""
     tt, tv, td = costs["T_T"], costs["T_V"], costs["T_D"]
     nodes_max = max(tv)
     tv_one, tv_max = tv[min(tv)] / tt, tv[nodes_max] / tt
     tv_eight = float(np.interp(8, sorted(tv), [tv[n] for n in sorted(tv)])) / tt
-    tv_grows = bool(tv_one < tv_eight < tv_max)
-    return {"tv_one": tv_one, "tv_grows": int(tv_grows), "T_T_ms": tt * 1e3, "tv_max_nodes": nodes_max,
-            "tv_max_ratio": tv[nodes_max] / tt, "td_one": td[1] / tt, "tv_eight": tv_eight}
+    return {"tv_one": tv_one, "tv_grows": int(tv_one < tv_eight < tv_max), "T_T_ms": tt * 1e3,
+            "tv_max_nodes": nodes_max, "tv_max_ratio": tv[nodes_max] / tt, "td_one": td[1] / tt, "tv_eight": tv_eight}
 
 
 def best_methods(open_summary: pd.DataFrame) -> dict:
     """Section 3: the best linear, static and dynamic configurations on the open-ended prompts, the best tree against
     the best linear (wall clock and τ; the largest τ gain at equal depth), and whether the fastest tree of each family
-    is its smallest. Returns ``at_depth`` (to display), ``linear``, ``tree_best``, ``smallest_fastest`` (by family)
-    and ``numbers``."""
+    is its smallest. Returns ``at_depth`` (to display), ``linear``, ``tree_best``, ``smallest_fastest`` and
+    ``numbers``."""
     linear, tree_best = best_of(open_summary, "linear"), best_of(open_summary, TREES)
-    static_best, dynamic_best = best_of(open_summary, "static"), best_of(open_summary, "dynamic")
     at_depth = tau_against_linear(open_summary)
     best_at_depth = at_depth.loc[at_depth.tau_ratio.idxmax()]
-    tree_over_linear, tau_gain = tree_best.speedup / linear.speedup, tree_best.tau / linear.tau
+    tree_over_linear = tree_best.speedup / linear.speedup
     smallest_fastest = {family: best_of(open_summary, family).label
                         == open_summary[open_summary.method == family].sort_values("nodes").label.iloc[0]
                         for family in TREES}
-    numbers = {"best_linear": linear.label, "best_linear_speedup": linear.speedup, "best_linear_tau": linear.tau,
-               "best_static": static_best.label, "best_static_speedup": static_best.speedup,
-               "best_static_tau": static_best.tau, "best_dynamic": dynamic_best.label,
-               "best_dynamic_speedup": dynamic_best.speedup, "best_dynamic_tau": dynamic_best.tau,
-               "best_dynamic_nodes": dynamic_best.nodes, "tree_over_linear": tree_over_linear,
-               "tree_faster": int(tree_over_linear > 1), "tau_gain": tau_gain,
+    bests = {family: best_of(open_summary, family) for family in ("linear", *TREES)}
+    numbers = {**{f"best_{family}{key}": getattr(row, column) for family, row in bests.items()
+                  for key, column in (("", "label"), ("_speedup", "speedup"), ("_tau", "tau"))},
+               "best_dynamic_nodes": bests["dynamic"].nodes, "tree_over_linear": tree_over_linear,
+               "tree_faster": int(tree_over_linear > 1), "tau_gain": tree_best.tau / linear.tau,
                "tau_same_depth": best_at_depth.tau_ratio, "tau_depth_tree": best_at_depth.tree,
                "tau_depth_linear": best_at_depth.linear, "tau_depth_speed": best_at_depth.speedup_ratio,
                "smallest_trees_fastest": int(all(smallest_fastest.values()))}
@@ -215,33 +190,31 @@ def best_methods(open_summary: pd.DataFrame) -> dict:
 
 
 def ties_with_fastest(open_rows: list[dict], open_summary: pd.DataFrame, best: dict) -> dict:
-    """Section 3: which draft-model methods the measurement cannot tell from the fastest (a paired bootstrap over
-    the prompts of each one's time over the fastest's: the stored rows keep each method's fastest run per prompt, so
-    the prompts, not the repeats, carry the spread; tied when the interval reaches 1), and adaptive γ against the
-    best fixed γ (``best``: :func:`best_methods`). Returns ``ties`` (to display), ``tied_labels``,
-    ``smallest_tied`` (by family) and ``numbers``."""
+    """Section 3: the draft-model methods the measurement cannot tell from the fastest (:func:`tied_with_fastest`:
+    the stored rows keep each method's fastest run per prompt, so the prompts carry the spread), per tree family
+    whether its smallest tree ties with the family's fastest, and adaptive γ against the best fixed γ (``best``:
+    :func:`best_methods`). Returns ``ties`` (to display), ``tied_labels``, ``smallest_tied`` and ``numbers``."""
     linear, tree_best = best["linear"], best["tree_best"]
     ties = tied_with_fastest(open_rows)
     tied_labels = ties[ties.tied].label.tolist()
-    trees_all_slower = not any(open_summary.set_index("label").loc[label].method in TREES for label in tied_labels)
+    by_label = ties.set_index("label")
     adaptive = best_of(open_summary, "adaptive")
-    # within each tree family: is its smallest tree the fastest, or tied with it (the same paired bootstrap)?
-    smallest_tied = {}
-    for family in TREES:
-        family_ties = tied_with_fastest(open_rows, (family,))
-        smallest = open_summary[open_summary.method == family].sort_values("nodes").label.iloc[0]
-        smallest_tied[family] = bool(family_ties.set_index("label").loc[smallest, "tied"])
+    smallest_tied = {family: bool(tied_with_fastest(open_rows, (family,)).set_index("label").loc[
+        open_summary[open_summary.method == family].sort_values("nodes").label.iloc[0], "tied"]) for family in TREES}
     numbers = {"smallest_trees_tied": int(all(smallest_tied.values())),
                "adaptive": adaptive.label, "adaptive_speedup": adaptive.speedup,
                "adaptive_over_linear": adaptive.speedup / linear.speedup, "adaptive_depth": adaptive.depth,
-               "adaptive_wins": int(adaptive.speedup > linear.speedup), "adaptive_tied": int(adaptive.label in tied_labels),
+               "adaptive_wins": int(adaptive.speedup > linear.speedup),
+               "adaptive_tied": int(adaptive.label in tied_labels),
                "tied_fastest": ", ".join(tied_labels), "tied_count": len(tied_labels),
                "tied_low": ties[ties.tied].speedup.min(), "tied_fastest_label": ties.label.iloc[0],
                "tied_high": ties.speedup.iloc[0],
                "tied_others": ", ".join(label for label in tied_labels if label != ties.label.iloc[0]),
-               "tree_tied": int(bool(tree_best.label in tied_labels)), "trees_all_slower": int(trees_all_slower),
-               "tree_slower_low": ties.set_index("label").loc[tree_best.label, "low"],
-               "tree_slower_high": ties.set_index("label").loc[tree_best.label, "high"]}
+               "tree_tied": int(bool(tree_best.label in tied_labels)),
+               "trees_all_slower": int(not any(open_summary.set_index("label").loc[label].method in TREES
+                                               for label in tied_labels)),
+               "tree_slower_low": by_label.loc[tree_best.label, "low"],
+               "tree_slower_high": by_label.loc[tree_best.label, "high"]}
     return {"ties": ties, "tied_labels": tied_labels, "smallest_tied": smallest_tied, "numbers": numbers}
 
 
@@ -279,9 +252,9 @@ def lookup_summary(coverage_frame: pd.DataFrame, summaries: dict, per_source: pd
                    in_context_rows: list[dict]) -> dict:
     """Section 4: does prompt lookup follow the share of the output in the context (rank correlation over the
     prompts), PLD against the best draft-model method on each workload (with the draft-model methods the in-context
-    prompts cannot tell from that best: :func:`helpers.experiments.nb10.study.tied_with_fastest`), and PLD per
-    source (``by_source``, with the share of each source's output in its context). Returns that, the slowest prompt
-    and its share (``slowest``, ``slowest_context``), both workloads' best lookup labels and ``numbers``."""
+    prompts cannot tell from that best), and PLD per source (``by_source``, with the share of each source's output
+    in its context). Returns that, the slowest prompt and its share, both workloads' best lookup labels and
+    ``numbers``."""
     share = coverage_frame.groupby("workload", sort=False)[["prompt", "context"]].mean()
     pld_corr = coverage_frame[["context", "pld_speedup"]].rank().corr().iloc[0, 1]
     slowest = coverage_frame.loc[coverage_frame.pld_speedup.idxmin()]
@@ -293,10 +266,8 @@ def lookup_summary(coverage_frame: pd.DataFrame, summaries: dict, per_source: pd
     open_cover = coverage_frame[coverage_frame.workload == "open-ended"].groupby("source", sort=False).context.mean()
     pld_by_source = per_source.set_index("source")["lookup x"]
     numbers = {
-        "cover_open_prompt": 100 * share.loc["open-ended", "prompt"],
-        "cover_open_context": 100 * share.loc["open-ended", "context"],
-        "cover_in_prompt": 100 * share.loc["in-context", "prompt"],
-        "cover_in_context": 100 * share.loc["in-context", "context"],
+        **{f"cover_{short}_{kind}": 100 * share.loc[workload, kind]
+           for workload, short in (("open-ended", "open"), ("in-context", "in")) for kind in ("prompt", "context")},
         "in_covered_more": int(share.loc["in-context", "prompt"] > share.loc["open-ended", "prompt"]),
         "pld_label": pld_label, "pld_cover_corr": pld_corr, "pld_follows_cover": int(pld_corr >= 0.5),
         "pld_prompt_min": coverage_frame.pld_speedup.min(), "pld_prompt_max": coverage_frame.pld_speedup.max(),
@@ -309,8 +280,8 @@ def lookup_summary(coverage_frame: pd.DataFrame, summaries: dict, per_source: pd
         "pld_best_source_cover": 100 * open_cover[pld_by_source.idxmax()],
         "pld_best_source_most_covered": int(pld_by_source.idxmax() == open_cover.idxmax())}
     return {"slowest": slowest.id, "slowest_context": slowest.context, "pld_in_label": pld_in.label,
-            "pld_open_label": pld_open.label, "by_source": pd.DataFrame({"PLD x": pld_by_source,
-                                                                          "context": open_cover[pld_by_source.index]}),
+            "pld_open_label": pld_open.label,
+            "by_source": pd.DataFrame({"PLD x": pld_by_source, "context": open_cover[pld_by_source.index]}),
             "numbers": numbers}
 
 
@@ -325,72 +296,59 @@ def copies(tokenizer, in_context_cases: list[dict], greedy: dict) -> dict:
 
 def copy_task(target, tokenizer, params: dict) -> dict:
     """The copy task the target fails: a held-out function, then its first lines again; how many tokens of the rest
-    its greedy output re-emits before it diverges on average (``copy_tokens`` of ``copy_reference``; written on the
-    CPU: :func:`cpu_writer`)."""
+    its greedy output (written on the CPU: :func:`cpu_writer`) re-emits before it diverges, on average."""
     from helpers.prompts import GROUNDED_HEAD_LINES, encode_prompts, grounded_prompts
     from helpers.specdec import autoregressive_generate
 
     writer = cpu_writer(target, params)
     cases = encode_prompts(tokenizer, grounded_prompts(tokenizer, params["tree_grounded_count"]), "cpu")
-    found = [copied_prefix(tokenizer, case, autoregressive_generate(writer, case["input_ids"], params["tree_new_tokens"],
-                                                                     eos_token_id=-1).tokens) for case in cases]
-    tokens, reference = np.mean([c for c, _ in found]), np.mean([n for _, n in found])
-    return {"copy_tokens": tokens, "copy_reference": reference, "copy_head_lines": GROUNDED_HEAD_LINES}
+    found = [copied_prefix(tokenizer, case, autoregressive_generate(
+        writer, case["input_ids"], params["tree_new_tokens"], eos_token_id=-1).tokens) for case in cases]
+    return {"copy_tokens": np.mean([c for c, _ in found]), "copy_reference": np.mean([n for _, n in found]),
+            "copy_head_lines": GROUNDED_HEAD_LINES}
 
 
 def eq5_summary(model_table: pd.DataFrame, open_rows: list[dict], best: dict) -> dict:
     """Section 5: Eq. 5 with measured terms against the measurement: its error, its bias per family, whether it ranks
     the methods as measured (and as far as the measurement can: the decode-time ties with the fastest), and the
-    best tree against the best linear configuration (``best``: :func:`best_methods`). Returns the number of methods,
-    the fastest method in decode time (``decode_fastest``) and ``numbers``."""
-    mean_error = model_table.error_pct.abs().mean()
+    best tree against the best linear configuration in Eq. 5's terms (τ ratio over round-cost ratio). Returns the
+    number of methods, the fastest method in decode time (``decode_fastest``) and ``numbers``."""
     agreement = cost_model_agreement(model_table)
     bias = agreement["by_family"]
-    families_alike = agreement["family_spread"] <= 1.05  # every family mispredicted by the same factor, within 5%
-    ranks_as_measured = agreement["rank_corr"] >= 0.9 and agreement["top_measured_rank"] == 1
-    # the ranking the measurement can check: which methods are tied with the fastest (decode times, as Eq. 5
-    # models) and whether Eq. 5 puts every clearly slower one below all of them
-    decode_ties = tied_with_fastest(open_rows, decode=True)
+    decode_ties = tied_with_fastest(open_rows, decode=True)  # decode times, as Eq. 5 models
     beyond = ranking_beyond_noise(model_table, decode_ties)
-    tree_numbers = _tree_against_linear(model_table, best, bias)
-    numbers = {"eq5_tree_error_pct": mean_error, "eq5_rank_corr": agreement["rank_corr"],
-               **{f"eq5_bias_{family}": value for family, value in bias.items()},
-               "eq5_bias_tree": tree_numbers.pop("eq5_bias_tree"), "eq5_family_spread": agreement["family_spread"],
-               "eq5_families_alike": int(families_alike), "eq5_ranks_as_measured": int(ranks_as_measured),
+    tree_bias = float(np.mean([bias[f] for f in TREES if f in bias]))
+    tree, linear = (model_table.set_index("label").loc[best[key].label] for key in ("tree_best", "linear"))
+    cost_ratio = (tree.draft_cost + tree.verify_cost) / (linear.draft_cost + linear.verify_cost)
+    model_ratio, measured_ratio = tree.tau / linear.tau / cost_ratio, tree.measured / linear.measured
+    numbers = {"eq5_tree_error_pct": model_table.error_pct.abs().mean(), "eq5_rank_corr": agreement["rank_corr"],
+               **{f"eq5_bias_{family}": value for family, value in bias.items()}, "eq5_bias_tree": tree_bias,
+               "eq5_family_spread": agreement["family_spread"],
+               # every family mispredicted by the same factor, within 5%
+               "eq5_families_alike": int(agreement["family_spread"] <= 1.05),
+               "eq5_ranks_as_measured": int(agreement["rank_corr"] >= 0.9 and agreement["top_measured_rank"] == 1),
                "eq5_top_predicted": agreement["top_predicted"], "eq5_top_rank": agreement["top_measured_rank"],
                "eq5_model_methods": agreement["draft_model_methods"], "eq5_top_measured": agreement["top_measured"],
-               "trees_overpredicted": tree_numbers.pop("trees_overpredicted"),
+               "trees_overpredicted": int(tree_bias > bias["linear"]),
                "eq5_top_tied": int(beyond["top_tied"]), "eq5_separates": int(beyond["separates"]),
                "eq5_misplaced": ", ".join(beyond["misplaced"]) or "none",
                "eq5_misplaced_count": len(beyond["misplaced"]),
                "eq5_tied": ", ".join(beyond["tied"]), "eq5_tied_count": len(beyond["tied"]),
                "eq5_tied_low": decode_ties[decode_ties.tied].speedup.min(),
-               "eq5_fastest_decode": decode_ties.speedup.iloc[0], **tree_numbers}
+               "eq5_fastest_decode": decode_ties.speedup.iloc[0],
+               "tree_tau_ratio": tree.tau / linear.tau, "tree_cost_ratio": cost_ratio,
+               **{f"{name}_{part}_cost": row[f"{part}_cost"] for part in ("draft", "verify")
+                  for name, row in (("tree", tree), ("linear", linear))},
+               "tree_model_ratio": model_ratio, "tree_model_wins": int(model_ratio > 1),
+               "tree_measured_ratio": measured_ratio, "tree_measured_wins": int(measured_ratio > 1)}
     return {"methods": len(model_table), "decode_fastest": decode_ties.label.iloc[0], "numbers": numbers}
-
-
-def _tree_against_linear(model_table: pd.DataFrame, best: dict, bias: dict) -> dict:
-    """The best tree against the best linear configuration in Eq. 5's terms: τ ratio over round-cost ratio, against
-    the measured ratio; and whether trees are mispredicted more than linear speculation."""
-    tree_bias = float(np.mean([bias[f] for f in TREES if f in bias]))
-    tree_row = model_table.set_index("label").loc[best["tree_best"].label]
-    linear_row = model_table.set_index("label").loc[best["linear"].label]
-    cost_ratio = (tree_row.draft_cost + tree_row.verify_cost) / (linear_row.draft_cost + linear_row.verify_cost)
-    model_ratio = tree_row.tau / linear_row.tau / cost_ratio
-    measured_ratio = tree_row.measured / linear_row.measured
-    return {"eq5_bias_tree": tree_bias, "trees_overpredicted": int(tree_bias > bias["linear"]),
-            "tree_tau_ratio": tree_row.tau / linear_row.tau, "tree_cost_ratio": cost_ratio,
-            "tree_draft_cost": tree_row.draft_cost, "linear_draft_cost": linear_row.draft_cost,
-            "tree_verify_cost": tree_row.verify_cost, "linear_verify_cost": linear_row.verify_cost,
-            "tree_model_ratio": model_ratio, "tree_model_wins": int(model_ratio > 1),
-            "tree_measured_ratio": measured_ratio, "tree_measured_wins": int(measured_ratio > 1)}
 
 
 def gpu_width_costs(folders=None) -> pd.DataFrame:
     """What a wider verify forward costs on a GPU, as measured: for each (GPU, model) profiled by the window's
-    ``09_step_profile`` part (single steps replayed as CUDA graphs), the wall time at width 1 and at the widest
-    profiled width, and their ratio. ``folders``: the ``results/<profile>/`` folders to read (default: every one with
-    GPU rows, :func:`helpers.results.gpu_result_folders`). Empty where no GPU profiled a step."""
+    ``09_step_profile`` part (steps replayed as CUDA graphs), the wall time at width 1 and at the widest profiled
+    width, and their ratio. ``folders``: the ``results/<profile>/`` folders to read (default: every one with GPU
+    rows, :func:`helpers.results.gpu_result_folders`). Empty where no GPU profiled a step."""
     from helpers.results import gpu_result_folders, latest_ok_rows
 
     found = []
@@ -409,8 +367,8 @@ def gpu_width_costs(folders=None) -> pd.DataFrame:
 def gpu_width_numbers(table: pd.DataFrame, model: str, handout_target: str = "Qwen/Qwen3-8B") -> dict:
     """The report's numbers from :func:`gpu_width_costs`: the notebook's own target (``model``, ``gpuwide_own_*``)
     and, where it is another model, the handout's target (``gpuwide_handout_*``), each on the first GPU that profiled
-    it; ``{}`` where no GPU profiled ``model``. ``gpuwide_flat`` is 1 where the widest profiled forward cost the
-    handout's target (else the own one) under 1.25x its one-position step, the words "little more than" in prose."""
+    it; ``{}`` where no GPU profiled ``model``. ``gpuwide_flat``: the widest forward of the handout's target (else
+    the own one) cost under 1.25x its one-position step, "little more than" in prose."""
     numbers = {}
     for key, name in (("own", model), ("handout", handout_target)):
         rows = table[table.model == name]
@@ -418,15 +376,15 @@ def gpu_width_numbers(table: pd.DataFrame, model: str, handout_target: str = "Qw
             continue
         row = rows.iloc[0]
         numbers.update({f"gpuwide_{key}_device": row.device, f"gpuwide_{key}_model": row.model,
-                        f"gpuwide_{key}_wide": int(row.wide), f"gpuwide_{key}_ms_1": float(row.ms_1),
-                        f"gpuwide_{key}_ms_wide": float(row.ms_wide), f"gpuwide_{key}_ratio": float(row.ratio)})
+                        f"gpuwide_{key}_wide": int(row.wide),
+                        **{f"gpuwide_{key}_{field}": float(row[field]) for field in ("ms_1", "ms_wide", "ratio")}})
     if "gpuwide_own_ratio" not in numbers:
         return {}
     numbers["gpuwide_flat"] = int(numbers.get("gpuwide_handout_ratio", numbers["gpuwide_own_ratio"]) < 1.25)
     return numbers
 
 
-GPU_PARTS = (notebook_part("10", (RESULTS,), measure),)  # the GPU window measures these rows (helpers.experiments.packages)
+GPU_PARTS = (notebook_part("10", (RESULTS,), measure),)  # what the GPU window measures (packages.Part)
 
 
 def target_steps(rows: dict) -> list[dict]:

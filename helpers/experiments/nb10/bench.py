@@ -1,16 +1,15 @@
 """Trees and lookup vs linear speculation vs plain decoding on the CPU pair: ``python -m helpers.bench tree``.
 
-One interleaved run per workload (greedy, EOS ignored so every method emits the same tokens): AR, linear γ,
-adaptive γ, static and dynamic trees, prompt lookup — on held-out open-ended prompts (continuation of code,
-docstrings, prose) and on in-context prompts (the target's own continuation is in the prompt verbatim,
-helpers.prompts.in_context_prompts). Prints τ and the speedup of every method per workload, and returns the
-headline figures (best linear, best static and dynamic tree, PLD).
+One interleaved run per workload (greedy, EOS ignored): AR, linear γ, adaptive γ, static and dynamic trees, prompt
+lookup, on held-out open-ended prompts and on in-context prompts (the target's own continuation is in the prompt,
+:func:`helpers.prompts.in_context_prompts`). Prints τ and the speedup of every method per workload, and returns the
+headline figures.
 """
 from __future__ import annotations
 
 import torch
 
-from helpers.experiments.comparison import best_of, compare_methods, summarise_methods
+from helpers.experiments.comparison import add_bench_arguments, best_of, compare_methods, summarise_methods
 from helpers.experiments.nb10.study import greedy_continuation, method_specs, tau_against_linear
 from helpers.models import load_cpu_model, load_cpu_tokenizer
 from helpers.prompts import encode_prompts, in_context_prompts, load_prompts, select_prompts
@@ -26,38 +25,22 @@ def default_specs() -> list[dict]:
 
 def add_arguments(parser) -> None:
     parser.add_argument("--draft", default="draft-2l", help="CPU pair draft: 'draft' (1 layer) or 'draft-2l'")
-    parser.add_argument("--prompts", type=int, default=6, help="open-ended prompts (data/prompts.jsonl, every source)")
     parser.add_argument("--grounded", type=int, default=6,
                         help="in-context prompts: the target's own continuation is in the prompt "
                              "(helpers.prompts.in_context_prompts)")
-    parser.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt")
-    parser.add_argument("--repeats", type=int, default=2, help="interleaved runs per method and prompt; the fastest is kept")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (recorded in the output)")
-
-
-def _print(summary, title: str) -> None:
-    print(f"\n{title}")
-    print(f"{'method':<26}{'speedup':>9}{'tau':>7}{'nodes':>7}{'draft':>7}{'verify':>7}{'same':>6}")
-    for row in summary.itertuples():
-        print(f"{row.label:<26}{row.speedup:>8.2f}x{row.tau:>7.2f}{row.nodes:>7.1f}{row.draft_share:>7.2f}"
-              f"{row.verify_share:>7.2f}{'yes' if row.lossless else 'NO':>6}")
+    add_bench_arguments(parser, 6, "open-ended prompts (data/prompts.jsonl, every source)")
 
 
 def _figures(summary) -> dict:
-    linear = best_of(summary, ("linear",))
-    trees = best_of(summary, ("static", "dynamic"))
+    best = {family: best_of(summary, family) for family in ("linear", "static", "dynamic", "adaptive", "lookup")}
     at_depth = tau_against_linear(summary)
-    return {
-        "best_linear": linear.label, "best_linear_speedup": linear.speedup, "best_linear_tau": linear.tau,
-        "best_static": best_of(summary, "static").label, "best_static_speedup": best_of(summary, "static").speedup,
-        "best_dynamic": best_of(summary, "dynamic").label,
-        "best_dynamic_speedup": best_of(summary, "dynamic").speedup,
-        "best_tree_over_best_linear": trees.speedup / linear.speedup,
-        "tree_tau_over_linear_tau_same_depth": float(at_depth.tau_ratio.max()) if len(at_depth) else None,
-        "adaptive_speedup": best_of(summary, "adaptive").speedup,
-        "lookup_speedup": best_of(summary, "lookup").speedup, "lookup_tau": best_of(summary, "lookup").tau,
-        "lossless": bool(summary.lossless.all()),
-    }
+    return {**{f"best_{family}{key}": getattr(best[family], column) for family in ("linear", "static", "dynamic")
+               for key, column in (("", "label"), ("_speedup", "speedup"))},
+            "best_linear_tau": best["linear"].tau,
+            "best_tree_over_best_linear": best_of(summary, ("static", "dynamic")).speedup / best["linear"].speedup,
+            "tree_tau_over_linear_tau_same_depth": float(at_depth.tau_ratio.max()) if len(at_depth) else None,
+            "adaptive_speedup": best["adaptive"].speedup, "lookup_speedup": best["lookup"].speedup,
+            "lookup_tau": best["lookup"].tau, "lossless": bool(summary.lossless.all())}
 
 
 def run(args) -> dict:
@@ -73,9 +56,12 @@ def run(args) -> dict:
     print(f"threads: {torch.get_num_threads()}")
     for name, cases in workloads.items():
         print(f"{name}: {len(cases)} prompts, {args.max_new_tokens} new tokens, {args.repeats} interleaved repeats")
-        rows = compare_methods(target, draft, cases, default_specs(), args.max_new_tokens,
-                               repeats=args.repeats, progress=True)
-        summary = summarise_methods(rows)
-        _print(summary, f"{name} (speedup over AR on the same prompts; draft/verify = shares of the wall time)")
+        summary = summarise_methods(compare_methods(target, draft, cases, default_specs(), args.max_new_tokens,
+                                                    repeats=args.repeats, progress=True))
+        print(f"\n{name} (speedup over AR on the same prompts; draft/verify = shares of the wall time)")
+        print(f"{'method':<26}{'speedup':>9}{'tau':>7}{'nodes':>7}{'draft':>7}{'verify':>7}{'same':>6}")
+        for row in summary.itertuples():
+            print(f"{row.label:<26}{row.speedup:>8.2f}x{row.tau:>7.2f}{row.nodes:>7.1f}{row.draft_share:>7.2f}"
+                  f"{row.verify_share:>7.2f}{'yes' if row.lossless else 'NO':>6}")
         figures[name] = _figures(summary)
     return figures

@@ -1,7 +1,6 @@
-"""Notebook 10's figures of the method comparison: τ and speedup against the nodes per round (:func:`sweep_figure`,
-labels placed clear of each other by :func:`helpers.plotting.place_labels`), the best of each family per workload
-(:func:`workload_figure`) and Eq. 5 against the measurement (:func:`cost_model_figure`). The tree drawing and its
-explorer are :mod:`helpers.explorers.tree`; the cost of a round's forwards is :func:`forward_costs_figure`."""
+"""Notebook 10's figures of the method comparison: τ and speedup against the nodes per round, the best of each family
+per workload, Eq. 5 against the measurement and the cost of a round's forwards (the tree drawing and its explorer:
+:mod:`helpers.explorers.tree`)."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -10,8 +9,6 @@ from helpers.plotting import place_labels, plain_log_axis
 
 FAMILY_COLOURS = {"ar": "#000000", "linear": "#1f77b4", "adaptive": "#17becf", "static": "#ff7f0e",
                   "dynamic": "#d62728", "lookup": "#2ca02c"}
-
-
 # the abbreviations of the point labels, spelled out under the plots
 LABEL_KEY = {"g5": "γ drafts per round", "g8 p<0.05": "at most 8, stop when the draft's probability < 0.05",
              "2-1-1-1-1": "children per depth of a static tree",
@@ -21,10 +18,8 @@ LABEL_KEY = {"g5": "γ drafts per round", "g8 p<0.05": "at most 8, stop when the
 
 def sweep_figure(summary, title: str = ""):
     """τ (left) and measured speedup over AR (right) against the nodes verified per round, one point per method
-    configuration, coloured by family: what more nodes buy in accepted tokens and what they cost in time. Point
-    labels avoid each other (:func:`helpers.plotting.place_labels`), and a key under the plots spells the
-    abbreviations out. The nodes axis is logarithmic: on a linear one the chains' 2-8 nodes crowded their labels
-    together."""
+    configuration coloured by family: what more nodes buy in accepted tokens and cost in time. Labels avoid each
+    other (:func:`helpers.plotting.place_labels`); a key under the plots spells the abbreviations out."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.8))
     methods = summary[summary["method"] != "ar"]
     for family, group in methods.groupby("method", sort=False):
@@ -103,13 +98,11 @@ def cost_model_figure(model_table):
 
 def forward_costs_figure(costs: dict):
     """What a round costs in target decode steps: a target forward over p positions, T_V(p - 1)/T_T (it verifies
-    p - 1 drafted tokens), and a draft forward over k nodes, T_D(k)/T_T (``costs``:
-    :func:`helpers.experiments.nb10.study.forward_costs` with int keys)."""
+    p - 1 drafted tokens), and a draft forward over k nodes, T_D(k)/T_T (``costs``: ``forward_costs``, int keys)."""
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
-    ax.plot(sorted(costs["T_V"]), [costs["T_V"][n] / costs["T_T"] for n in sorted(costs["T_V"])], "o-",
-            label=r"target forward over $p$ positions, $T_V(p-1)/T_T$")
-    ax.plot(sorted(costs["T_D"]), [costs["T_D"][k] / costs["T_T"] for k in sorted(costs["T_D"])], "s-",
-            label=r"draft forward over $k = p$ nodes, $T_D(k)/T_T$")
+    for key, style, label in (("T_V", "o-", r"target forward over $p$ positions, $T_V(p-1)/T_T$"),
+                              ("T_D", "s-", r"draft forward over $k = p$ nodes, $T_D(k)/T_T$")):
+        ax.plot(sorted(costs[key]), [costs[key][n] / costs["T_T"] for n in sorted(costs[key])], style, label=label)
     ax.set_xlabel("positions in the forward ($p$)")
     ax.set_ylabel("cost in target decode steps")
     ax.legend(fontsize=8)

@@ -1,12 +1,8 @@
 """Notebook 10's study of the method comparison (:mod:`helpers.experiments.comparison`): what a round's forwards
 cost (:func:`forward_costs`) and Eq. 5 from them (:func:`cost_model`), which methods the prompts cannot tell from
 the fastest (:func:`tied_with_fastest`), how much of an output its context holds (:func:`context_coverage`), and
-the draft's calibration in a tree (:func:`first_choice_calibration`).
-
-A method is a small dict (a *spec*, :mod:`helpers.specdec.methods`): ``{"method": "ar"}``,
-``{"method": "linear", "gamma": 5}``, ``{"method": "adaptive", "gamma": 8, "stop_below": 0.3}``,
-``{"method": "static", "topk": [2, 1, 1, 1, 1]}``, ``{"method": "dynamic", "depth": 6, "topk": 3, "budget": 12}``,
-``{"method": "lookup", "ngram": 3, "num_draft": 8, "adaptive": False}``.
+the draft's calibration in a tree (:func:`first_choice_calibration`). A method is a *spec*
+(:mod:`helpers.specdec.methods`), e.g. ``{"method": "dynamic", "depth": 6, "topk": 3, "budget": 12}``.
 """
 from __future__ import annotations
 
@@ -14,47 +10,43 @@ import numpy as np
 import pandas as pd
 import torch
 
-from helpers.experiments.comparison import depth_acceptance, predicted_speedup
+from helpers.experiments.comparison import decode_seconds, depth_acceptance, median_forward, predicted_speedup
 from helpers.specdec import methods
 from helpers.specdec.linear import autoregressive_generate
 
 # the methods whose specs notebook 10's parameters build (any other registered method joins with its defaults)
 CONFIGURED = ("ar", "linear", "adaptive", "static", "dynamic", "lookup")
+
+
 def forward_costs(target, draft, context: torch.Tensor, node_counts, draft_widths, *, repeats: int = 10) -> dict:
     """Median seconds of the forwards a round is made of, after a cached ``context``: ``T_T`` (one target token),
-    ``T_V[n]`` (the target over n positions: the root and n - 1 nodes, Eq. 5's T_V(n - 1)) and ``T_D[k]`` (the
-    draft over k nodes of one tree level; k = 1 is a linear draft step). Multi-token costs are causal forwards: a
-    tree mask costs the same to the rounding of these timers (the mask is built once per forward, not per layer)."""
-    from helpers.experiments.specdec_costs import forward_time
+    ``T_V[n]`` (the target over n positions, Eq. 5's T_V(n - 1)) and ``T_D[k]`` (the draft over k nodes of one tree
+    level). Causal forwards: a tree mask costs the same to these timers' rounding (built once per forward)."""
+    return {"T_T": median_forward(target, context, 1, repeats),
+            "T_V": {int(n): median_forward(target, context, int(n), repeats) for n in node_counts},
+            "T_D": {int(k): median_forward(draft, context, int(k), repeats) for k in draft_widths}}
 
-    median = lambda model, n: float(np.median(forward_time(model, context, n, all_logits=n > 1,  # noqa: E731
-                                                           repeats=repeats).samples))
-    return {"T_T": median(target, 1), "T_V": {int(n): median(target, int(n)) for n in node_counts},
-            "T_D": {int(k): median(draft, int(k)) for k in draft_widths}}
+
+def _interp(table: dict, x: float) -> float:
+    return float(np.interp(x, sorted(table), [table[k] for k in sorted(table)]))
 
 
 def round_cost(spec: dict, costs: dict, nodes: float) -> tuple[float, float]:
-    """(draft, verify) cost of one round of ``spec`` in units of T_T, from :func:`forward_costs` (interpolated at
-    the round's mean node count): linear γ pays γ one-token draft steps and T_V(γ), a target forward over γ + 1
-    positions; a tree pays one draft forward per level (its width) and T_V(nodes), over nodes + 1 positions;
-    lookup pays no draft forwards."""
-    t_t = costs["T_T"]
-    interp = lambda table, x: float(np.interp(x, sorted(table), [table[k] for k in sorted(table)]))  # noqa: E731
-    method = spec["method"]
-    if method == "ar":
-        return 0.0, 1.0
-    if method in ("linear", "adaptive"):
-        draft = nodes * interp(costs["T_D"], 1)
-    elif method == "static":
-        widths, level, draft = spec["topk"], 1, interp(costs["T_D"], 1)
-        for width in widths[:-1]:
-            level *= width
-            draft += interp(costs["T_D"], level)
-    elif method == "dynamic":
-        draft = interp(costs["T_D"], 1) + (spec["depth"] - 1) * interp(costs["T_D"], spec["topk"])
-    else:
+    """(draft, verify) cost of one round of ``spec`` in units of T_T, from :func:`forward_costs` (interpolated at the
+    round's mean node count): T_V(nodes), a target forward over nodes + 1 positions, and for a method drafting with
+    the draft model (:attr:`~helpers.specdec.methods.Method.drafter`) one draft forward per tree level (its width)
+    or, for a chain, ``nodes`` one-token steps; a method drafting from the context pays no draft forwards."""
+    step = lambda width: _interp(costs["T_D"], width)  # noqa: E731
+    topk = spec.get("topk")
+    if methods.get(spec["method"]).drafter != "draft":
         draft = 0.0
-    return draft / t_t, interp(costs["T_V"], nodes + 1) / t_t
+    elif isinstance(topk, list):  # a static tree: one forward per level, as wide as the level
+        draft = sum(step(int(np.prod(topk[:i]))) for i in range(len(topk)))
+    elif topk:  # a dynamic tree: the root's children, then top-k expansions
+        draft = step(1) + (spec["depth"] - 1) * step(topk)
+    else:
+        draft = nodes * step(1)
+    return draft / costs["T_T"], _interp(costs["T_V"], nodes + 1) / costs["T_T"]
 
 
 def method_specs(gammas, adaptive, static_shapes, dynamic, *, ngram: int, num_draft: int) -> list[dict]:
@@ -73,34 +65,26 @@ def method_specs(gammas, adaptive, static_shapes, dynamic, *, ngram: int, num_dr
 
 def cost_model(rows, costs: dict) -> pd.DataFrame:
     """Per method (pooled over prompts): the measured τ, the round's cost from the measured forwards
-    (:func:`round_cost`), Eq. 5's predicted decode speedup from them, and the measured decode speedup (prefill
-    excluded on both sides, as Eq. 5 models).
+    (:func:`round_cost`), Eq. 5's predicted decode speedup and the measured one (prefill excluded on both sides).
 
-    τ is fed in as measured, not predicted: Eq. 4 generalised with the measured per-depth acceptance
-    (:func:`expected_tau` of :func:`depth_acceptance`, kept in ``acceptance_by_depth``) reproduces it exactly
-    (Σ_d P(accepted ≥ d) is the mean accepted count), so it would predict nothing. What this table tests is the
-    round-cost half of Eq. 5: whether τ tokens for the price of the measured draft and verify forwards give the
-    measured speed."""
+    τ is fed in as measured: Eq. 4 with the measured per-depth acceptance (kept in ``acceptance_by_depth``)
+    reproduces it exactly, so it would predict nothing; the table tests the round-cost half of Eq. 5."""
     frame = pd.DataFrame(rows)
-    ar = frame[frame.method == "ar"]
-    ar_decode = (ar.seconds - ar.prefill_s).sum()
+    ar_decode = decode_seconds(frame[frame.method == "ar"])
     out = []
     for label, group in frame[frame.method != "ar"].groupby("label", sort=False):
-        accepted = [a for per in group.accepted_per_round for a in per]
         nodes = (group.nodes * group.rounds).sum() / group.rounds.sum()
         spec = group.spec.iloc[0]
         draft, verify = round_cost(spec, costs, nodes)
-        if spec["method"] in ("linear", "adaptive", "lookup"):
-            # rounds differ in their draft count (no lookup match, an adaptive stop): T_V is concave in the
-            # positions, so average it over the rounds rather than take it at the mean count
-            per_round = [n for per in group.depth_per_round for n in per]
-            verify = float(np.mean([round_cost(spec, costs, n)[1] for n in per_round]))
+        if not spec.get("topk"):
+            # a chain's rounds differ in their draft count (no lookup match, an adaptive stop): T_V is concave in
+            # the positions, so average it over the rounds rather than take it at the mean count
+            verify = float(np.mean([round_cost(spec, costs, n)[1] for per in group.depth_per_round for n in per]))
         tau = group.new_tokens.sum() / group.rounds.sum()
         out.append({"label": label, "method": spec["method"], "nodes": nodes, "tau": tau,
-                    "draft_cost": draft, "verify_cost": verify,
-                    "predicted": predicted_speedup(tau, [draft], verify),
-                    "measured": ar_decode / (group.seconds - group.prefill_s).sum(),
-                    "acceptance_by_depth": depth_acceptance(accepted)})
+                    "draft_cost": draft, "verify_cost": verify, "predicted": predicted_speedup(tau, [draft], verify),
+                    "measured": ar_decode / decode_seconds(group),
+                    "acceptance_by_depth": depth_acceptance([a for per in group.accepted_per_round for a in per])})
     table = pd.DataFrame(out)
     table["error_pct"] = 100 * (table.predicted / table.measured - 1)
     return table
@@ -112,23 +96,18 @@ def draft_model_methods() -> tuple[str, ...]:
 
 
 def cost_model_agreement(table: pd.DataFrame) -> dict:
-    """How far Eq. 5 (:func:`cost_model`) can be trusted to RANK the methods, from its own table.
-
-    ``by_family``: mean predicted/measured per method family; ``family_spread``: the largest of those over the
-    smallest (1: every family mispredicted by the same factor, so the errors cancel in a ranking);
-    ``rank_corr``: Spearman correlation of predicted and measured speedups over all methods; ``top_predicted``:
-    the draft-model method (linear, adaptive, static, dynamic) Eq. 5 puts first, with ``top_measured_rank``
-    its measured rank among the ``draft_model_methods`` of them (1 = fastest) and ``top_measured`` the one
-    measured fastest."""
+    """How far Eq. 5 (:func:`cost_model`) can be trusted to RANK the methods: ``by_family`` (mean predicted/measured
+    per method), ``family_spread`` (the largest of those over the smallest; 1: the errors cancel in a ranking),
+    ``rank_corr`` (Spearman, predicted against measured), and among the :func:`draft_model_methods` the one Eq. 5
+    puts first (``top_predicted``), its measured rank (``top_measured_rank``, 1 = fastest) and the measured fastest."""
     if table.empty:
         raise ValueError("an empty cost-model table")
-    ratio = table.predicted / table.measured
-    by_family = ratio.groupby(table.method, sort=False).mean()
+    by_family = (table.predicted / table.measured).groupby(table.method, sort=False).mean()
     ranks = table[["predicted", "measured"]].rank()
-    rank_corr = float(ranks.predicted.corr(ranks.measured)) if len(table) > 1 else float("nan")
     models = table[table.method.isin(draft_model_methods())]
     out = {"by_family": {family: float(value) for family, value in by_family.items()},
-           "family_spread": float(by_family.max() / by_family.min()), "rank_corr": rank_corr}
+           "family_spread": float(by_family.max() / by_family.min()),
+           "rank_corr": float(ranks.predicted.corr(ranks.measured)) if len(table) > 1 else float("nan")}
     if len(models):
         top = models.loc[models.predicted.idxmax()]
         out.update({"top_predicted": top.label,
@@ -138,23 +117,19 @@ def cost_model_agreement(table: pd.DataFrame) -> dict:
 
 
 def context_coverage(prompt_ids, generated_ids, ngram: int = 3) -> dict:
-    """How much of an output its context contains: the share of generated tokens that continue an n-gram seen
-    before them. Token t_i counts when the ``ngram`` tokens before it followed by t_i (``ngram`` + 1 tokens)
-    occur in the prompt (``"prompt"``), or in the prompt or the output before t_i (``"context"``: the text prompt
-    lookup searches; a continuation that repeats its own earlier lines scores here, not in ``"prompt"``)."""
+    """The share of generated tokens that continue an n-gram seen before them: token t_i counts when the ``ngram``
+    tokens before it followed by t_i occur in the prompt (``"prompt"``), or in the prompt or the output before t_i
+    (``"context"``: the text prompt lookup searches, where an output repeating its own earlier lines scores)."""
     if isinstance(ngram, bool) or not isinstance(ngram, int) or ngram < 1:
         raise ValueError(f"ngram (tokens before the continued token) must be an int >= 1, got {ngram!r}")
-    prompt = [int(t) for t in prompt_ids]
-    out = [int(t) for t in generated_ids]
+    prompt, out = [int(t) for t in prompt_ids], [int(t) for t in generated_ids]
     if not out:
         raise ValueError("no generated tokens to measure")
     seq, k = prompt + out, ngram + 1
     in_prompt = {tuple(prompt[j:j + k]) for j in range(len(prompt) - k + 1)}
     seen = set(in_prompt)
     from_prompt = from_context = 0
-    for i in range(len(prompt), len(seq)):
-        if i < ngram:
-            continue
+    for i in range(max(len(prompt), ngram), len(seq)):
         gram = tuple(seq[i - ngram:i + 1])
         from_prompt += gram in in_prompt
         from_context += gram in seen
@@ -186,11 +161,10 @@ def per_prompt_speedup(rows, label: str) -> pd.Series:
 
 
 def first_choice_calibration(rounds) -> dict:
-    """How the draft's probability compares with the target's agreement, from verified trees
-    (``tree_generate(..., record_rounds=True).rounds``): at every node of each round's accepted path, the draft's
-    first choice among that node's children, its draft probability (``scores`` are cumulative log-probabilities)
-    and whether the target took it. Returns ``mean_probability``, ``accepted_rate``, its 95% Wilson interval
-    (``accepted_low``, ``accepted_high``: one example holds a few dozen such nodes) and ``tested`` (how many)."""
+    """How the draft's probability compares with the target's agreement in verified trees (``record_rounds=True``):
+    at every node of each accepted path, the draft's first choice among its children, its draft probability
+    (``scores`` are cumulative log-probabilities) and whether the target took it. Returns ``mean_probability``,
+    ``accepted_rate`` with its 95% Wilson interval (``accepted_low``, ``accepted_high``) and ``tested``."""
     from helpers.stats import wilson_interval
 
     probs, hits = [], []
@@ -210,58 +184,39 @@ def first_choice_calibration(rounds) -> dict:
 
 
 def copied_prefix(tokenizer, case: dict, generated) -> tuple[int, int]:
-    """(tokens of ``generated`` that equal the start of ``case["reference"]``, reference length in tokens): how
-    far the model re-emits the text a grounded or in-context prompt holds for it before it diverges. The reference is
-    tokenised in context (prompt + reference) so that a merge across the boundary does not misalign it."""
+    """(tokens of ``generated`` that equal the start of ``case["reference"]``, reference length in tokens). The
+    reference is tokenised in context (prompt + reference), so that a merge across the boundary does not misalign."""
     prompt = tokenizer(case["prompt"])["input_ids"]
     full = tokenizer(case["prompt"] + case["reference"])["input_ids"]
-    start = len(prompt) if full[: len(prompt)] == prompt else len(prompt) - 1
-    reference = full[start:]
-    generated = [int(t) for t in generated]
-    count = 0
-    for ours, theirs in zip(generated, reference):
-        if ours != theirs:
-            break
-        count += 1
-    return count, len(reference)
+    reference = full[len(prompt) if full[: len(prompt)] == prompt else len(prompt) - 1:]
+    pairs = list(zip([int(t) for t in generated], reference))
+    return next((i for i, (ours, theirs) in enumerate(pairs) if ours != theirs), len(pairs)), len(reference)
 
 
 def nominal_depth(spec: dict) -> int | None:
     """The most draft tokens a round can accept: γ for linear speculation, the number of levels for a tree."""
-    if spec["method"] == "linear":
-        return int(spec["gamma"])
-    if spec["method"] == "static":
-        return len(spec["topk"])
-    if spec["method"] == "dynamic":
-        return int(spec["depth"])
-    return None
+    depth = {"linear": lambda: spec["gamma"], "static": lambda: len(spec["topk"]), "dynamic": lambda: spec["depth"]}
+    return int(depth[spec["method"]]()) if spec["method"] in depth else None
 
 
 def tau_against_linear(summary: pd.DataFrame) -> pd.DataFrame:
     """Every tree next to linear speculation of the same depth (γ = the tree's levels), where that γ was measured:
     how much τ the extra nodes buy at equal depth, and at what wall-clock price."""
     linear = {nominal_depth(r.spec): r for r in summary.itertuples() if r.method == "linear"}
-    out = []
-    for row in summary.itertuples():
-        depth = nominal_depth(row.spec) if row.method in ("static", "dynamic") else None
-        if depth in linear:
-            match = linear[depth]
-            out.append({"tree": row.label, "linear": match.label, "depth": depth, "nodes": row.nodes,
-                        "tau_ratio": row.tau / match.tau, "speedup_ratio": row.speedup / match.speedup})
+    out = [{"tree": row.label, "linear": linear[depth].label, "depth": depth, "nodes": row.nodes,
+            "tau_ratio": row.tau / linear[depth].tau, "speedup_ratio": row.speedup / linear[depth].speedup}
+           for row in summary.itertuples()
+           if (depth := nominal_depth(row.spec) if row.method in ("static", "dynamic") else None) in linear]
     return pd.DataFrame(out, columns=["tree", "linear", "depth", "nodes", "tau_ratio", "speedup_ratio"])
 
 
 def tied_with_fastest(rows, families=None, *, decode: bool = False, level: float = 0.95,
                       resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Which methods the measurement cannot tell from the fastest, per method of ``families`` (method names; default
-    :func:`draft_model_methods`) in
-    :func:`compare_methods` rows: ``speedup`` over AR (pooled; prefill excluded when ``decode``, as Eq. 5 models),
-    ``slower`` = its pooled seconds over the fastest's on the same prompts, and a paired percentile bootstrap
-    interval of that ratio over prompts (``low``, ``high``; :func:`helpers.stats.bootstrap_ratio_interval`:
-    prompts are the unit that varies, and resampling them carries both the timing noise and the prompt-to-prompt
-    spread). ``tied`` when ``low <= 1``: a resampling of the prompts can make it as fast as the fastest. With a
-    single prompt there is no interval (nan) and every method counts as tied: one prompt separates nothing. Sorted
-    fastest first; the fastest is tied with itself."""
+    """Which methods of ``families`` (default :func:`draft_model_methods`) the measurement cannot tell from the
+    fastest, in :func:`compare_methods` rows: ``speedup`` over AR (pooled; decode time alone when ``decode``),
+    ``slower`` (its pooled seconds over the fastest's) and a paired percentile bootstrap interval of that ratio over
+    prompts (``low``, ``high``: prompts carry both timing noise and prompt-to-prompt spread). ``tied`` when
+    ``low <= 1``; with a single prompt there is no interval (nan) and every method ties. Sorted fastest first."""
     from helpers.stats import bootstrap_ratio_interval
 
     frame = pd.DataFrame(rows)
@@ -286,15 +241,12 @@ def tied_with_fastest(rows, families=None, *, decode: bool = False, level: float
 
 
 def ranking_beyond_noise(table: pd.DataFrame, ties: pd.DataFrame) -> dict:
-    """Whether Eq. 5 (:func:`cost_model`'s ``predicted``) ranks the methods as far as the measurement can:
-    ``ties`` (:func:`tied_with_fastest` over the same methods, decode times) splits them into those tied with the
-    fastest and those clearly slower. ``top_tied``: Eq. 5's first choice is one of the tied; ``misplaced``: the
-    clearly slower methods Eq. 5 predicts above at least one tied method (the rankings the data can check and
-    Eq. 5 gets wrong); ``separates``: none misplaced."""
+    """Whether Eq. 5 (:func:`cost_model`'s ``predicted``) ranks the methods as far as the measurement can, ``ties``
+    (:func:`tied_with_fastest`, decode times) splitting them into the tied and the clearly slower: ``top_tied`` (Eq.
+    5's first choice is tied), ``misplaced`` (clearly slower methods predicted above a tied one), ``separates``."""
     pred = table.set_index("label").predicted.reindex(ties.label)
     tied = ties.set_index("label").tied
-    top = pred.idxmax()
-    floor = pred[tied].min()
+    top, floor = pred.idxmax(), pred[tied].min()
     misplaced = [label for label in pred.index if not tied[label] and pred[label] > floor]
     return {"tied": [label for label in pred.index if tied[label]], "top_predicted": top,
             "top_tied": bool(tied[top]), "misplaced": misplaced, "separates": not misplaced}

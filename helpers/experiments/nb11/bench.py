@@ -1,10 +1,8 @@
 """Long-context self-speculation vs batched AR on the CPU: ``python -m helpers.bench selfspec``.
 
-For every context length: one prefill of held-out files (the largest batch), then for every batch size AR and
-self-speculation decode from copies of it, interleaved and repeated (greedy, EOS ignored). Prints per point the
-speedups (full batch: tokens/s while every row decodes; whole run: every row to the last token; median and
-spread), whether every row equalled AR, the byte ratio KV/weights of a decode step, and the Eq. 5 terms measured
-in the same runs with Eq. 5's prediction; returns the speedups per (context, batch).
+For every context length one prefill of held-out files (the largest batch), then for every batch size AR and
+self-speculation from copies of it (:func:`helpers.experiments.nb11.study.compare_at`). Prints per point the
+speedups, whether every row equalled AR, the KV/weight byte ratio and the Eq. 5 terms; returns the speedups.
 """
 from __future__ import annotations
 
@@ -51,15 +49,16 @@ def run(args) -> dict:
             rows.append(row)
             bar.update()
             tqdm.write(f"{context:>8}{batch:>6}{row['kv_weight_ratio']:>7.2f}{row['ar_step_s'] * 1e3:>8.1f}"
-                       f"{row['full_batch_speedup']:>7.2f}x{row['full_batch_spread']:>8.2f}"
-                       f"{row['eq5_speedup']:>7.2f}{row['speedup']:>6.2f}x{row['alpha']:>7.3f}{row['tau']:>6.2f}{row['draft_ratio']:>7.3f}{row['verify_ratio']:>7.2f}"
-                       f"{'yes' if row['identical'] else 'NO':>6}")
+                       f"{row['full_batch_speedup']:>7.2f}x{row['full_batch_spread']:>8.2f}{row['eq5_speedup']:>7.2f}"
+                       f"{row['speedup']:>6.2f}x{row['alpha']:>7.3f}{row['tau']:>6.2f}{row['draft_ratio']:>7.3f}"
+                       f"{row['verify_ratio']:>7.2f}{'yes' if row['identical'] else 'NO':>6}")
             key = f"{context}x{batch}"
             for name in figures:
                 figures[name][key] = round(row[name], 3)
         del state
     bar.close()
     figures["all_identical"] = all(row["identical"] for row in rows)
-    figures["eq5_max_relative_error"] = round(max(abs(r["eq5_speedup"] / r["full_batch_speedup"] - 1) for r in rows), 3)
+    figures["eq5_max_relative_error"] = round(max(abs(r["eq5_speedup"] / r["full_batch_speedup"] - 1)
+                                                  for r in rows), 3)
     figures["threads"] = torch.get_num_threads()
     return figures

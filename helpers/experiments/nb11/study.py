@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import statistics
 
+import pandas as pd
 import torch
 
 from helpers.specdec.analysis import predicted_speedup
@@ -21,7 +22,8 @@ def byte_terms(model, context: int, batch: int) -> dict:
     weights = sum(p.numel() for p in model.parameters()) * width  # a tied LM head is counted once
     kv_per_token = 2 * config.num_layers * config.num_kv_heads * config.head_dim * width
     kv = kv_per_token * context * batch
-    return {"weight_bytes": weights, "kv_bytes_per_token": kv_per_token, "kv_bytes": kv, "kv_weight_ratio": kv / weights}
+    return {"weight_bytes": weights, "kv_bytes_per_token": kv_per_token, "kv_bytes": kv,
+            "kv_weight_ratio": kv / weights}
 
 
 def _spread(values: list[float]) -> float:
@@ -32,15 +34,13 @@ def _spread(values: list[float]) -> float:
 def compare_at(state: Prefilled, *, max_new_tokens: int, gamma: int, window: int, sinks: int, repeats: int = 3,
                windows: tuple[int, ...] | None = None) -> list[dict]:
     """AR vs self-speculation (one per window in ``windows``, default ``(window,)``) from copies of ``state``,
-    interleaved (the order alternates every repeat); greedy, EOS ignored, so every run emits the same tokens.
+    interleaved (the order alternating every repeat); greedy, EOS ignored, so every run emits the same tokens.
 
-    Returns one row per window: ``speedup`` (median of the per-repeat AR / self-spec decode-time ratios: every row
-    to ``max_new_tokens``, the batch waiting for its slowest row) and ``full_batch_speedup`` (median ratio of the
-    tokens/s while every row is still decoding: the steady state of a server that refills finished rows, what
-    MagicDec measures), each with its spread; ``identical`` (every row of every run equals AR's); and alpha, tau,
-    c, v of the full-batch rounds (medians over repeats) with the speedup Eq. 5 predicts from them
-    (``eq5_speedup``, a prediction of ``full_batch_speedup``).
-    """
+    One row per window: ``speedup`` (median per-repeat AR / self-spec decode-time ratio, every row to
+    ``max_new_tokens``) and ``full_batch_speedup`` (median ratio of the tokens/s while every row still decodes: a
+    server that refills finished rows, what MagicDec measures), each with its spread; ``identical`` (every row of
+    every run equals AR's); alpha, tau, c, v of the full-batch rounds (medians over repeats) and ``eq5_speedup``,
+    Eq. 5's prediction of ``full_batch_speedup`` from them."""
     windows = (window,) if windows is None else tuple(windows)
     runs = {"ar": lambda: batched_decode(state.model, None, max_new_tokens, prefilled=state.copy(), eos_token_id=[])}
     for w in windows:
@@ -48,14 +48,12 @@ def compare_at(state: Prefilled, *, max_new_tokens: int, gamma: int, window: int
             state.model, None, max_new_tokens, gamma=gamma, window=w, sinks=sinks, prefilled=state.copy(),
             eos_token_id=[]))
     results = {key: [] for key in runs}
-    order = list(runs)
     for r in range(repeats + 1):  # round 0 warms up
-        for key in (order if r % 2 else order[::-1]):
+        for key in (list(runs) if r % 2 else list(runs)[::-1]):
             result = runs[key]()
             if r:
                 results[key].append(result)
     ar = results["ar"]
-    ar_times = [res.stats.decode_s for res in ar]
     rows = []
     for w in windows:
         spec = results[w]
@@ -72,9 +70,8 @@ def compare_at(state: Prefilled, *, max_new_tokens: int, gamma: int, window: int
             "window": w, "sinks": sinks, "gamma": gamma, "new_tokens": max_new_tokens, "repeats": repeats,
             "speedup": statistics.median(ratios), "speedup_spread": _spread(ratios),
             "full_batch_speedup": statistics.median(full_ratios), "full_batch_spread": _spread(full_ratios),
-            "full_batch_rounds": stats[0].full_batch_rounds,
-            "ar_decode_s": statistics.median(ar_times), "selfspec_decode_s": med("decode_s"),
-            "ar_step_s": statistics.median(a.stats.target_step_s for a in ar),
+            "full_batch_rounds": full, "ar_decode_s": statistics.median(a.stats.decode_s for a in ar),
+            "selfspec_decode_s": med("decode_s"), "ar_step_s": statistics.median(a.stats.target_step_s for a in ar),
             "identical": all(s.tokens == ar[0].tokens for s in spec) and all(a.tokens == ar[0].tokens for a in ar),
             "alpha": alpha, "alpha_low": low, "alpha_high": high, "tau": med("tau"),
             "draft_ratio": c, "verify_ratio": v, "eq5_speedup": float(predicted_speedup(gamma, alpha, c, v)),
@@ -93,21 +90,18 @@ def prefill_long(model, prompts: list[list[int]], *, room: int) -> Prefilled:
 
 def short_context_batched(frame):
     """Notebook 09's batched rows (``kind == "batched"``) as (batch, speedup) sorted by batch, for contrast: the
-    speedup is its decode-phase speedup (``decode_speedup``; its whole-run ``speedup`` column is dropped, so the
-    frame never holds two columns of one name). Empty when notebook 09 has no such rows."""
-    import pandas as pd
-
+    speedup is its decode-phase speedup (its whole-run ``speedup`` column dropped, so that no two columns share a
+    name). Empty when notebook 09 has no such rows."""
     if "kind" not in frame or "decode_speedup" not in frame:
         return pd.DataFrame(columns=["batch", "speedup"])
-    rows = frame[frame["kind"] == "batched"]
-    return (rows.drop(columns=[c for c in ("speedup",) if c in rows])
+    return (frame[frame["kind"] == "batched"].drop(columns="speedup", errors="ignore")
             .rename(columns={"batch_size": "batch", "decode_speedup": "speedup"}).sort_values("batch"))
 
 
 def against_one(speedup: float, spread: float) -> str:
-    """Where a measured speedup lies against 1, given its repeats' ``spread`` ((max - min) / median of the
-    per-repeat ratios, as :func:`compare_at` stores it): ``"above"`` or ``"below"`` when it is farther from 1 than
-    the spread (relative to the speedup), ``"within"`` when 1 lies inside the repeats' range of noise."""
+    """Where a measured speedup lies against 1, given its repeats' ``spread`` (relative, as :func:`compare_at`
+    stores it): ``"above"`` or ``"below"`` when farther from 1 than the spread (times the speedup), else
+    ``"within"`` the noise."""
     if spread != spread or spread < 0:  # NaN or negative: no repeats to judge by
         raise ValueError(f"need a non-negative spread, got {spread}")
     if abs(speedup - 1) <= spread * speedup:
@@ -117,8 +111,7 @@ def against_one(speedup: float, spread: float) -> str:
 
 def tied_with_best(speedups, spreads) -> list[bool]:
     """For each point, whether it is within the measured noise of the fastest: its gap to the best speedup is no
-    larger than the wider of the two points' repeat spreads (each relative, times its speedup). The best itself is
-    tied with itself."""
+    larger than the wider of the two points' repeat spreads (each relative, times its speedup)."""
     speedups, spreads = [float(s) for s in speedups], [float(s) for s in spreads]
     if not speedups or len(speedups) != len(spreads):
         raise ValueError("need one spread per speedup, and at least one")

@@ -1,10 +1,6 @@
-"""Notebook 12 (what makes a good draft): its result rows from the parameters, and the analysis it prints.
-
-:func:`measure` is called by the notebook and by ``python -m helpers.gpu_measure --only 12``, so that both build
-the same configurations (:func:`helpers.experiments.nb12.study.draft_config` and ``scale_config``) and each
-finds the other's rows. The analysis functions take the notebook's frames and return the numbers and flags the
-notebook prints and the report quotes (``numbers``), no sentences: those are the notebook's and the report's; the
-computations themselves live in :mod:`helpers.experiments.nb12.study`.
+"""Notebook 12 (what makes a good draft): its result rows from the parameters (:func:`measure`, which the notebook
+and the GPU window both call, so that each finds the other's rows), and the numbers and flags the notebook prints and
+the report quotes; the computations live in :mod:`helpers.experiments.nb12.study`.
 """
 from __future__ import annotations
 
@@ -42,7 +38,8 @@ def prompt_rows(params: dict) -> list[dict]:
 def configs(params: dict) -> dict:
     """Every result-store configuration of the notebook: ``"scale"`` and one per draft (by name)."""
     ids = [row["id"] for row in prompt_rows(params)]
-    return {"scale": scale_config(params), **{name: draft_config(params, name, ids) for name in params["design_drafts"]}}
+    return {"scale": scale_config(params), **{name: draft_config(params, name, ids)
+                                               for name in params["design_drafts"]}}
 
 
 def _meta(params: dict, weights: str) -> dict:
@@ -52,11 +49,10 @@ def _meta(params: dict, weights: str) -> dict:
 
 def measure(params: dict, store, progress: bool = True) -> dict:
     """Measure what ``store(RESULTS)`` lacks, depth at scale first (random weights; on a GPU the launch-bound regime,
-    the most valuable row of a short window), then every draft against the target; models are loaded only for a
-    missing row. ``store`` is a factory ``store(result_name) -> ResultStore``; a ``store.budget`` (the GPU window's)
-    is checked before loading. Returns ``{"rows": [one row per draft, in design_drafts order], "scale": [rows of
-    the scale timing], "prompts": number of prompts, "measured_on" and "scale_measured_on": the machine (name, threads)
-    that measured the drafts' and the scale's rows}``: a GPU's when its rows are rendered without it."""
+    the most valuable row of a short window), then every draft against the target, loading models only for a missing
+    row (a ``store.budget``, the GPU window's, checked before). Returns ``{"rows": one per draft in design_drafts
+    order, "scale": the scale timing's rows, "prompts": their number, "measured_on" and "scale_measured_on": the
+    machine that measured them}``."""
     from helpers.models import load_model
     from helpers.prompts import encode_prompts
 
@@ -114,30 +110,30 @@ def accuracy_or_latency(table: pd.DataFrame, rows: list[dict]) -> dict:
     c_order["r2_own"] = latency.r2 if latency.column == "c_round" else float("nan")  # the speedup on c, own T_T
     tied = pd.Series(tied_with_best(table.speedup, tolerance), index=table.index)
     tied_fastest = [short(d) for d in table[tied].sort_values("speedup", ascending=False).draft]
-    fastest, slowest = table.loc[table.speedup.idxmax()], table.loc[table.speedup.idxmin()]
+    ends = {"fastest": table.loc[table.speedup.idxmax()], "slowest": table.loc[table.speedup.idxmin()]}
     most_accurate = table.loc[table.alpha.idxmax()]
     family_losses = table[table.draft.str.contains("x")].heldout_loss
+    span = lambda **series: {f"{name}_{end}": getattr(values, end)()  # noqa: E731
+                             for name, values in series.items() for end in ("min", "max")}
     numbers = {"accuracy_property": accuracy.property, "accuracy_r2": accuracy.r2, "verdict_stable": int(stable),
                "directions_expected": int(expected), "directions_kept": int(not any(flips.values())),
                # per line, the drafts whose omission turns its slope
                **{f"flips_{name}": ", ".join(drafts) for name, drafts in flips.items()},
                **{f"flips_{name}_count": len(drafts) for name, drafts in flips.items()},
-               "accuracy_direction": accuracy.direction,
-               "latency_direction": latency.direction,
+               "accuracy_direction": accuracy.direction, "latency_direction": latency.direction,
                "latency_r2_loo_min": min(loo["latency"].values()), "latency_r2_loo_max": max(loo["latency"].values()),
                "latency_r2_carrier": short(carrier), "latency_r2_without": loo["latency"][carrier],
                "latency_property": latency.property, "latency_r2": latency.r2, "latency_wins": int(latency_wins),
-               "fastest": short(fastest.draft), "fastest_speedup": fastest.speedup, "fastest_alpha": fastest.alpha,
-               "fastest_c": fastest.c_round, "slowest": short(slowest.draft), "slowest_speedup": slowest.speedup,
-               "slowest_alpha": slowest.alpha, "slowest_c": slowest.c_round, "accurate": short(most_accurate.draft),
+               **{f"{name}{key}": value for name, row in ends.items() for key, value in (
+                   ("", short(row.draft)), ("_speedup", row.speedup), ("_alpha", row.alpha), ("_c", row.c_round))},
+               "accurate": short(most_accurate.draft),
                "accurate_alpha": most_accurate.alpha, "accurate_speedup": most_accurate.speedup,
                "tt_min_ms": noise["tt_min_ms"], "tt_max_ms": noise["tt_max_ms"],
                "tt_range_pct": 100 * noise["tt_rel_range"], "tolerance_pct": 100 * tolerance,
                "ar_std_pct": 100 * noise["ar_rel_std"], "ar_range_pct": 100 * noise["ar_rel_range"], **c_numbers,
                "fastest_tied": ", ".join(tied_fastest), "fastest_tied_count": len(tied_fastest),
-               "fastest_tied_low": table[tied].speedup.min(), "alpha_min": table.alpha.min(),
-               "alpha_max": table.alpha.max(), "c_min": table.c_round.min(), "c_max": table.c_round.max(),
-               "family_loss_min": family_losses.min(), "family_loss_max": family_losses.max(),
+               "fastest_tied_low": table[tied].speedup.min(),
+               **span(alpha=table.alpha, c=table.c_round, family_loss=family_losses),
                # the shapes learnt unequally well: more than 0.1 nats/token apart
                "losses_differ": int(family_losses.max() - family_losses.min() > 0.1)}
     return {"ranked": ranked, "tolerance": tolerance, "tied_fastest": tied.tolist(), "loo": loo, "noise": noise,
@@ -191,9 +187,8 @@ def gamma_agreement(table: pd.DataFrame, rows: list[dict], tolerance: float, gam
 
 def depth_at_scale(scale: pd.DataFrame, depth: dict, scale_model: str) -> dict:
     """Section 6: random-weight models of ``scale_model``'s size at several depths against the CPU pair's drafts
-    (``depth``: their :func:`~helpers.experiments.nb12.study.depth_latency`). Returns ``series`` (the table: one
-    row per depth with the least-squares line in depth and its residual) and ``numbers`` (``scale_depth_explains``:
-    does depth explain the series?)."""
+    (``depth``: their :func:`~helpers.experiments.nb12.study.depth_latency`). Returns ``series`` (one row per depth
+    with the least-squares line in depth and its residual) and ``numbers``."""
     deep_s, shallow_s = scale.loc[scale.layers.idxmax()], scale.loc[scale.layers.idxmin()]
     scale_depth = depth_latency(scale, "step_ms")
     series = scale.sort_values("layers")[["layers", "hidden_size", "parameters", "step_ms"]].assign(
@@ -209,41 +204,37 @@ def depth_at_scale(scale: pd.DataFrame, depth: dict, scale_model: str) -> dict:
                "scale_parameters_m": scale.parameters.mean() / 1e6,
                "scale_per_layer_pct": 100 * scale_depth["per_layer_share"],
                "scale_depth_dominates": int(scale_depth["per_layer_share"] > 0.5),
-               "scale_r2": scale_depth["r2_layers"], "scale_max_residual_ms": scale_depth["max_residual_ms"],
-               "scale_max_residual_pct": scale_depth["max_residual_pct"],
+               "scale_r2": scale_depth["r2_layers"],
+               **{f"scale_{key}": scale_depth[key] for key in ("max_residual_ms", "max_residual_pct")},
                "scale_monotone": int(scale_depth["monotone"]), "scale_depth_explains": int(depth_explains),
                "scale_params_min_m": series.parameters_m.min(), "scale_params_max_m": series.parameters_m.max(),
-               "scale_slowest": int(scale.loc[scale.step_ms.idxmax()].layers),
-               "scale_slowest_ms": scale.step_ms.max(), "scale_fastest": int(scale.loc[scale.step_ms.idxmin()].layers),
-               "scale_fastest_ms": scale.step_ms.min()}
+               **{f"scale_{name}{key}": value for name, row in (("slowest", scale.loc[scale.step_ms.idxmax()]),
+                                                                ("fastest", scale.loc[scale.step_ms.idxmin()]))
+                  for key, value in (("", int(row.layers)), ("_ms", row.step_ms))}}
     return {"series": series, "numbers": numbers}
 
 
 def embedding_sharing(by: pd.DataFrame, tolerance: float = 0.1) -> dict:
     """The draft sharing the target's embedding against the same shape with its own (``by``: the design table
     indexed by short name): what a round adds to each draft forward (in-round minus alone, ms), and whether sharing
-    cuts (``sharing_helps``) or raises (``sharing_hurts``) that addition by more than ``tolerance`` (relative: the
-    spread of the cost runs' T_T, which every in-round cost is measured against). The report's numbers."""
+    cuts (``sharing_helps``) or raises (``sharing_hurts``) it by more than ``tolerance`` (the cost runs' T_T spread)."""
     missing = {"draft-2x192-shared", "draft-2x192"} - set(by.index)
     assert not missing, f"this comparison needs {sorted(missing)} in design_drafts"
-    shared, own = by.loc["draft-2x192-shared"], by.loc["draft-2x192"]
-    added = {name: row.T_D_round_ms - row.T_D_ms for name, row in (("shared", shared), ("own", own))}
-    return {"shared_round_penalty": shared.T_D_round_ms / shared.T_D_ms,
-            "own_round_penalty": own.T_D_round_ms / own.T_D_ms,
-            "shared_round_added_ms": added["shared"], "own_round_added_ms": added["own"],
+    pair = {"shared": by.loc["draft-2x192-shared"], "own": by.loc["draft-2x192"]}
+    added = {name: row.T_D_round_ms - row.T_D_ms for name, row in pair.items()}
+    return {**{f"{name}_round_penalty": row.T_D_round_ms / row.T_D_ms for name, row in pair.items()},
+            **{f"{name}_round_added_ms": added[name] for name in pair},
             "round_added_ratio": added["shared"] / added["own"],
             "sharing_helps": int(added["shared"] < (1 - tolerance) * added["own"]),
-            "sharing_hurts": int(added["shared"] > (1 + tolerance) * added["own"]), "shared_alpha": shared.alpha,
-            "own_alpha": own.alpha, "shared_speedup": shared.speedup, "own_speedup": own.speedup,
-            "shared_speedup_higher": int(shared.speedup > own.speedup)}
+            "sharing_hurts": int(added["shared"] > (1 + tolerance) * added["own"]),
+            **{f"{name}_{column}": pair[name][column] for column in ("alpha", "speedup") for name in pair},
+            "shared_speedup_higher": int(pair["shared"].speedup > pair["own"].speedup)}
 
 
 def same_shape_recipes(by: pd.DataFrame, card: dict) -> dict:
     """``draft-2l`` against the family's draft of its exact shape (``by``: the design table indexed by short name;
-    ``card``: the training card): same layers and width, a different recipe (initialised from the target's first
-    layers and trained the reference draft's steps, against a random initialisation and the family's steps), so
-    what separates them is the recipe, not the shape. The report's numbers (``same_shape`` 0 where the family has
-    no draft of that shape)."""
+    ``card``: the training card): initialised from the target's first layers against a random initialisation, so
+    what separates them is the recipe, not the shape (``same_shape`` 0 where the family has no such draft)."""
     ref = by.loc["draft-2l"]
     twins = by[(by.layers == ref.layers) & (by.width == ref.width) & (by.index != "draft-2l") & ~by.shared_embedding]
     if twins.empty:
@@ -254,7 +245,7 @@ def same_shape_recipes(by: pd.DataFrame, card: dict) -> dict:
             "ref_steps": card["stages"]["draft"]["steps"]}
 
 
-GPU_PARTS = (notebook_part("12", (RESULTS,), measure),)  # the GPU window measures these rows (helpers.experiments.packages)
+GPU_PARTS = (notebook_part("12", (RESULTS,), measure),)  # what the GPU window measures (packages.Part)
 
 
 def target_steps(rows: dict) -> list[dict]:

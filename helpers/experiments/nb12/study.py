@@ -1,8 +1,7 @@
 """Notebook 12's computations: one measurement per draft (:func:`measure_draft`: the Eq. 5 cost terms and greedy
 speculative decoding against AR at every gamma), one row per draft from the stored rows (:func:`design_table`),
 which property predicts the speedup (:func:`predictors`), whether depth sets a draft's latency
-(:func:`depth_latency`), and the same at a larger scale with random weights (:func:`scale_latency`), where a CPU
-pays for bytes and compute and a GPU for kernel launches.
+(:func:`depth_latency`), and the same at a larger scale with random weights (:func:`scale_latency`).
 """
 from __future__ import annotations
 
@@ -16,17 +15,16 @@ from tqdm.auto import tqdm
 from helpers.experiments.specdec_costs import forward_time, measure_costs
 from helpers.experiments.specdec_sweeps import gamma_rows, measure_pair
 from helpers.models.registry import parameter_count
+from helpers.results import free_memory
 from helpers.specdec.analysis import linear_verify_cost, pooled_alpha, predicted_speedup
 from helpers.stats import bootstrap_ratio_interval, line_fit, tied_with_best, wilson_interval
 
 
 def measure_draft(target, draft, cases: list[dict], gammas, max_new_tokens: int, *, repeats: int = 2,
                   cost_repeats: int = 20) -> dict:
-    """The cost terms and the greedy sweep of one draft with ``target`` (a result-store row: JSON types only).
-
-    ``costs``: seconds of T_T, T_D and, per gamma, T_V and T_D inside a round (:func:`measure_costs` on the first
-    prompt). ``per_gamma``: one :func:`gamma_rows` row per gamma (alpha, speedup over AR, identical, per-prompt
-    counts), with ``c_round`` and Eq. 5 from it."""
+    """The cost terms and the greedy sweep of one draft with ``target`` (a result-store row: JSON types only):
+    ``costs`` (T_T, T_D and per gamma T_V and T_D inside a round: :func:`measure_costs` on the first prompt) and
+    ``per_gamma`` (one :func:`gamma_rows` row per gamma, with ``c_round`` and Eq. 5 from it)."""
     costs = measure_costs(target, draft, cases[0]["input_ids"], gammas, repeats=cost_repeats)
     rows = measure_pair(target, draft, cases, gammas, max_new_tokens, repeats=repeats, peer=False)
     per_gamma = gamma_rows(rows, costs)
@@ -67,12 +65,11 @@ def best_at_edge(best_gamma: int, gammas) -> bool:
 
 
 def eq5_curve(alpha: float, T_T: float, draft_round: dict, verify: dict, gammas) -> dict[int, float]:
-    """Eq. 5's speedup at every gamma of ``gammas`` from one draft's measured terms: the pooled ``alpha``; the draft's
+    """Eq. 5's speedup at every gamma of ``gammas`` from one draft's measured terms: the pooled ``alpha``, the draft's
     seconds per step inside a round (``draft_round``, by gamma) and T_V/T_T (``verify``) as measured where a gamma was
-    measured, elsewhere least-squares lines through them: a round's draft time as a fixed part plus a part per step
-    (its first step is the dearest: the target's verify has just evicted the draft's weights from the caches), and
-    :func:`linear_verify_cost`. So the optimum it gives is never below Eq. 5 at a measured gamma (regression: a mean
-    of the per-gamma draft costs put notebook 12's optimum below Eq. 5 at the measured best gamma)."""
+    measured, elsewhere least-squares lines through them (a round's draft time as a fixed part, its first step being
+    the dearest, plus a part per step; :func:`linear_verify_cost`). So its optimum is never below Eq. 5 at a measured
+    gamma (regression: a mean of the per-gamma draft costs put it below Eq. 5 at the measured best)."""
     gammas = [int(g) for g in gammas]
     if len(draft_round) > 1:  # seconds of a round's g draft steps (fixed part and part per step each >= 0)
         round_draft = line_fit(list(draft_round), [g * t for g, t in draft_round.items()], clamp="nonnegative")
@@ -85,11 +82,9 @@ def eq5_curve(alpha: float, T_T: float, draft_round: dict, verify: dict, gammas)
 
 def design_table(rows, card_models: dict, *, eq5_gammas=range(1, 13)) -> pd.DataFrame:
     """One row per draft: shape and card figures (``card_models``: name -> the training card's entry), alpha with
-    intervals, the costs in ms and as ratios, the measured best gamma and its speedup, and Eq. 5's optimum gamma and
-    its value at the measured best, both from one curve (:func:`eq5_curve`).
-
-    ``best_at_edge`` flags a measured best gamma at the edge of the sweep (:func:`best_at_edge`): the true
-    optimum may lie outside it, so it is no point of comparison for Eq. 5's."""
+    intervals, the costs in ms and as ratios, the measured best gamma and its speedup (``best_at_edge``: at the
+    sweep's edge, :func:`best_at_edge`), and Eq. 5's optimum gamma and its value at the measured best, both from one
+    curve (:func:`eq5_curve`)."""
     out = []
     for row in rows:
         name, costs, per_gamma = row["draft"], row["costs"], row["per_gamma"]
@@ -138,8 +133,9 @@ def predictors(table: pd.DataFrame) -> pd.DataFrame:
     """How much of the variation of the best speedup over drafts each property explains (r^2 of a straight
     line), the sign of the relation and whether it is the sign Eq. 5 gives (``as_expected``: an r^2 earned with
     the wrong sign explains nothing); sorted best first. On few drafts a single r^2 is a hint, not a test."""
-    frame = pd.DataFrame([{"property": label, "column": column, **_line(table[column], table.speedup),
-                           "as_expected": _line(table[column], table.speedup)["direction"] == expected}
+    lines = {column: _line(table[column], table.speedup) for column in PREDICTORS}
+    frame = pd.DataFrame([{"property": label, "column": column, **lines[column],
+                           "as_expected": lines[column]["direction"] == expected}
                           for column, (label, expected) in PREDICTORS.items()])
     return frame.sort_values("r2", ascending=False).reset_index(drop=True)
 
@@ -154,12 +150,10 @@ def leave_one_out(table: pd.DataFrame, column: str) -> pd.DataFrame:
 
 def depth_latency(frame: pd.DataFrame, column: str = "T_D_ms") -> dict:
     """Does depth set a model's latency at equal parameters? A least-squares line of ``column`` (ms) against layers
-    over the rows (those sharing an embedding left out): ms per layer, fixed ms, r^2, and ``per_layer_share``, the
-    part of the deepest model's time the per-layer term accounts for (above one half: depth sets the latency, as
-    kernel launches or per-operator overhead do; near zero or below: the bytes and compute, whatever the depth),
-    with the deepest/shallowest latency ratio next to their depth ratio. ``residuals_ms`` (shallowest first),
-    ``max_residual_ms`` / ``max_residual_pct`` and ``monotone`` (time never falls as depth grows) say whether the
-    line describes the points at all: a share read off a line through scattered points means little."""
+    over the rows (those sharing an embedding left out): ms per layer, fixed ms, r^2 and ``per_layer_share`` (the
+    part of the deepest model's time the per-layer term accounts for; above one half, depth sets the latency), with
+    the deepest/shallowest latency and depth ratios; ``residuals_ms`` (shallowest first), their largest and
+    ``monotone`` (time never falls as depth grows) say whether the line describes the points at all."""
     own = frame[~frame.shared_embedding] if "shared_embedding" in frame else frame
     # unclamped: a negative fixed cost or slope is what the points say, and the residuals below judge the line
     fit = line_fit(own.layers, own[column], clamp="none")
@@ -214,7 +208,6 @@ def scale_latency(config, depths, *, device="cpu", dtype=torch.float32, context:
     (:func:`equal_size_config`), one at a time on ``device``: one new token after a cached ``context``, the mean of
     ``repeats`` after warm-up (:func:`helpers.experiments.specdec_costs.forward_time`)."""
     from helpers.models import random_model
-    from helpers.results import free_memory
 
     rows = []
     for layers in tqdm(list(depths), desc="depths", disable=not progress):
@@ -260,12 +253,10 @@ def measure_scale(p: dict, *, progress: bool = False) -> dict:
 # ------------------------------------------------------------------------------------- noise and near-ties
 
 def timing_noise(rows) -> dict:
-    """How much the same measurement moved over the run, from stored :func:`measure_draft` rows (one per draft, each
-    timing the SAME target on the same prompts): ``T_T`` (ms) of each draft's cost run, with its min, max and
-    (max - min) / median; and the AR time of the same prompts in each draft's sweep, with its relative standard
-    deviation ``ar_rel_std`` — twice it is the tolerance below which two speedups (each a ratio of two timings) do not
-    rank. ``c = T_D/T_T`` of one draft inherits its own run's T_T, so c values closer than ``tt_rel_range`` apart do
-    not rank either."""
+    """How much the same measurement moved over the run, from stored :func:`measure_draft` rows (each timing the SAME
+    target on the same prompts): ``T_T`` (ms) of each draft's cost run with its min, max and (max - min) / median
+    (``tt_rel_range``: c values closer than that do not rank), and the AR time of the same prompts in each sweep with
+    its relative standard deviation ``ar_rel_std`` (twice it: the tolerance below which two speedups do not rank)."""
     tt = np.array([1e3 * row["costs"]["T_T"] for row in rows], dtype=float)
     ar = np.array([row["per_gamma"][0]["ar_time_s"] for row in rows], dtype=float)
     if len(rows) < 2:

@@ -1,12 +1,10 @@
 """Notebook 13 (drafting from the target itself: Medusa heads and a feature-level draft): its workloads, method list
-and result rows from the parameters, and the analysis it prints.
+and result rows from the parameters, and the numbers and flags it prints.
 
-Every method runs on the same prompts in one interleaved comparison (:func:`helpers.experiments.comparison.
-compare_methods`): AR, the distilled draft's linear speculation and its best dynamic tree (notebook 10's), prompt
-lookup, Medusa heads as a chain and as static trees, and the feature draft as a chain, with and without its
-confidence stop. Two workloads: held-out text like the training corpus (the CPU prompts, every source), and text far
-from it (the workbook's own GPU prompts of data/prompts.jsonl: English summarisation, QA, translation, chat, read
-by a Python-trained pair).
+Every method runs on the same prompts in one interleaved comparison (:mod:`helpers.experiments.comparison`): AR, the
+distilled draft's linear speculation and dynamic tree, prompt lookup, Medusa heads as a chain and as static trees,
+and the feature draft as a chain, a tree and with its confidence stop. Two workloads: held-out text like the training
+corpus (the CPU prompts) and text far from it (the workbook's GPU prompts, read by a Python-trained pair).
 """
 from __future__ import annotations
 
@@ -16,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from helpers.experiments.packages import TARGET, notebook_part, step_record
-from helpers.experiments.comparison import (depth_acceptance, expected_tau, method_configs, predicted_speedup,
-                                            summarise_methods)
+from helpers.experiments.comparison import (decode_seconds, depth_acceptance, expected_tau, measure_comparison,
+                                            median_forward, method_configs, predicted_speedup, summarise_methods)
 from helpers.specdec import methods
 from helpers.specdec.methods import label as method_label
 from helpers.specdec.analysis import estimate_alpha
@@ -38,14 +36,14 @@ def specs(params: dict) -> list[dict]:
     back-off); then the defaults of every other registered method it has the drafter for."""
     depth, topk, budget = params["fd_dynamic"]
     gammas = [int(g) for g in params["fd_gammas"]]
+    tree = {"depth": int(depth), "topk": int(topk), "budget": int(budget)}
     return ([{"method": "ar"}]
             + [{"method": "linear", "gamma": g} for g in gammas]
-            + [{"method": "dynamic", "depth": int(depth), "topk": int(topk), "budget": int(budget)},
-               {"method": "lookup", "ngram": 3, "num_draft": 8, "adaptive": False},
+            + [{"method": "dynamic", **tree}, {"method": "lookup", "ngram": 3, "num_draft": 8, "adaptive": False},
                {"method": "medusa", "topk": None}]
             + [{"method": "medusa", "topk": [int(w) for w in shape]} for shape in params["fd_medusa_trees"]]
             + [{"method": "eagle", "gamma": g} for g in gammas]
-            + [{"method": "eagle", "tree": "dynamic", "depth": int(depth), "topk": int(topk), "budget": int(budget)},
+            + [{"method": "eagle", "tree": "dynamic", **tree},
                {"method": "eagle", "gamma": max(gammas), "stop_below": float(params["fd_stop_below"]),
                 "backoff": int(params["fd_backoff"])}]
             + methods.extra_specs(CONFIGURED, DRAFTERS))
@@ -64,29 +62,25 @@ def workloads(params: dict, tokenizer) -> dict:
                                   max_prompt_tokens=512)}
 
 
-def _setup(params: dict) -> dict:
-    """What every row's configuration holds: the models (the Medusa heads' and feature draft's weights by
-    fingerprint, so that retrained drafters are measured afresh), dtype, device and threads."""
+def configs(params: dict, cases: dict) -> dict:
+    """Every result-store configuration: ``"costs"`` and ``(workload, prompt id)`` for the method comparison. Each
+    holds the Medusa heads' and feature draft's weights by fingerprint, so that retrained drafters are measured
+    afresh."""
     from helpers.specdec.drafter_files import FEATURE_DRAFT_DIR, MEDUSA_DIR, drafter_fingerprint
 
-    return {"target": params["fd_target"], "draft": params["fd_draft"], "dtype": params["fd_dtype"],
-            "device": params["device"], "threads": params["fd_threads"],
-            "drafter_weights": {"medusa": drafter_fingerprint(MEDUSA_DIR),
-                                "eagle": drafter_fingerprint(FEATURE_DRAFT_DIR)}}
-
-
-def configs(params: dict, cases: dict) -> dict:
-    """Every result-store configuration: ``"costs"`` and ``(workload, prompt id)`` for the method comparison."""
-    setup = _setup(params)  # hashes the drafters' weights: once
+    setup = {"target": params["fd_target"], "draft": params["fd_draft"], "dtype": params["fd_dtype"],
+             "device": params["device"], "threads": params["fd_threads"],
+             "drafter_weights": {"medusa": drafter_fingerprint(MEDUSA_DIR),
+                                 "eagle": drafter_fingerprint(FEATURE_DRAFT_DIR)}}
     found = {"costs": {"kind": "costs", **setup, "repeats": params["fd_cost_repeats"],
                        "gammas": [int(g) for g in params["fd_gammas"]]}}
-    return found | method_configs(cases, setup, new_tokens=params["fd_new_tokens"],
-                                  repeats=params["fd_repeats"], specs=specs(params))
+    return found | method_configs(cases, setup, new_tokens=params["fd_new_tokens"], repeats=params["fd_repeats"],
+                                  specs=specs(params))
 
 
 def load_models(params: dict) -> tuple:
-    """``(target, drafters, tokenizer)``: the drafters as :func:`helpers.specdec.methods.run` takes
-    them: the distilled draft, the Medusa heads and the feature draft of the CPU pair."""
+    """``(target, drafters, tokenizer)``, the drafters as :func:`helpers.specdec.methods.run` takes them: the
+    distilled draft, the Medusa heads and the feature draft of the CPU pair."""
     import torch
 
     from helpers.models import load_model
@@ -95,16 +89,14 @@ def load_models(params: dict) -> tuple:
     dtype = getattr(torch, params["fd_dtype"])
     target, tokenizer = load_model(params["fd_target"], device=params["device"], dtype=dtype)
     draft, _ = load_model(params["fd_draft"], device=params["device"], dtype=dtype)
-    drafters = {"draft": draft, "medusa": load_medusa_heads(target), "eagle": load_feature_draft(target)}
-    return target, drafters, tokenizer
+    return target, {"draft": draft, "medusa": load_medusa_heads(target), "eagle": load_feature_draft(target)}, tokenizer
 
 
 def measure(params: dict, store, progress: bool = True, *, models=None, cases: dict | None = None) -> dict:
-    """Measure what ``store(RESULTS)`` lacks; returns ``{"costs": ..., "rows": {workload: every method's runs}}``.
-    ``models``: :func:`load_models`' result when the caller has it; ``store.budget`` (the GPU window's) is checked
-    before loading."""
+    """Measure what ``store(RESULTS)`` lacks (:func:`~helpers.experiments.comparison.measure_comparison`): the step
+    costs and every workload's runs. ``models``: :func:`load_models`' result when the caller has it; a
+    ``store.budget`` (the GPU window's) is checked before loading."""
     import torch
-    from tqdm.auto import tqdm
 
     from helpers.experiments.comparison import compare_methods
     from helpers.experiments.common import check_budget
@@ -117,41 +109,29 @@ def measure(params: dict, store, progress: bool = True, *, models=None, cases: d
         models = load_models(params)
     target, drafters, tokenizer = models
     cases = cases if cases is not None else workloads(params, tokenizer)
-    results, wanted = store(RESULTS), configs(params, cases)
+    wanted = configs(params, cases)
     meta = run_metadata(model_id=params["fd_target"], weights=target.weights_label, dtype=params["fd_dtype"],
                         device=params["device"], seed=0, draft_id=params["fd_draft"], load_average=os.getloadavg()[0])
-    costs = results.run(wanted["costs"], lambda: step_costs(target, drafters, cases["held-out"][0]["input_ids"],
-                                                            wanted["costs"]["gammas"], params["fd_cost_repeats"]),
-                        meta=meta)
-    costs = {**costs, "T_V": {int(n): t for n, t in costs["T_V"].items()}}  # JSON keys are strings
-    rows = {}
-    for workload, group in cases.items():
-        rows[workload] = []
-        for case in tqdm(group, desc=workload, disable=not progress):
-            done = results.run(wanted[workload, case["id"]], lambda: {"runs": compare_methods(
-                target, drafters, [case], specs(params), params["fd_new_tokens"], repeats=params["fd_repeats"])},
-                meta=meta)
-            rows[workload] += [{**row, "workload": workload} for row in done["runs"]]
-    return {"costs": costs, "rows": rows}
+    return measure_comparison(
+        store(RESULTS), wanted, cases, lambda: step_costs(target, drafters, cases["held-out"][0]["input_ids"],
+                                                          wanted["costs"]["gammas"], params["fd_cost_repeats"]),
+        lambda case: compare_methods(target, drafters, [case], specs(params), params["fd_new_tokens"],
+                                     repeats=params["fd_repeats"]), meta, progress)
 
 
 def step_costs(target, drafters: dict, context, gammas, repeats: int) -> dict:
     """Median seconds of each drafter's step alone and of the target's forwards, after a cached ``context``:
-    ``T_T`` (one target token), ``T_V[n]`` (n target positions: Eq. 5's T_V(n - 1)), and ``T_D_<drafter>``, one
-    step of the distilled draft, of the Medusa heads (all K guesses) and of the feature draft (``c[drafter]`` = its
-    step / T_T)."""
+    ``T_T``, ``T_V[n]`` (n target positions: Eq. 5's T_V(n - 1)), ``T_D_<drafter>`` (one step of the distilled
+    draft, of the Medusa heads, all K guesses, and of the feature draft) and ``c[drafter]`` = its step / T_T."""
     import torch
 
-    from helpers.experiments.specdec_costs import forward_time
     from helpers.timing import measure as time_it
 
-    median = lambda model, n: float(np.median(forward_time(model, context, n, all_logits=n > 1,  # noqa: E731
-                                                           repeats=repeats).samples))
-    costs = {"T_T": median(target, 1), "T_V": {int(n): median(target, int(n)) for n in range(1, max(gammas) + 2)},
-             "T_D_draft": median(drafters["draft"], 1)}
+    costs = {"T_T": median_forward(target, context, 1, repeats),
+             "T_V": {int(n): median_forward(target, context, int(n), repeats) for n in range(1, max(gammas) + 2)},
+             "T_D_draft": median_forward(drafters["draft"], context, 1, repeats)}
     with torch.inference_mode():
         hidden = target(input_ids=context, output_hidden_states=True).hidden_states[-1]
-        features, tokens = hidden[:, :-1], context[:, 1:]
         heads, eagle = drafters["medusa"], drafters["eagle"]
         device = context.device  # a CUDA step is timed after a synchronize
         costs["T_D_medusa"] = time_it(lambda: heads(hidden[:, -1]), warmup=2, repeats=repeats, device=device).median
@@ -161,9 +141,9 @@ def step_costs(target, drafters: dict, context, gammas, repeats: int) -> dict:
             cache.rollback(1)
 
         cache = eagle.new_cache(context.shape[1] + 4)
-        eagle(features, tokens, cache, last_only=True)
+        eagle(hidden[:, :-1], context[:, 1:], cache, last_only=True)
         costs["T_D_eagle"] = time_it(feature_step, warmup=2, repeats=repeats, device=device).median
-    costs["c"] = {name: costs[f"T_D_{name}"] / costs["T_T"] for name in ("draft", "medusa", "eagle")}
+    costs["c"] = {name: costs[f"T_D_{name}"] / costs["T_T"] for name in DRAFTERS}
     return costs
 
 
@@ -171,8 +151,7 @@ def step_costs(target, drafters: dict, context, gammas, repeats: int) -> dict:
 
 
 def comparison(rows: list[dict]) -> pd.DataFrame:
-    """Per method (pooled over the workload's prompts): speedup over AR, τ, draft/verify shares, lossless, and
-    which family drafted."""
+    """Per method (pooled over the workload's prompts, :func:`summarise_methods`), with the family that drafted."""
     summary = summarise_methods(rows)
     summary.insert(1, "drafter", summary.method.map(lambda name: methods.get(name).family or name))
     return summary
@@ -187,12 +166,10 @@ EQ5_FORMATS = {"c": "{:.3f}", "T_V/T_T": "{:.2f}", "tau from a_d": "{:.2f}", "ta
 
 
 def methods_table(summary: pd.DataFrame, method_specs: list[dict]) -> pd.DataFrame:
-    """The comparison's methods in the order of :func:`specs` (AR, the draft model's chains by γ, its tree, lookup,
-    Medusa, the feature draft's chains by γ, ...), not by speedup, with :data:`METHOD_COLUMNS`' names; a label no
-    spec names goes last."""
+    """The comparison's methods in the order of :func:`specs`, not by speedup, with :data:`METHOD_COLUMNS`' names;
+    a label no spec names goes last."""
     order = {method_label(spec): i for i, spec in enumerate(method_specs)}
-    ranked = summary.assign(_order=summary.label.map(order)).sort_values("_order", kind="stable",
-                                                                           na_position="last")
+    ranked = summary.assign(_order=summary.label.map(order)).sort_values("_order", kind="stable", na_position="last")
     return ranked[list(METHOD_COLUMNS)].rename(columns=METHOD_COLUMNS).reset_index(drop=True)
 
 
@@ -229,14 +206,13 @@ def alpha_by_workload(rows: dict, labels) -> pd.DataFrame:
 
 
 def accepted_less_far(alphas: pd.DataFrame, labels) -> dict[str, bool]:
-    """Whether each method in ``labels`` is accepted less often on the far workload than on the held-out one
-    (:func:`alpha_by_workload`'s table)."""
+    """Whether each method in ``labels`` is accepted less often far than held out (:func:`alpha_by_workload`)."""
     return {label: bool(alphas.loc[label, "far"] < alphas.loc[label, "held-out"]) for label in labels}
 
 
 def costs_in_round(rows: list[dict]) -> pd.DataFrame:
-    """c in a round: the measured draft seconds per draft step over the measured AR seconds per token, pooled over
-    the prompts (what the round really paid, next to the step timed alone)."""
+    """c in a round: the draft seconds per draft step over AR's seconds per token, pooled over the prompts, for the
+    chains and trees of each drafter's own method (what the round really paid, next to the step timed alone)."""
     frame = pd.DataFrame(rows)
     ar = frame[frame.method == "ar"]
     t_t = ar.seconds.sum() / ar.new_tokens.sum()
@@ -246,29 +222,28 @@ def costs_in_round(rows: list[dict]) -> pd.DataFrame:
 
 
 def eq5_table(rows: list[dict], costs: dict, summary: pd.DataFrame) -> pd.DataFrame:
-    """Eq. 5 for each chain method from its measured acceptance by position and its step cost alone: τ = 1 +
-    Σ_d Π_{j<=d} a_j (Eq. 4 with the measured a_d in place of one α; from the same rounds, so it differs from the
-    measured τ only by the rounds that a generation's end cut short), speedup = τ / (γ c + T_V(γ)/T_T), T_V(γ) the
-    target forward over γ + 1 positions, next to the measured τ and decode speedup (prefill left out on both sides,
-    as Eq. 5 models the decode phase only and notebook 10's cost model compares)."""
+    """Eq. 5 for each fixed-γ chain of a drafter whose step was timed alone (``costs["c"]``, by the registry's
+    :attr:`~helpers.specdec.methods.Method.drafter`): τ = 1 + Σ_d Π_{j<=d} a_j (Eq. 4 with the measured a_d; from the
+    same rounds, so it differs from the measured τ only by rounds a generation's end cut short), speedup =
+    τ / (γ c + T_V(γ)/T_T), next to the measured τ and decode speedup (prefill left out on both sides)."""
     frame = pd.DataFrame(rows)
-    ar = frame[frame.method == "ar"]
-    ar_decode = (ar.seconds - ar.prefill_s).sum()
+    ar_decode = decode_seconds(frame[frame.method == "ar"])
+    drafter = frame.method.map(lambda name: methods.get(name).drafter)
     out = []
-    for label, group in frame[frame.method.isin(["linear", "medusa", "eagle"])].groupby("label", sort=False):
+    for label, group in frame[drafter.isin(list(costs["c"]))].groupby("label", sort=False):
         spec = group.spec.iloc[0]
         if spec.get("topk") or spec.get("stop_below"):
-            continue  # trees and the confidence stop draft a varying number of tokens: no single γ
+            continue  # trees and the stops draft a varying number of tokens: no single γ
         gamma = int(np.max([d for per_round in group.depth_per_round for d in per_round]))
         rates = depth_acceptance([n for per_round in group.accepted_per_round for n in per_round])[:gamma]
-        c = costs["c"]["medusa"] / gamma if spec["method"] == "medusa" else costs["c"][
-            "draft" if spec["method"] == "linear" else "eagle"]
+        name = methods.get(spec["method"]).drafter
+        c = costs["c"][name] / (gamma if name == "medusa" else 1)  # the heads' one step drafts all γ guesses
         verify = costs["T_V"][gamma + 1] / costs["T_T"]
         tau = expected_tau(rates)
-        measured = summary[summary.label == label].iloc[0]
         out.append({"label": label, "gamma": gamma, "c": c, "T_V/T_T": verify, "tau_from_a": tau,
-                    "tau_measured": measured.tau, "speedup_eq5": predicted_speedup(tau, [c] * gamma, verify),
-                    "speedup_measured": ar_decode / (group.seconds - group.prefill_s).sum()})
+                    "tau_measured": summary[summary.label == label].iloc[0].tau,
+                    "speedup_eq5": predicted_speedup(tau, [c] * gamma, verify),
+                    "speedup_measured": ar_decode / decode_seconds(group)})
     return pd.DataFrame(out)
 
 
@@ -289,27 +264,22 @@ def _uniform_alpha(tau: float, gamma: int) -> float:
 def what_it_takes(eq5: pd.DataFrame, label: str, goal: float) -> dict:
     """What the chain ``label`` (a row of :func:`eq5_table`) would need for ``goal`` x AR. A round costs τ / speedup
     target steps as measured, and γc + T_V(γ)/T_T by Eq. 5's terms timed alone; at each cost, the τ that reaches
-    the goal and the uniform per-token acceptance α giving that τ (Eq. 4; None where even α = 1, τ = γ + 1, falls
-    short), next to the α its measured τ corresponds to. Also Eq. 5's speedup with a free draft (c = 0), the ceiling
-    verification alone sets at the measured τ, and the step cost c that would reach the goal there (absent: none);
-    flags: ``goal_alpha_reachable_<cost>``, ``goal_c_reachable``, ``goal_verify_larger`` (verification costs more
-    than a decode step and than the round's draft steps together). Returns the report's numbers."""
+    the goal and the uniform acceptance α giving it (Eq. 4; absent where even α = 1 falls short), beside the α its
+    measured τ corresponds to; Eq. 5 with a free draft (c = 0) and the c that would reach the goal (absent: none).
+    Flags: ``goal_alpha_reachable_<cost>``, ``goal_c_reachable``, ``goal_verify_larger`` (verification costs more
+    than a decode step and than the round's draft steps together)."""
     row = eq5.set_index("label").loc[label]
     gamma, verify, c = int(row.gamma), float(row["T_V/T_T"]), float(row.c)
     tau, measured = float(row.tau_measured), float(row.speedup_measured)
-    rounds = {"eq5": gamma * c + verify, "measured": tau / measured}
     numbers = {"goal": goal, "goal_label": label, "goal_gamma": gamma, "goal_tau": tau, "goal_measured": measured,
                "goal_c": c, "goal_verify": verify, "goal_eq5": float(row.speedup_eq5),
                "goal_free_draft": tau / verify, "goal_alpha_equivalent": _uniform_alpha(tau, gamma)}
-    for name, cost in rounds.items():
-        numbers[f"goal_round_{name}"] = cost
-        numbers[f"goal_tau_needed_{name}"] = goal * cost
+    for name, cost in (("eq5", gamma * c + verify), ("measured", tau / measured)):
         reachable = goal * cost <= gamma + 1
-        numbers[f"goal_alpha_reachable_{name}"] = int(reachable)
+        numbers.update({f"goal_round_{name}": cost, f"goal_tau_needed_{name}": goal * cost,
+                        f"goal_alpha_reachable_{name}": int(reachable)})
         if reachable:
             numbers[f"goal_alpha_needed_{name}"] = _uniform_alpha(goal * cost, gamma)
-    # the larger cost of a round: verification where a (gamma + 1)-token forward costs more than a decode step and
-    # than all the round's draft steps together
     numbers["goal_verify_larger"] = int(verify > max(1.0, gamma * c))
     c_needed = (tau / goal - verify) / gamma
     numbers["goal_c_reachable"] = int(c_needed > 0)
@@ -326,17 +296,15 @@ def by_source(rows: list[dict], labels) -> pd.DataFrame:
 
 
 def headline(summary: pd.DataFrame) -> dict:
-    """The best configuration of each drafter family (speedup, τ) on a workload's comparison; the feature draft's
-    chains and trees apart."""
+    """The best configuration of each drafter family (label, speedup, τ) on a workload's comparison; the feature
+    draft's chains and trees apart."""
     tree = summary.label.str.contains("tree")
     picks = {"linear": summary.method == "linear", "tree": summary.method == "dynamic",
              "lookup": summary.method == "lookup", "medusa": summary.method == "medusa",
              "eagle": (summary.method == "eagle") & ~tree, "eagle_tree": (summary.method == "eagle") & tree}
-    best = {}
-    for name, mask in picks.items():
-        row = summary[mask].loc[summary[mask].speedup.idxmax()]
-        best[name] = {"label": row.label, "speedup": float(row.speedup), "tau": float(row.tau)}
-    return best
+    best = {name: summary[mask].loc[summary[mask].speedup.idxmax()] for name, mask in picks.items()}
+    return {name: {"label": row.label, "speedup": float(row.speedup), "tau": float(row.tau)}
+            for name, row in best.items()}
 
 
 def training_costs(card: dict, pair_dir) -> pd.DataFrame:
@@ -366,18 +334,23 @@ def _prompt_interval(rows: list[dict], value: str, numerator: str, denominator: 
 
 
 def paired_side(rows: list[dict], label: str, other: str, level: float = 0.95) -> tuple[str, float, float]:
-    """Whether method ``label`` runs faster than ``other`` on the same prompts beyond what the prompts can tell:
-    the percentile bootstrap interval over prompts (:func:`helpers.stats.bootstrap_ratio_interval`) of ``other``'s
-    summed seconds over ``label``'s; 'above' when it lies above 1, 'below' when below, else 'level with' (also with a
-    single prompt, which has no interval: nan). Returns the word and the interval."""
+    """Whether ``label`` runs faster than ``other`` beyond what the prompts can tell (:func:`_prompt_interval` of
+    ``other``'s seconds over ``label``'s): 'above' when the interval lies above 1, 'below' when below, else 'level
+    with' (also with a single prompt: nan). Returns the word and the interval."""
     low, high = _prompt_interval(rows, "seconds", other, label, level)
     return ("above" if low > 1 else "below" if high < 1 else "level with"), low, high
 
 
+def tau_interval(rows: list[dict], label: str, other: str, level: float = 0.95) -> tuple[float, float]:
+    """The bootstrap interval over prompts of ``label``'s τ over ``other``'s: every prompt generates the same tokens
+    for both, so the ratio is ``other``'s target forwards over ``label``'s; nan with a single prompt."""
+    return _prompt_interval(rows, "target_forwards", other, label, level)
+
+
 def round_accounting(summary: pd.DataFrame, label: str) -> dict:
-    """The method ``label``'s measured round (a :func:`summarise_methods` row): τ new tokens, and its cost in AR
-    token times (AR's end-to-end time per token, prefill included), ``round`` = τ / speedup (exact: the speedup is AR's seconds over the method's for the same tokens), split
-    by the row's time shares into drafting, verifying and the rest (prefill, acceptance, cache bookkeeping)."""
+    """The method ``label``'s measured round (a :func:`summarise_methods` row): τ, and its cost in AR token times
+    (end to end, prefill included) ``round`` = τ / speedup (exact: the speedup is AR's seconds over the method's for
+    the same tokens), split by the time shares into drafting, verifying and the rest (prefill, bookkeeping)."""
     row = summary.set_index("label").loc[label]
     cost = float(row.tau / row.speedup)
     return {"tau": float(row.tau), "round": cost, "drafting": float(row.draft_share) * cost,
@@ -387,13 +360,11 @@ def round_accounting(summary: pd.DataFrame, label: str) -> dict:
 
 def separating_terms(feature: dict, linear: dict, tau_bounds: tuple[float, float] | None = None,
                      tolerance: float = 0.03) -> dict:
-    """Which measured term separates two methods' speedups (:func:`round_accounting` of each): their τ
-    (``tau_same`` where ``tau_bounds``, the bootstrap interval over prompts of the τ ratio, holds 1,
-    ``tau_by_interval``; without an interval, within ``tolerance``; ``tau_change_pct`` the signed difference,
-    ``tau_higher`` its sign), and
-    their round's cost (``cost_same`` within ``tolerance``, relative; else ``cost_cheaper`` and ``cost_factor``, the
-    dearer over the cheaper) with the part of it that differs most (``part``: "drafting", "verifying" or "the rest";
-    its values ``part_feature`` and ``part_linear``)."""
+    """Which measured term separates two methods' speedups (:func:`round_accounting` of each): their τ (``tau_same``
+    where ``tau_bounds``, the bootstrap interval over prompts of the τ ratio, holds 1, else within ``tolerance``;
+    ``tau_change_pct`` signed, ``tau_higher`` its sign) and their round's cost (``cost_same`` within ``tolerance``;
+    else ``cost_cheaper`` and ``cost_factor``, dearer over cheaper), with the part of it that differs most
+    (``part``: "drafting", "verifying" or "the rest"; its values ``part_feature`` and ``part_linear``)."""
     tau_ratio = feature["tau"] / linear["tau"]
     by_interval = tau_bounds is not None and tau_bounds[0] == tau_bounds[0]
     same = tau_bounds[0] <= 1 <= tau_bounds[1] if by_interval else abs(tau_ratio - 1) <= tolerance
@@ -408,37 +379,26 @@ def separating_terms(feature: dict, linear: dict, tau_bounds: tuple[float, float
             "part": "the rest" if part == "rest" else part, "part_feature": feature[part], "part_linear": linear[part]}
 
 
-def tau_interval(rows: list[dict], label: str, other: str, level: float = 0.95) -> tuple[float, float]:
-    """The bootstrap interval over prompts of ``label``'s τ over ``other``'s (every prompt generates the same tokens
-    for both, so the ratio is ``other``'s target forwards over ``label``'s); nan with a single prompt."""
-    return _prompt_interval(rows, "target_forwards", other, label, level)
-
-
 def who_wins(held: dict, alpha: pd.DataFrame, costs: dict, summary: pd.DataFrame, rows: list[dict]) -> dict:
     """The feature draft's best chain against the distilled draft's best linear speculation (:func:`paired_side`
-    over ``rows``, the workload's runs), and why, from the measured rounds (:func:`round_accounting`: τ and a round's
-    cost, by part; :func:`separating_terms` as ``eagle_<key>``), with first-position acceptance a_1 and the step cost
-    c timed alone beside them; the trees of both drafters alongside. Returns ``numbers``."""
+    over ``rows``, the workload's runs), and why, from the measured rounds (:func:`round_accounting`;
+    :func:`separating_terms` as ``eagle_<key>``), with a_1 and the step cost c timed alone beside them; the trees of
+    both drafters alongside. Returns ``numbers``."""
     eagle, linear = held["eagle"], held["linear"]
     a1 = alpha[(alpha.position == 1) & (alpha.source == "all")].set_index("label").alpha
     side, low, high = paired_side(rows, eagle["label"], linear["label"])
-    tau_low, tau_high = tau_interval(rows, eagle["label"], linear["label"])
     rounds = {name: round_accounting(summary, held[name]["label"]) for name in ("eagle", "linear")}
-    reason = separating_terms(rounds["eagle"], rounds["linear"], (tau_low, tau_high))
+    reason = separating_terms(rounds["eagle"], rounds["linear"], tau_interval(rows, eagle["label"], linear["label"]))
+    shown = lambda *names: {f"{name}_{key}": held[name][key]  # noqa: E731
+                            for name in names for key in ("label", "speedup", "tau")}
     return {"numbers": {
-        "eagle_tree_label": held["eagle_tree"]["label"], "eagle_tree_speedup": held["eagle_tree"]["speedup"],
-        "eagle_tree_tau": held["eagle_tree"]["tau"], "tree_label": held["tree"]["label"],
-        "tree_speedup": held["tree"]["speedup"], "tree_tau": held["tree"]["tau"],
-        **{f"eagle_{key}": value for key, value in reason.items()}, "eagle_label": eagle["label"],
-        "eagle_speedup": eagle["speedup"], "eagle_tau": eagle["tau"],
-        "linear_label": linear["label"], "linear_speedup": linear["speedup"], "linear_tau": linear["tau"],
-        "eagle_vs_linear": eagle["speedup"] / linear["speedup"], "eagle_side": side, "eagle_vs_linear_low": low,
-        "eagle_vs_linear_high": high,
-        **{f"{part}_{name}": rounds[name][part] for name in rounds for part in ("round", "drafting", "verifying",
-                                                                                 "rest")},
-        "eagle_a1": float(a1.get(eagle["label"], float("nan"))), "linear_a1": float(a1.get(linear["label"],
-                                                                                            float("nan"))),
-        "c_eagle": costs["c"]["eagle"], "c_draft": costs["c"]["draft"], "c_medusa": costs["c"]["medusa"]}}
+        **shown("eagle_tree", "tree"), **{f"eagle_{key}": value for key, value in reason.items()},
+        **shown("eagle", "linear"), "eagle_vs_linear": eagle["speedup"] / linear["speedup"], "eagle_side": side,
+        "eagle_vs_linear_low": low, "eagle_vs_linear_high": high,
+        **{f"{part}_{name}": rounds[name][part]
+           for name in rounds for part in ("round", "drafting", "verifying", "rest")},
+        **{f"{name}_a1": float(a1.get(held[name]["label"], float("nan"))) for name in ("eagle", "linear")},
+        **{f"c_{name}": costs["c"][name] for name in ("eagle", "draft", "medusa")}}}
 
 
 def linear_at_depth(summary: pd.DataFrame, depth: int) -> str:
@@ -449,21 +409,20 @@ def linear_at_depth(summary: pd.DataFrame, depth: int) -> str:
 
 
 def medusa_against_linear(summary: pd.DataFrame, rows: list[dict], num_heads: int) -> dict:
-    """Medusa's chain against linear speculation at the same depth (γ = the number of heads; the nearest measured γ
-    where that one was not): τ, speedup and the acceptance by position that separates them (head k guesses without
-    seeing the k-1 drafts before it): ``pairs`` (position d, Medusa's a_d, linear's a_d) and ``numbers``."""
+    """Medusa's chain against linear speculation at the same depth (:func:`linear_at_depth`): τ, speedup and the
+    acceptance by position that separates them (head k guesses without seeing the k-1 drafts before it):
+    ``pairs`` (position d, Medusa's a_d, linear's a_d) and ``numbers``."""
     medusa = summary[summary.label == "medusa chain"].iloc[0]
     linear = summary[summary.label == linear_at_depth(summary, num_heads)].iloc[0]
     pooled = alpha_by_position(rows, ["medusa chain", linear.label])
     rates = pooled[pooled.source == "all"].set_index(["label", "position"]).alpha
     pairs = [(d, rates.get(("medusa chain", d), float("nan")), rates.get((linear.label, d), float("nan")))
              for d in range(1, num_heads + 1)]
-    return {"pairs": pairs, "numbers": {"medusa_speedup": float(medusa.speedup), "medusa_tau": float(medusa.tau),
-                                      "medusa_linear_label": linear.label, "medusa_linear_speedup": float(linear.speedup),
-                                      "medusa_linear_tau": float(linear.tau), "medusa_a1": pairs[0][1],
-                                      "medusa_alast": pairs[-1][1], "medusa_linear_alast": pairs[-1][2],
-                                      "medusa_heads": num_heads,
-                                      "medusa_last_lowest": int(pairs[-1][1] <= min(m for _, m, _ in pairs))}}
+    return {"pairs": pairs, "numbers": {
+        "medusa_speedup": float(medusa.speedup), "medusa_tau": float(medusa.tau), "medusa_linear_label": linear.label,
+        "medusa_linear_speedup": float(linear.speedup), "medusa_linear_tau": float(linear.tau),
+        "medusa_a1": pairs[0][1], "medusa_alast": pairs[-1][1], "medusa_linear_alast": pairs[-1][2],
+        "medusa_heads": num_heads, "medusa_last_lowest": int(pairs[-1][1] <= min(m for _, m, _ in pairs))}}
 
 
 def far_from_corpus(table: pd.DataFrame, stop_label: str, floor: float = 0.95) -> dict:
@@ -472,21 +431,19 @@ def far_from_corpus(table: pd.DataFrame, stop_label: str, floor: float = 0.95) -
     under the floor) and ``numbers``."""
     lowest = table.min()
     below = table.index[table[stop_label] < floor].tolist()
-    holds = not below
-    return {"lowest": lowest, "below": below, "numbers": {"far_stop_lowest": float(lowest[stop_label]), "far_stop_holds": int(holds),
-                                      "far_stop_all_faster": int(lowest[stop_label] > 1),
-                                      "far_floor": floor, "far_sources": len(table), "far_stop_below": len(below),
-                                      "far_stop_worst_source": str(table[stop_label].idxmin())}}
+    return {"lowest": lowest, "below": below, "numbers": {
+        "far_stop_lowest": float(lowest[stop_label]), "far_stop_holds": int(not below),
+        "far_stop_all_faster": int(lowest[stop_label] > 1), "far_floor": floor, "far_sources": len(table),
+        "far_stop_below": len(below), "far_stop_worst_source": str(table[stop_label].idxmin())}}
 
 
 def stop_against_plain(held_summary: pd.DataFrame, far: pd.DataFrame, stop_label: str, plain_label: str) -> dict:
-    """What the confidence stop costs or saves: the stop variant against the plain feature-draft chain, on the
-    held-out prompts (overall speedup) and on the far sources (lowest speedup, and on how many sources it is ahead).
-    ``far`` holds the plain chain's column when it is among the labels :func:`by_source` was given."""
+    """The confidence stop against the plain feature-draft chain: on the held-out prompts (overall speedup) and on
+    the far sources (lowest speedup, and on how many sources it is ahead)."""
     speed = held_summary.set_index("label").speedup
-    ahead = int((far[stop_label] > far[plain_label]).sum())
     return {"stop_held_speedup": float(speed[stop_label]), "plain_held_speedup": float(speed[plain_label]),
-            "plain_far_lowest": float(far[plain_label].min()), "stop_far_ahead": ahead}
+            "plain_far_lowest": float(far[plain_label].min()),
+            "stop_far_ahead": int((far[stop_label] > far[plain_label]).sum())}
 
 
 def with_prompt_counts(table: pd.DataFrame, rows: list[dict]) -> pd.DataFrame:
@@ -495,18 +452,19 @@ def with_prompt_counts(table: pd.DataFrame, rows: list[dict]) -> pd.DataFrame:
 
 
 def far_prompt_counts(rows: list[dict]) -> dict:
-    """How many prompts each far source has: a source of one prompt ranks methods by one timing, so differences of a
-    few percent there are not resolved. The report's numbers (``far_single_list``: the sources of one prompt)."""
+    """How many prompts each far source has (a source of one prompt ranks methods by one timing): the report's
+    numbers, ``far_single_list`` naming the sources of one prompt."""
     counts = pd.DataFrame(rows).groupby("source")["id"].nunique()
     single = sorted(counts.index[counts == 1])
     return {"far_min_prompts": int(counts.min()), "far_max_prompts": int(counts.max()),
             "far_single_sources": len(single), "far_single_list": ", ".join(single) or "none"}
 
 
-GPU_PARTS = (notebook_part("13", (RESULTS,), measure),)  # the GPU window measures these rows (helpers.experiments.packages)
+GPU_PARTS = (notebook_part("13", (RESULTS,), measure),)  # what the GPU window measures (packages.Part)
 
 
 def target_steps(rows: dict) -> list[dict]:
     """T_T of the cost rows (run-info page)."""
     return [step_record("13", "T_T", row["T_T"], row.get("runtime", "minimal"), 1, row.get("context_len"), row)
-            for row in rows.get(RESULTS, []) if row.get("kind") == "costs" and row.get("target") == TARGET and row.get("T_T")]
+            for row in rows.get(RESULTS, [])
+            if row.get("kind") == "costs" and row.get("target") == TARGET and row.get("T_T")]

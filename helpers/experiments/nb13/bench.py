@@ -1,30 +1,26 @@
 """Drafting from the target itself vs a distilled draft on the CPU pair: ``python -m helpers.bench heads``.
 
-One interleaved run (greedy, EOS ignored so every method emits the same tokens) on held-out prompts of every source:
-AR, the distilled draft's linear speculation at each γ, Medusa heads as a chain and as static trees, the feature
-draft as a chain at each γ and with its confidence stop, and prompt lookup. Prints τ, α̂ and the speedup of every
-method and returns the headline figures.
+One interleaved run (greedy, EOS ignored) on held-out prompts of every source of notebook 13's methods
+(:func:`helpers.experiments.nb13.specs`). Prints τ, α̂ and the speedup of every method and returns the headline
+figures.
 """
 from __future__ import annotations
 
 import torch
 
 from helpers.experiments import nb13
-from helpers.experiments.comparison import best_of, compare_methods
+from helpers.experiments.comparison import add_bench_arguments, best_of, compare_methods
 from helpers.prompts import encode_prompts, load_prompts, select_prompts
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--draft", default="cpu-pair/draft-2l", help="the distilled draft the others are compared with")
-    parser.add_argument("--prompts", type=int, default=8, help="held-out CPU prompts (round-robin over sources)")
-    parser.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt")
     parser.add_argument("--gammas", type=int, nargs="+", default=[3, 4, 5, 6], help="γ of linear and feature drafts")
     parser.add_argument("--medusa-trees", default="2-2-1-1,3-2-2-1", help="static Medusa trees, widths per depth")
     parser.add_argument("--stop-below", type=float, default=0.1, help="the feature draft's confidence stop")
     parser.add_argument("--backoff", type=int, default=0,
                         help="the feature draft's back-off: most rounds to pause (0: never)")
-    parser.add_argument("--repeats", type=int, default=2, help="interleaved runs per method and prompt; the fastest is kept")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (recorded in the output)")
+    add_bench_arguments(parser, 8, "held-out CPU prompts (round-robin over sources)")
 
 
 def _params(args) -> dict:
