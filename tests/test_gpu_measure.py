@@ -10,7 +10,7 @@ import yaml
 
 from helpers import gpu_measure, paths
 from helpers.experiments import packages
-from helpers.experiments import gpu_costs
+from helpers.experiments import gpu_costs, specdec_costs
 from helpers.results import MissingResultError, ResultStore
 
 PROFILE = "gpu-h100"
@@ -405,12 +405,12 @@ def test_eager_rows_need_no_minimal_view_so_other_architectures_measure():
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=32, n_layer=1, n_head=2)).eval()
-    assert gpu_costs.graph_proof("eager", (gpt2, gpt2), lambda: {"T_T": 1.0}) == {"T_T": 1.0}
+    assert specdec_costs.graph_proof("eager", (gpt2, gpt2), lambda: {"T_T": 1.0}) == {"T_T": 1.0}
     with pytest.raises(ValueError, match="model_type='gpt2'"):
-        gpu_costs.graph_proof("graphs", (gpt2,), lambda: {"T_T": 1.0})
+        specdec_costs.graph_proof("graphs", (gpt2,), lambda: {"T_T": 1.0})
     llama = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                          num_attention_heads=2)).eval()
-    assert gpu_costs.graph_proof("eager", (llama,), lambda: {"T_T": 1.0}) == {"T_T": 1.0, "layer_kernels": 19}
+    assert specdec_costs.graph_proof("eager", (llama,), lambda: {"T_T": 1.0}) == {"T_T": 1.0, "layer_kernels": 19}
 
 
 def test_decode_goal_lines_judge_the_8b_steps_the_peer_and_the_pairs():

@@ -1,17 +1,17 @@
 """Measuring the quantities of Eq. 5 on a device: T_T, T_D, T_V(gamma) (notebook 09's studies of them: nb09.costs).
 
-Every cost is one forward over ``new_tokens`` positions on top of a KV cache already holding ``context``,
-exactly the call speculative decoding makes (T_T, T_D: one new token; T_V(gamma): the pending token plus
-gamma drafts, gamma + 1 positions, all logits kept). The cache is cropped back after each call, so every
-repeat sees the same context length. The forwards go through :mod:`helpers.models.runtime` on the same runtime
-that :func:`helpers.specdec.speculative_generate` picks (``runtime="auto"``), so the terms describe the
-generation they predict.
+Every cost is one forward over ``new_tokens`` positions on top of a KV cache already holding ``context``, the call
+speculative decoding makes (T_T, T_D: one new token; T_V(gamma): gamma + 1 positions, all logits kept), cropped back
+after each call, on the runtime :func:`helpers.specdec.speculative_generate` picks (``runtime="auto"``); and the
+proof that a measurement in a graphs mode replayed CUDA graphs (:func:`graph_proof`).
 """
 from __future__ import annotations
 
 import torch
 
-from helpers.models.runtime import cached_decoder, resolve_runtime
+from helpers.models.decoder import layer_kernels
+from helpers.models.graphs import graph_compile_s, graph_replays
+from helpers.models.runtime import cached_decoder, minimal_supported, minimal_view, resolve_runtime
 from helpers.stats import bootstrap_ratio_interval
 from helpers.timing import Timing, measure, measure_interleaved
 
@@ -92,6 +92,27 @@ def interleaved_runs(runs: dict, repeats: int, *, warmup: int = 0, device=None) 
     return {key: (timings[key].samples, list(timings[key].results)) for key in runs}
 
 
+def graph_counts(views) -> tuple[int, float]:
+    """CUDA-graph replays (0 on a CPU: nothing is captured) and first-call seconds so far of the model file's
+    ``views``."""
+    return sum(graph_replays(v) for v in views), sum(graph_compile_s(v) for v in views)
+
+
+def graph_proof(mode: str, models_, measure) -> dict:
+    """``measure()``'s row plus, where ``mode`` is not eager, the proof that graphs ran: the replays of the explicit
+    steps during it and the seconds their first calls took (``compile_s``: compiling, warming up, capturing); and,
+    where the model file runs every model, the target's eager kernels per layer (what a GPU step's time follows)."""
+    layer = ({"layer_kernels": layer_kernels(minimal_view(models_[0]).config)}
+             if all(minimal_supported(m) for m in models_) else {})
+    if mode == "eager":  # nothing to prove, and the model may have no minimal view (another architecture)
+        return {**measure(), **layer}
+    views = [minimal_view(m) for m in models_]
+    replays, compile_s = graph_counts(views)
+    row = measure()
+    after = graph_counts(views)
+    return {**row, **layer, "graph_replays": after[0] - replays, "compile_s": after[1] - compile_s}
+
+
 def tied_gammas(group, level: float = 0.95) -> list[int]:
     """The gammas of one pair's sweep rows (each with ``per_prompt`` times of the same prompts) that the prompts do
     not separate from the fastest: the paired bootstrap interval over prompts of a gamma's summed time over the
@@ -115,8 +136,3 @@ def tied_gammas(group, level: float = 0.95) -> list[int]:
         if low <= 1:
             tied.append(int(row["gamma"]))
     return sorted(tied)
-
-
-# ------------------------------------------------------------------------------------- notebook 09's tables
-
-

@@ -1,7 +1,6 @@
 """Notebook 07 (handout §4.3-4.4): speculative decoding's sweep over pairs and gammas, the per-source study and the
-sampled run of the best configuration: the configurations built from the notebook's ``sd_*`` parameters, written
-once for the notebook and :mod:`helpers.gpu_measure`; the measurement of what the result files lack; and the
-summaries the notebook prints."""
+sampled run of the best configuration: their configurations from the ``sd_*`` parameters, the measurement of what
+the result files lack (also the GPU window's end-to-end rows), and the numbers the notebook and the report print."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,12 +8,13 @@ import pandas as pd
 import torch
 
 from helpers.experiments.packages import TARGET, notebook_part, step_record
-from helpers.experiments.common import HANDOUT_PAIRS, LoadedModels, check_budget, seed_and_threads, took
+from helpers.experiments.common import (HANDOUT_PAIRS, LoadedModels, check_budget, seed_and_threads,
+                                       tolerate_graph_failure, took)
 from helpers.experiments.nb07.study import alpha_speed_inversions, correlation_word, select_sweep
-from helpers.experiments.specdec_costs import measure_costs
+from helpers.experiments.specdec_costs import graph_proof, measure_costs
 from helpers.experiments.specdec_sweeps import gamma_rows, measure_pair, sweep_configs
 from helpers.prompts import encode_prompts, load_prompts, select_prompts
-from helpers.results import config_key, run_metadata
+from helpers.results import config_key, free_memory, run_metadata
 from helpers.stats import order_of_sets
 
 RESULT = "07_speculative_decoding"  # the sweep (08 and 09 read it)
@@ -50,21 +50,14 @@ def pair_configs(params: dict, prompt_rows: list[dict]) -> dict[tuple[str, str],
             for t, d in params["sd_pairs"]}
 
 
-def median_length_case(cases: list[dict]) -> dict:
-    """The case (an :func:`helpers.prompts.encode_prompts` row) whose prompt length is the median of ``cases``: the
-    context Eq. 5's terms are timed on, so that they describe a typical round of a sweep rather than whichever
-    prompt comes first (notebook 07's first prompt is 7 tokens long)."""
-    return sorted(cases, key=lambda case: case["input_ids"].shape[1])[len(cases) // 2]
-
-
 def _measure_pair(params: dict, store, models: LoadedModels, configs: list[dict], prompt_rows, progress) -> float:
-    """Eq. 5's costs on the median-length prompt, then every gamma of one pair with its AR baseline (and the
-    assisted-generation peer); one row per gamma. Returns c = T_D / T_T."""
+    """Eq. 5's costs, then every gamma of one pair with its AR baseline (and the peer); a row per gamma. Returns c."""
     target_name, draft_name = configs[0]["target"], configs[0]["draft"]
     models.keep_only((target_name, draft_name))  # keep GPU memory for this pair
     (target, tokenizer), (draft, _) = models(target_name), models(draft_name)
     cases = encode_prompts(tokenizer, prompt_rows, target.device)
-    cost_case = median_length_case(cases)  # Eq. 5's terms on a typical context, not the first prompt's
+    # Eq. 5's terms on the median-length prompt's context: a typical round, not the first prompt's (7 tokens)
+    cost_case = sorted(cases, key=lambda case: case["input_ids"].shape[1])[len(cases) // 2]
     costs = measure_costs(target, draft, cost_case["input_ids"], params["sd_gammas"], repeats=COST_REPEATS)
     rows = measure_pair(target, draft, cases, params["sd_gammas"], params["sd_max_new_tokens"],
                         repeats=params["sd_repeats"], temperature=params["sd_temperature"], seed=params["sd_seed"],
@@ -82,8 +75,7 @@ def _measure_pair(params: dict, store, models: LoadedModels, configs: list[dict]
 
 def measure_sweep(params: dict, store, models: LoadedModels, prompt_rows: list[dict], *, rerun: bool = False,
                   progress: bool = True) -> dict[tuple[str, str], list[dict]]:
-    """Measure every pair of the sweep whose rows the result file lacks (all of them with ``rerun``); returns
-    :func:`pair_configs`."""
+    """Every pair of the sweep whose rows the result file lacks (all with ``rerun``); returns :func:`pair_configs`."""
     sweep_store = store(RESULT)
     by_pair = pair_configs(params, prompt_rows)
     for configs in by_pair.values():
@@ -114,18 +106,15 @@ def best_config(params: dict, best, name: str, prompt_rows: list[dict], source_r
 
 
 def measure_config(target, draft, cases: list[dict], gamma: int, max_new_tokens: int, *, exclude=(), **options) -> dict:
-    """Our speculative decoding at one ``gamma`` with its AR baseline (no peer) over ``cases``: the
-    :func:`~helpers.experiments.specdec_sweeps.gamma_rows` row, without the keys in ``exclude`` (a configuration's
-    own columns). ``options`` go to :func:`~helpers.experiments.specdec_sweeps.measure_pair` (repeats, temperature,
-    seed, progress, ...)."""
+    """Ours at one ``gamma`` against AR (no peer): the :func:`~helpers.experiments.specdec_sweeps.gamma_rows` row
+    without the keys in ``exclude``; ``options`` go to :func:`~helpers.experiments.specdec_sweeps.measure_pair`."""
     rows = measure_pair(target, draft, cases, [int(gamma)], max_new_tokens, peer=False, **options)
     return {k: v for k, v in gamma_rows(rows)[0].items() if k not in exclude}
 
 
 def measure_best(params: dict, store, models: LoadedModels, best, name: str, prompt_rows: list[dict],
                  source_rows: list[dict], *, rerun: bool = False, progress: bool = True) -> dict:
-    """The best sweep row's configuration rerun as ``name``, AR and speculative decoding only: the stored row, or
-    measured when the file lacks it (or ``rerun``)."""
+    """The best sweep row's configuration rerun as ``name`` (AR and ours only): the stored row, or measured."""
     run_store = store(name)
     config = best_config(params, best, name, prompt_rows, source_rows)
     rows = source_rows if name == BY_SOURCE else prompt_rows
@@ -142,8 +131,8 @@ def measure_best(params: dict, store, models: LoadedModels, best, name: str, pro
 
 
 def measure(params: dict, store, progress: bool = True) -> None:
-    """Everything notebook 07 measures, for what the result files lack: the sweep, then the per-source and the
-    sampled runs of its best configuration (chosen from the sweep's rows as the notebook does)."""
+    """Everything notebook 07 measures that the result files lack: the sweep, then the per-source and sampled runs
+    of its best configuration (chosen as the notebook does)."""
     models = setup(params)
     prompt_rows, source_rows = prompt_sets(params)
     by_pair = measure_sweep(params, store, models, prompt_rows, progress=progress)
@@ -152,6 +141,42 @@ def measure(params: dict, store, progress: bool = True) -> None:
     for name in (BY_SOURCE, SAMPLED):
         measure_best(params, store, models, best, name, prompt_rows, source_rows, progress=progress)
     models.clear()
+
+
+def measure_decode_mode(params: dict, store, target_name: str, draft_name: str, gammas, mode: str, compile,
+                        fatal: tuple = ()) -> None:
+    """The GPU window's end-to-end rows of one pair (part ``graphs``): the sweep's configurations at ``gammas``,
+    speculative decoding against AR both in decode ``mode`` (``compile``: the generators' option), a synchronized
+    phase run per gamma and :func:`~helpers.experiments.specdec_costs.graph_proof`; the rows ``store`` lacks."""
+    prompt_rows, _ = prompt_sets(params)
+    configs = [{**c, "kind": "e2e", "decode": mode} for c in sweep_configs(
+        target_name, draft_name, gammas, prompt_ids=[r["id"] for r in prompt_rows], **common_config(params))]
+    if all(store.has(c) for c in configs):
+        return
+    check_budget(store, f"{mode} e2e {target_name} / {draft_name}")
+    with took(store):
+        from helpers.models import load_model
+
+        dtype = getattr(torch, params["sd_dtype"])
+        (target, tokenizer), (draft, _) = (load_model(name, device=params["device"], dtype=dtype)
+                                           for name in (target_name, draft_name))
+        cases = encode_prompts(tokenizer, prompt_rows, target.device)
+        meta = run_metadata(model_id=target_name, weights="cpu-pair", dtype=params["sd_dtype"],
+                            device=params["device"], seed=params["sd_seed"], draft_id=draft_name)
+
+        def e2e():
+            proof = graph_proof(mode, (target, draft), lambda: {"rows": gamma_rows(measure_pair(
+                target, draft, cases, gammas, params["sd_max_new_tokens"], repeats=params["sd_repeats"],
+                temperature=params["sd_temperature"], seed=params["sd_seed"], peer=False, compile=compile,
+                phase_run=True))})
+            if "graph_replays" in proof:  # the whole pair's run (AR, every gamma, the phase runs): not a row's own
+                proof["pair_graph_replays"] = proof.pop("graph_replays")
+            for config, row in zip(configs, proof.pop("rows")):
+                store.append(config, {**{k: v for k, v in row.items() if k not in config}, **proof}, meta)
+
+        tolerate_graph_failure(mode, configs[0], e2e, fatal)
+        del target, draft
+        free_memory()
 
 
 # ------------------------------------------------------------------------------------------- what the notebook prints
@@ -171,8 +196,7 @@ def sweep_table(frame, device_label: str):
 
 
 def verify_slopes(frame) -> dict:
-    """T_V/T_T per extra draft token, fitted per pair (each pair's ratios share one T_T, the pairs' do not):
-    :func:`helpers.stats.line_fit`, unclamped."""
+    """T_V/T_T per extra draft token, an unclamped :func:`helpers.stats.line_fit` per pair (one T_T per pair)."""
     from helpers.stats import line_fit
 
     return {pair: line_fit(group["gamma"], group["verify_ratio"]).slope
@@ -180,10 +204,9 @@ def verify_slopes(frame) -> dict:
 
 
 def rounds_without_draft(frame) -> dict:
-    """Per pair at gamma 1: (rounds that proposed no draft, rounds), after checking that the row's alpha is accepted /
-    tests. A prompt's last token comes from the target alone (the drafter is asked for at most the tokens left minus
-    one), so such a round counts in accepted/round (accepted / rounds) but not in alpha (accepted / tests):
-    accepted/round sits below alpha at gamma 1. Empty where the sweep has no gamma 1."""
+    """Per pair at gamma 1: (rounds that proposed no draft, rounds), after checking that alpha is accepted / tests.
+    A prompt's last token comes from the target alone, a round that counts in accepted/round but not in alpha: why
+    accepted/round sits below alpha at gamma 1. Empty without gamma 1."""
     counts = {}
     for _, row in frame[frame["gamma"] == 1].iterrows():
         none, rounds = int(row["rounds"] - row["proposed"]), int(row["rounds"])
@@ -201,15 +224,14 @@ def pair_numbers(pairs) -> dict:
 
 
 def prefill_share(frame):
-    """Whether the prefill was timed as a phase (not on CUDA, where that would need a sync per phase), and its
-    share of each speculative run's time."""
+    """Whether the prefill was timed as a phase (not on CUDA) and its share of each speculative run's time."""
     timed = bool((frame["device"] != "cuda").all()) if "device" in frame else True
     return timed, frame["time_prefill_s"] / frame["time_s"]
 
 
 def assisted_over_ar(frame):
-    """transformers' assisted generation over OUR AR baseline on the same prompts, per row where it ran (empty
-    where it did not): below ~1, "vs assisted" mostly compares the runtimes, not the two algorithms."""
+    """transformers' assisted generation over OUR AR baseline, per row where it ran: below ~1, "vs assisted" mostly
+    compares the runtimes, not the algorithms."""
     if "assisted_tokens_per_s" not in frame or not frame["assisted_tokens_per_s"].notna().any():
         return pd.Series(dtype=float)
     peer_rows = frame.dropna(subset=["assisted_tokens_per_s"])
@@ -241,8 +263,8 @@ def cost_numbers(cost_claims) -> dict:
 
 
 def source_numbers(by_source, by_source_run: dict, checks: dict) -> dict:
-    """The report's numbers of the per-source study: flags and counts from ``checks``
-    (:func:`helpers.experiments.nb07.study.source_checks`), the first departure from the expected order of alpha and
+    """The report's numbers of the per-source study: flags and counts of
+    :func:`~helpers.experiments.nb07.study.source_checks`, the first departure from the expected order of alpha and
     the first pair of sources whose alpha and speedup disagree (``dep_*``, ``inv_*``; absent without one)."""
     fast, slow = checks["fast"], checks["slow"]
     inversions = alpha_speed_inversions(by_source)
@@ -281,10 +303,9 @@ def source_numbers(by_source, by_source_run: dict, checks: dict) -> dict:
 
 
 def optimum_numbers(optimum: dict) -> dict:
-    """Whether every pair's measured optimum lies inside the sweep, and for two pairs (the CPU profile's drafts,
-    ``a`` and ``b`` in the sweep's order) which one peaks later as far as the data can name the peaks
-    (:func:`helpers.stats.order_of_sets` of the gammas tied with each best: ``later_order`` says how ``b``'s compare)
-    and whether ``b`` costs more per token and agrees more often (``drafts_tradeoff``)."""
+    """Whether every pair's optimum lies inside the sweep; for two pairs (``a``, ``b`` in the sweep's order) which
+    peaks later as far as the data can tell (``later_order``: :func:`helpers.stats.order_of_sets` of the gammas tied
+    with each best) and whether ``b`` costs more per token and agrees more often (``drafts_tradeoff``)."""
     numbers = {"optimum_all_inside": int(all(o["shape"] == "inside" for o in optimum.values())),
                "optimum_at_edge": sum(o["shape"] != "inside" for o in optimum.values()),
                "two_drafts": int(len(optimum) == 2)}
@@ -302,11 +323,9 @@ def optimum_numbers(optimum: dict) -> dict:
 
 
 def tau_shortfall(frame: pd.DataFrame) -> dict:
-    """Eq. 5's acceptance term against the rounds measured. Eq. 5 takes each draft as accepted independently with
-    probability alpha, Omega(gamma, alpha) tokens per round; the measured tokens per round (tau) fall short of it
-    where acceptances cluster (a hard stretch rejects in several rounds running) or a round has no draft to offer (a
-    prompt's last token). Returns the range of tau / Omega and of the measured speedup over Eq. 5 with tau in place
-    of Omega (the cost terms alone), and in how many rows tau falls short."""
+    """Eq. 5's acceptance term against the rounds measured: the range of tau / Omega(gamma, alpha) (tau falls short
+    where acceptances cluster or a round has no draft to offer), in how many rows it falls short, and the range of
+    the measured speedup over Eq. 5 with tau in place of Omega (the cost terms alone)."""
     from helpers.specdec.analysis import expected_tokens_per_round
 
     omega = expected_tokens_per_round(frame["gamma"].to_numpy(), frame["alpha"].to_numpy(dtype=float))
@@ -318,8 +337,8 @@ def tau_shortfall(frame: pd.DataFrame) -> dict:
 
 
 def verify_06(rows_06) -> dict:
-    """Notebook 06's T_V(1)/T_T per model, its 2-token forward over its 1-token one (§4.2's verify timing of the same
-    ratio, medians after a random prefix): ``{model: (ratio, prefix tokens)}``, empty where its rows lack it."""
+    """Notebook 06's T_V(1)/T_T per model (its 2-token forward over its 1-token one, medians after a random prefix):
+    ``{model: (ratio, prefix tokens)}``, empty where its rows lack it."""
     if "measure" not in rows_06:
         return {}
     out = {}
@@ -331,9 +350,8 @@ def verify_06(rows_06) -> dict:
 
 
 def verify_numbers(frame, slopes: dict) -> dict:
-    """T_V/T_T over gamma for the report: how many pairs' fitted slope (:func:`verify_slopes`) exceeds 0.01 per draft
-    token (``verify_grows_pairs`` of ``verify_pairs``), the slopes' and the ratios' range, and whether even the
-    cheapest verification costs more than 5 % over a target step (``verify_not_free``)."""
+    """T_V/T_T over gamma for the report: how many pairs' :func:`verify_slopes` exceed 0.01 per draft token, the
+    slopes' and ratios' range, and whether even the cheapest verify costs 5 % over a step (``verify_not_free``)."""
     values = [float(s) for s in slopes.values()]
     return {"verify_pairs": len(values), "verify_grows_pairs": sum(s > 0.01 for s in values),
             "verify_slope_low": round(min(values), 3), "verify_slope_high": round(max(values), 3),
@@ -342,25 +360,25 @@ def verify_numbers(frame, slopes: dict) -> dict:
 
 
 def pair_table(optimum: dict, costs_by_pair) -> pd.DataFrame:
-    """The report's table of the pairs: each pair's measured best gamma and its speedup, where that lies in the sweep
-    (:func:`helpers.experiments.nb07.study.pair_optimum`), alpha's range over gamma, c, T_T as timed for Eq. 5, and
-    how its rows fall against Eq. 5 (above, below, and the range of measured / Eq. 5)."""
+    """The report's table of the pairs: best gamma, speedup and where it lies (:func:`~.study.pair_optimum`), alpha's
+    range, c, T_T as timed for Eq. 5, and how its rows fall against Eq. 5 (:func:`~.study.cost_check`)."""
     costs = costs_by_pair.set_index("pair")
     return pd.DataFrame([{
         "pair": str(pair), "best gamma": o["gamma"], "speedup": round(o["speedup"], 2), "optimum": o["shape"],
         "alpha": f"{o['alpha_range'][0]:.2f}-{o['alpha_range'][1]:.2f}", "c": round(float(o["c"]), 3),
         "T_T (ms)": round(float(cost["T_T (ms)"]), 2), "above Eq. 5": int(cost["above Eq. 5"]),
-        "below Eq. 5": int(cost["below Eq. 5"]), "measured / Eq. 5": f"{cost['ratio low']:.2f}-{cost['ratio high']:.2f}",
+        "below Eq. 5": int(cost["below Eq. 5"]),
+        "measured / Eq. 5": f"{cost['ratio low']:.2f}-{cost['ratio high']:.2f}",
     } for pair, o in optimum.items() for cost in [costs.loc[str(pair)]]])
 
 
-GPU_PARTS = (notebook_part("07", (RESULT, BY_SOURCE, SAMPLED,), measure),)  # the GPU window measures these rows (helpers.experiments.packages)
+GPU_PARTS = (notebook_part("07", (RESULT, BY_SOURCE, SAMPLED), measure),)  # the GPU window measures these rows
 
 
 def target_steps(rows: dict) -> list[dict]:
     """T_T of each pair at its lowest gamma (run-info page)."""
     sweep = rows.get(RESULT, [])
-    return [step_record("07", f"T_T (pair with {row['draft'].split('/')[-1]})", row["T_T_s"], row.get("runtime", "minimal"),
-                        1, row.get("context_len"), row)
+    return [step_record("07", f"T_T (pair with {row['draft'].split('/')[-1]})", row["T_T_s"],
+                        row.get("runtime", "minimal"), 1, row.get("context_len"), row)
             for row in sweep if row.get("target") == TARGET and row.get("T_T_s")
             and row.get("gamma") == min(r["gamma"] for r in sweep if r.get("draft") == row.get("draft"))]

@@ -1,11 +1,6 @@
-"""Speculative decoding vs plain decoding vs transformers' assisted generation on the CPU pair:
-``python -m helpers.bench specdec``.
-
-Runs the CPU pair greedily over the CPU prompts: our autoregressive baseline (``ar``), our speculative decoding
-for each gamma (``sd``) and ``target.generate(assistant_model=draft)`` (``assisted``, the peer) with the same
-gammas and with its own default schedule. Prints a table and the Eq. 5 terms (alpha, c = T_D/T_T,
-T_V(gamma)/T_T); returns the headline figures.
-"""
+"""``python -m helpers.bench specdec``: the CPU pair greedily over the CPU prompts, our AR baseline, our speculative
+decoding per gamma and transformers' assisted generation (:mod:`helpers.experiments.specdec_sweeps`); prints a table
+with Eq. 5's terms and prediction, returns the headline figures."""
 from __future__ import annotations
 
 import pandas as pd
@@ -31,14 +26,13 @@ def add_arguments(parser) -> None:
                         help="torch CPU threads (1: these small models gain nothing from a second thread, and on "
                              "a busy 2-core machine two threads wait for each other)")
     parser.add_argument("--no-peer", action="store_true", help="skip transformers' assisted generation")
-    parser.add_argument("--compile", action="store_true",
-                        help="decode steps through torch.compile over static-shape caches (ours and AR; implies --no-peer)")
+    parser.add_argument("--compile", action="store_true", help="decode steps through torch.compile over static-shape "
+                                                                "caches (ours and AR; implies --no-peer)")
 
 
 def method_rows(per_gamma: list[dict]) -> pd.DataFrame:
-    """The benchmark's table from :func:`~helpers.experiments.specdec_sweeps.gamma_rows` (one row per gamma, AR and
-    the peer in columns): one row per method and gamma, AR first, then ours, then the peer at each gamma and at its
-    default schedule (gamma None), each with tokens/s and its speedup over AR."""
+    """:func:`~helpers.experiments.specdec_sweeps.gamma_rows` as one row per method and gamma (AR, ours, the peer at
+    each gamma and at its default schedule, gamma None), each with tokens/s and its speedup over AR."""
     first, ar = per_gamma[0], per_gamma[0]["ar_tokens_per_s"]
     peer = [{"method": "assisted", "gamma": row["gamma"], "tokens_per_s": row["assisted_tokens_per_s"],
              "identical_to_ar": row["assisted_identical_to_ar"]} for row in per_gamma if "assisted_tokens_per_s" in row]

@@ -12,9 +12,8 @@ from helpers.stats import bootstrap_ratio_interval, wilson_interval
 
 
 def select_sweep(frame, configs: list[dict]):
-    """The rows of a result frame that answer ``configs`` (:func:`~helpers.experiments.specdec_sweeps.sweep_configs`):
-    same pair, gamma, temperature, output length, prompts and weights; pairs in the order of ``configs`` (an ordered
-    categorical), then gamma; with the Eq. 5 prediction from each row's own alpha, c and T_V/T_T in a column ``eq5``."""
+    """The rows of a result frame that answer ``configs`` (same pair, gamma, temperature, output length, prompts and
+    weights), pairs in the order of ``configs`` then gamma, with each row's own Eq. 5 prediction in ``eq5``."""
     keys = ("temperature", "max_new_tokens", "target_weights", "draft_weights")
     wanted = {(c["pair"], c["gamma"]): c for c in configs}
 
@@ -32,10 +31,9 @@ def select_sweep(frame, configs: list[dict]):
 
 
 def pair_optimum(frame) -> dict:
-    """Per pair of a sweep frame: the measured best gamma, its speedup, where it lies in the sweep (``shape``:
-    "inside", "at largest" where the speedup still rises at the largest gamma, "at smallest" where it falls from the
-    smallest), the smallest and largest gamma measured, the range of alpha, c, and the gammas the prompts do not
-    separate from the best (``tied``: :func:`~helpers.experiments.specdec_costs.tied_gammas`)."""
+    """Per pair of a sweep frame: the best gamma, its speedup, where it lies (``shape``: "inside", "at largest",
+    "at smallest"), the gammas measured, alpha's range, c, and the gammas the prompts do not separate from the best
+    (``tied``: :func:`~helpers.experiments.specdec_costs.tied_gammas`)."""
     optimum = {}
     for pair, group in frame.groupby("pair", observed=True):
         top = group.loc[group["speedup"].idxmax()]
@@ -48,11 +46,10 @@ def pair_optimum(frame) -> dict:
 
 
 def source_breakdown(per_prompt, *, level: float = 0.95, resamples: int = 2000, seed: int = 0):
-    """Per source of a configuration's ``per_prompt`` list (see the module docstring): prompts, their mean length
-    in tokens (``prompt_tokens``: the prefill a short generation pays), pooled alpha
-    with a bootstrap interval over prompts (and the narrower Wilson interval over acceptance tests), tokens
-    per round, the speedup (summed AR time / summed speculative time) with a bootstrap interval over prompts,
-    and the spread of the per-prompt speedups (min, median, max). Sorted by speedup, fastest first."""
+    """Per source of a configuration's ``per_prompt`` list: prompts, their mean length in tokens (the prefill a short
+    generation pays), pooled alpha with a bootstrap interval over prompts (and the Wilson interval over tests),
+    tokens per round, the speedup (summed AR time over summed ours) with a bootstrap interval, and the per-prompt
+    speedups' min, median and max. Fastest first."""
     frame = pd.DataFrame(list(per_prompt))
     if frame.empty:
         raise ValueError("per_prompt is empty")
@@ -82,15 +79,14 @@ def source_breakdown(per_prompt, *, level: float = 0.95, resamples: int = 2000, 
 
 
 def with_overall(by_source, per_prompt, **kwargs):
-    """``by_source`` (:func:`source_breakdown`) with an ``all sources`` row last: the same statistics over every
-    prompt of ``per_prompt`` (its speedup is the configuration's pooled speedup)."""
+    """``by_source`` with an ``all sources`` row last: the same statistics over every prompt."""
     overall = source_breakdown([{**row, "source": "all sources"} for row in per_prompt], **kwargs)
     return pd.concat([by_source, overall])
 
 
 def alpha_for_speedup(speedup: float, gamma: int, draft_ratio: float, verify_ratio: float) -> float:
-    """The alpha at which Eq. 5 predicts ``speedup`` at this ``gamma``, cost ratio c and T_V/T_T (Eq. 5 rises
-    monotonically with alpha); nan when even alpha = 1 falls short. Bisection to 1e-6."""
+    """The alpha at which Eq. 5 predicts ``speedup`` (it rises with alpha: bisection to 1e-6); nan when even
+    alpha = 1 falls short."""
     def at(alpha):
         return float(predicted_speedup(gamma, alpha, draft_ratio, verify_ratio))
 
@@ -109,8 +105,8 @@ EXPECTED_SOURCE_ORDER = ("data", "code", "docstring", "prose")  # most to least 
 
 
 def correlation_word(rho: float) -> str:
-    """A (rank) correlation in words, for prose that must follow the number: "strong" (|rho| >= 0.7), "moderate"
-    (>= 0.4), "weak" (>= 0.2), else "no clear" (also for nan); "negative" is added below zero."""
+    """A (rank) correlation as the prose's word: "strong" (|rho| >= 0.7), "moderate" (>= 0.4), "weak" (>= 0.2),
+    else "no clear" (also nan); "negative" below zero."""
     if rho != rho or abs(rho) < 0.2:
         return "no clear"
     word = "strong" if abs(rho) >= 0.7 else "moderate" if abs(rho) >= 0.4 else "weak"
@@ -127,20 +123,13 @@ def _overlap(low_a, high_a, low_b, high_b) -> bool:
 
 
 def source_checks(by_source, per_prompt=None) -> dict:
-    """The checks behind notebook 07's per-source prose, on a :func:`source_breakdown` frame (fastest first):
-    the expected and the measured order of alpha, the fastest and slowest source, whether their speedup (and alpha)
-    intervals are separated, the correlation of alpha and speedup over sources (Pearson ``correlation`` and Spearman
-    ``rank_correlation``; nan for two or fewer), whether alpha and speedup rank the sources alike (``same_order``),
-    how many of the ``source_pairs`` pairs of sources have overlapping speedup intervals (``overlapping_pairs``), and
-    for how many sources the Wilson interval is narrower than the bootstrap over prompts. Where the measured order of
-    alpha departs from the expected one: ``order_swaps``, every pair of sources the two orders rank oppositely, as
-    ``(expected first, expected second, alpha intervals overlap)``, and ``swaps_within_noise`` (every such pair's
-    alpha intervals overlap: the departure does not exceed the prompt-to-prompt noise; True without a swap).
-
-    With ``per_prompt`` (the row's list, see the module docstring) also the same question prompt by prompt, where
-    there are enough points to answer it: ``prompts`` (those with at least one acceptance test), the Spearman
-    correlation of a prompt's speedup with its alpha (``prompt_alpha_rho``) and with its length in tokens
-    (``prompt_length_rho``), and the partial rank correlation with length at a given alpha
+    """The checks behind notebook 07's per-source prose on a :func:`source_breakdown` frame: the expected and
+    measured order of alpha, every pair of sources the two orders rank oppositely (``order_swaps``: first, second,
+    whether their alpha intervals overlap; ``swaps_within_noise`` where all do), whether the fastest and slowest
+    source's intervals are separated, alpha's correlation with the speedup over sources (nan for two or fewer) and
+    whether both rank them alike, how many source pairs' speedup intervals overlap, and for how many sources the
+    Wilson interval is the narrower. With ``per_prompt``: the same prompt by prompt (those with a test), the rank
+    correlation of a prompt's speedup with its alpha and its length, and with its length at a given alpha
     (``prompt_length_partial_rho``)."""
     expected = [s for s in EXPECTED_SOURCE_ORDER if s in by_source.index]
     fast, slow = by_source.index[0], by_source.index[-1]
@@ -181,9 +170,8 @@ def source_checks(by_source, per_prompt=None) -> dict:
 
 
 def alpha_speed_inversions(by_source) -> dict:
-    """Pairs of sources (not the ``all sources`` row) where the one with the higher alpha has the lower speedup, as
-    ``(faster, slower)`` in ``pairs``, and how many of those have the longer prompts (``inversions_longer``: a longer
-    prefill weighs on a short generation's speedup): why alpha alone does not order the sources."""
+    """Pairs of sources where the higher alpha has the lower speedup (``pairs``: faster, slower), and how many of
+    them have the longer prompts (``inversions_longer``: a longer prefill weighs on a short generation)."""
     sources = by_source.drop(index="all sources", errors="ignore")
     pairs = [(fast, slow) for fast in sources.index for slow in sources.index
              if sources.loc[fast, "speedup"] > sources.loc[slow, "speedup"]
@@ -193,7 +181,7 @@ def alpha_speed_inversions(by_source) -> dict:
 
 
 def source_table(by_source):
-    """The report's per-source table of a :func:`source_breakdown` frame: rounded values and intervals as text."""
+    """The report's per-source table of a :func:`source_breakdown` frame, intervals as text."""
     def interval(low, high):
         return [f"{lo:.2f}-{hi:.2f}" for lo, hi in zip(low, high)]
 
@@ -213,25 +201,13 @@ def source_table(by_source):
 
 
 def cost_check(frame) -> tuple[pd.DataFrame, dict]:
-    """What notebook 07's Eq. 5 terms were measured under, per pair of a :func:`select_sweep` frame, and the checks
-    behind its prose about them.
-
-    The table (one row per pair): the runtime, the prompt whose cached context the costs were timed on (the row's
-    ``cost_prompt``: the median-length prompt of the sweep; older rows: its first prompt), when the pair was measured,
-    ``T_T``, ``T_D`` and ``T_V`` at the smallest gamma (ms), c and T_V/T_T there, the AR generation's own time per
-    token (its whole run, prefill included, ms), and how many of the pair's rows lie above and below Eq. 5.
-
-    The checks: ``shared_targets`` (targets with two or more pairs, each pair with its own cost measurement);
-    ``same_conditions`` (their pairs' costs ran on the same runtime and the same context prompt); ``tt_spread`` and
-    ``tv_spread`` (largest relative spread, max/min - 1, of one target's T_T and of its T_V at the smallest gamma
-    across its pairs; nan without a shared target); ``above``, ``below`` and ``rows`` (Eq. 5 sides over all rows);
-    ``sides_by_pair`` (every pair's rows lie on one side of Eq. 5); ``low_tt_above`` (for every shared target, some
-    row of its pairs lies above Eq. 5 and its pair with the lowest T_T has the most rows above it: a T_T timed low
-    inflates c and T_V/T_T, so Eq. 5 comes out too low; False, never vacuously True, where no row lies above);
-    ``ratios_overlap`` (for every shared target, the ranges of measured/Eq. 5 of its pairs overlap, so the spread of
-    its T_T does not show in those ratios; False without a shared target); ``tt_over_ar_step`` (the pairs whose
-    isolated T_T exceeds the AR generation's whole time per token, which includes the prefill: a T_T timed in a slow
-    phase). The table also carries each pair's lowest and highest measured/Eq. 5 ratio."""
+    """What notebook 07's Eq. 5 terms were measured under, per pair of a :func:`select_sweep` frame (runtime, the
+    prompt whose context they were timed on, T_T, T_D, T_V, c and T_V/T_T at the smallest gamma, AR's time per token,
+    the rows above and below Eq. 5 and their ratio's range), and the checks behind the prose: for targets shared by
+    pairs (``shared_targets``) whether the costs ran alike, the spread of T_T and T_V across pairs, whether the pair
+    with the lowest T_T lies most above Eq. 5 (``low_tt_above``: a T_T timed low makes Eq. 5 too low; never vacuously
+    True) and whether the pairs' ratio ranges overlap; ``sides_by_pair`` and the pairs whose isolated T_T exceeds AR's
+    whole time per token (``tt_over_ar_step``: a T_T timed in a slow phase)."""
     out = []
     for pair, group in frame.groupby("pair", observed=True, sort=False):
         first = group.sort_values("gamma").iloc[0]

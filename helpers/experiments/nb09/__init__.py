@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from helpers.experiments.packages import TARGET, notebook_part, step_record
-from helpers.experiments import common
+from helpers.experiments.packages import TARGET, Part, notebook_part, step_record
+from helpers.experiments import common, gpu_costs
+from helpers.experiments.nb09 import decode_modes, step_profile
 from helpers.experiments.common import check_budget, seed_and_threads
 from helpers.results import free_memory, run_metadata
 
@@ -413,9 +414,22 @@ def kv_draft_ratio(gpu_name: str, context_len: int) -> float:
     return roofline_seconds(q06, gpu, 1, 1, context_len) / roofline_seconds(q8, gpu, 1, 1, context_len)
 
 
-from helpers.experiments.nb09.parts import COST_PARTS  # noqa: E402 (its parts need this package's modules)
-
-GPU_PARTS = COST_PARTS + (notebook_part("09", (RESULT,), measure),)  # measured by the GPU window (helpers.experiments.packages)
+FATAL = (common.BudgetExhausted,)  # a budget stop ends the window's part; any other failure is recorded in its row
+GPU_PARTS = (  # the window's parts of notebook 09 and the report: each handout model's decode step mode by mode,
+    # transformers' own decoding beside it, Eq. 5's terms of the handout pairs, the CPU pair's terms and end-to-end
+    # runs, where a step's time goes, and this notebook's own rows
+    Part("decode", (decode_modes.DECODE_STEPS,), lambda params, store, settings: decode_modes.measure(
+        params, store, {**settings.decode, "modes": settings.modes}, fatal=FATAL)),
+    Part("peers", (decode_modes.DECODE_STEPS,), lambda params, store, settings: decode_modes.measure_peers(
+        params, store, settings.decode, fatal=FATAL)),
+    Part("eq5", (gpu_costs.COSTS,), lambda params, store, settings: gpu_costs.measure_eq5(
+        params, store(gpu_costs.COSTS), settings, settings.pairs, "random", fatal=FATAL)),
+    Part("graphs", (gpu_costs.GRAPHS,), lambda params, store, settings: gpu_costs.measure_graphs(
+        params, store, settings, fatal=FATAL), report=gpu_costs.write_report_tables),
+    Part("profile", (step_profile.STEP_PROFILE,), lambda params, store, settings: step_profile.measure_profiles(
+        params, store, settings, fatal=FATAL)),
+    notebook_part("09", (RESULT,), measure),
+)
 
 
 def target_steps(rows: dict) -> list[dict]:
