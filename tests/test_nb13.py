@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from helpers.experiments import nb13
+from helpers.experiments.comparison import summarise_methods
 from helpers.models import CPU_PAIR_DIR
 from helpers.specdec import methods
 from committed_rows import cpu_params, measure_committed
@@ -29,7 +30,7 @@ def study(params):
     models = nb13.load_models(params)
     cases = nb13.workloads(params, models[2])
     measured = measure_committed(nb13, params, models=models, cases=cases, progress=False)
-    summaries = {workload: nb13.comparison(rows) for workload, rows in measured["rows"].items()}
+    summaries = {workload: summarise_methods(rows) for workload, rows in measured["rows"].items()}
     return {**measured, "cases": cases, "summaries": summaries, "held": nb13.headline(summaries["held-out"])}
 
 

@@ -52,12 +52,12 @@ def add_bench_arguments(parser, prompts: int, prompts_help: str) -> None:
 
 
 def compare_methods(target, draft, cases: list[dict], specs: list[dict], max_new_tokens: int, *, repeats: int = 2,
-                    progress: bool = False, on_prompt=None) -> list[dict]:
+                    progress: bool = False) -> list[dict]:
     """Rows (one per prompt and spec): the fastest of ``repeats`` interleaved runs, its τ, nodes per round, phase
     times, whether its tokens equal AR's and, where not, whether they part at a near-tie (``near_tie``, bf16
     rounding: :mod:`helpers.specdec.divergence`). ``specs`` must start with ``{"method": "ar"}``, the reference.
     Every run generates exactly ``max_new_tokens`` (EOS ignored). ``draft``: the draft model, or the drafters by
-    :attr:`helpers.specdec.methods.Method.drafter`. ``on_prompt(rows)`` receives each prompt's rows as they exist."""
+    :attr:`helpers.specdec.methods.Method.drafter`."""
     if not specs or specs[0] != {"method": "ar"}:
         raise ValueError('specs must start with {"method": "ar"}: AR is the reference of every speedup')
     for spec in specs:
@@ -95,15 +95,14 @@ def compare_methods(target, draft, cases: list[dict], specs: list[dict], max_new
                 "prefill_s": stats.time_prefill_s, "draft_s": stats.time_draft_s, "verify_s": stats.time_verify_s,
                 "identical_to_ar": identical, "near_tie": near_tie, "max_new_tokens": max_new_tokens,
             })
-        if on_prompt is not None:
-            on_prompt(prompt_rows)
         rows.extend(prompt_rows)
     return rows
 
 
 def summarise_methods(rows, by=("label",)) -> pd.DataFrame:
-    """Pooled over prompts per method (and ``by``): seconds, speedup over AR on the same prompts, τ (new tokens
-    per target forward of the decode rounds), nodes verified per round, draft/verify shares, all lossless?"""
+    """Pooled over prompts per method (and ``by``): the family that drafted (``drafter``), seconds, speedup over AR
+    on the same prompts, τ (new tokens per target forward of the decode rounds), nodes verified per round,
+    draft/verify shares, all lossless?"""
     frame = pd.DataFrame(rows)
     keys = [k for k in by if k != "label"]
     ar = frame[frame.method == "ar"].groupby(keys + ["id"]).seconds.sum()
@@ -114,6 +113,7 @@ def summarise_methods(rows, by=("label",)) -> pd.DataFrame:
         seconds, rounds = group.seconds.sum(), group.rounds.sum()
         out.append({
             **dict(zip(by, key if isinstance(key, tuple) else (key,))),
+            "drafter": methods.get(group.method.iloc[0]).family or group.method.iloc[0],
             "method": group.method.iloc[0], "spec": group.spec.iloc[0],
             "prompts": len(group), "seconds": seconds, "speedup": ar_seconds / seconds,
             "tau": group.new_tokens.sum() / rounds, "nodes": (group.nodes * group.rounds).sum() / rounds,

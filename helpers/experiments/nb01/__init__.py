@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pandas as pd
 import torch
+from transformers import AutoModelForCausalLM
 
-from helpers.experiments.packages import notebook_part
 from helpers import memory
+from helpers.experiments.packages import notebook_part
 from helpers.hardware import resolve_device
 from helpers.results import run_metadata
 
@@ -25,8 +26,6 @@ def cached_tokens(params: dict) -> int:
 
 def held_bytes(model_id: str, params: dict, device: torch.device) -> dict:
     """Generate with ``model_id``'s miniature on ``device`` (random weights, seed 0) and count its cache's bytes."""
-    from transformers import AutoModelForCausalLM
-
     config = memory.miniature_config(model_id)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=DTYPE).to(device).eval()

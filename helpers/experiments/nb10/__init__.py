@@ -9,14 +9,23 @@ import os
 
 import numpy as np
 import pandas as pd
+import torch
 
+from helpers.experiments.common import check_budget
 from helpers.experiments.packages import notebook_part, step_record
-from helpers.experiments.comparison import best_of, measure_comparison, method_configs, summarise_methods
+from helpers.experiments.comparison import (best_of, compare_methods, measure_comparison, method_configs,
+                                            summarise_methods)
 from helpers.experiments.nb10.study import (context_coverage, copied_prefix, cost_model_agreement,
                                             draft_model_methods, forward_costs, greedy_continuation, method_specs,
                                             per_prompt_speedup, ranking_beyond_noise, tau_against_linear,
                                             tied_with_fastest)
 from helpers.hardware import resolve_device
+from helpers.models import load_model
+from helpers.prompts import (GROUNDED_HEAD_LINES, encode_prompts, grounded_prompts, in_context_prompts, load_prompts,
+                             select_prompts)
+from helpers.results import gpu_result_folders, latest_ok_rows, run_metadata
+from helpers.specdec import autoregressive_generate
+from helpers.stats import REPETITIVE_SHARE, repeated_ngram_share
 
 RESULTS = "10_tree_and_lookup_decoding"
 # the notebook parameters the measurement reads (the notebook passes exactly these)
@@ -37,8 +46,6 @@ def workloads(params: dict, target, tokenizer) -> tuple[list[dict], dict]:
     """``(open-ended prompt rows, {workload: encoded cases})``. An in-context prompt is a held-out function, the
     target's own greedy continuation of it, a blank line and the function again, the continuation written on the CPU
     in float32 (:func:`cpu_writer`) so that a GPU run and a renderer without its GPU build the same prompts."""
-    from helpers.prompts import encode_prompts, in_context_prompts, load_prompts, select_prompts
-
     open_rows = select_prompts(load_prompts(params["tree_prompt_profile"]), params["tree_prompt_count"])
     in_context_rows = in_context_prompts(tokenizer, params["tree_grounded_count"], greedy_continuation(
         cpu_writer(target, params), tokenizer, params["tree_new_tokens"]))
@@ -56,8 +63,6 @@ SHOWCASE_PROMPTS = {"cpu": "cpu-code-6"}
 def showcase_case(params: dict, tokenizer, device) -> dict:
     """The encoded prompt of section 1's demonstration (:data:`SHOWCASE_PROMPTS`, else the profile's first code
     prompt, else its first prompt)."""
-    from helpers.prompts import encode_prompts, load_prompts
-
     rows = load_prompts(params["tree_prompt_profile"])
     wanted = SHOWCASE_PROMPTS.get(params["tree_prompt_profile"])
     row = next((r for r in rows if r["id"] == wanted), next((r for r in rows if r["source"] == "code"), rows[0]))
@@ -67,8 +72,6 @@ def showcase_case(params: dict, tokenizer, device) -> dict:
 def repetition(tokens) -> dict:
     """How much of an output repeats itself (:func:`helpers.stats.repeated_ngram_share`) and whether it passes
     :data:`helpers.stats.REPETITIVE_SHARE` (``threshold``): a loop is easy to draft, so its speedup flatters."""
-    from helpers.stats import REPETITIVE_SHARE, repeated_ngram_share
-
     share = repeated_ngram_share(tokens)
     return {"share": share, "repetitive": share > REPETITIVE_SHARE, "threshold": REPETITIVE_SHARE}
 
@@ -85,10 +88,6 @@ def round_to_draw(rounds) -> int:
 def cpu_writer(target, params: dict):
     """The target in float32 on the CPU (itself when it already is): what writes the texts built from the target's
     greedy output, the same on every machine (a GPU run, a renderer whose models sit on meta)."""
-    import torch
-
-    from helpers.models import load_model
-
     weight = next(target.parameters())
     if (weight.device.type, weight.dtype) == ("cpu", torch.float32):
         return target
@@ -117,10 +116,6 @@ def measure(params: dict, store, progress: bool = True, *, models=None, cases: d
     """Measure what ``store(RESULTS)`` lacks (:func:`~helpers.experiments.comparison.measure_comparison`): the
     forward costs and every workload's runs. ``models`` (``(target, draft, tokenizer)``) and ``cases``
     (:func:`workloads`) when the caller has them; a ``store.budget`` (the GPU window's) is checked before loading."""
-    from helpers.experiments.comparison import compare_methods
-    from helpers.experiments.common import check_budget
-    from helpers.results import run_metadata
-
     if models is None:
         check_budget(store, f"loading {params['tree_target']}")
         models = load_pair(params)
@@ -141,10 +136,6 @@ def measure(params: dict, store, progress: bool = True, *, models=None, cases: d
 def load_pair(params: dict) -> tuple:
     """``(target, draft, tokenizer)`` at the notebook's dtype and device; on the CPU instead of the meta device
     when rendering without the GPU, so that the notebook's live demonstrations run (every measurement is a row)."""
-    import torch
-
-    from helpers.models import load_model
-
     dtype = getattr(torch, params["tree_dtype"])
     device = resolve_device(params["device"])
     device = torch.device("cpu") if device.type == "meta" else device
@@ -233,8 +224,6 @@ def by_source(open_rows: list[dict]) -> pd.DataFrame:
 
 def greedy_outputs(target, cases: dict, new_tokens: int) -> dict:
     """The tokens every method writes (each identical to greedy AR, asserted in section 3), by prompt id."""
-    from helpers.specdec import autoregressive_generate
-
     return {case["id"]: autoregressive_generate(target, case["input_ids"], new_tokens, eos_token_id=-1).tokens
             for group in cases.values() for case in group}
 
@@ -297,9 +286,6 @@ def copies(tokenizer, in_context_cases: list[dict], greedy: dict) -> dict:
 def copy_task(target, tokenizer, params: dict) -> dict:
     """The copy task the target fails: a held-out function, then its first lines again; how many tokens of the rest
     its greedy output (written on the CPU: :func:`cpu_writer`) re-emits before it diverges, on average."""
-    from helpers.prompts import GROUNDED_HEAD_LINES, encode_prompts, grounded_prompts
-    from helpers.specdec import autoregressive_generate
-
     writer = cpu_writer(target, params)
     cases = encode_prompts(tokenizer, grounded_prompts(tokenizer, params["tree_grounded_count"]), "cpu")
     found = [copied_prefix(tokenizer, case, autoregressive_generate(
@@ -349,8 +335,6 @@ def gpu_width_costs(folders=None) -> pd.DataFrame:
     ``09_step_profile`` part (steps replayed as CUDA graphs), the wall time at width 1 and at the widest profiled
     width, and their ratio. ``folders``: the ``results/<profile>/`` folders to read (default: every one with GPU
     rows, :func:`helpers.results.gpu_result_folders`). Empty where no GPU profiled a step."""
-    from helpers.results import gpu_result_folders, latest_ok_rows
-
     found = []
     for folder in gpu_result_folders("09_step_profile") if folders is None else folders:
         rows = [r for r in latest_ok_rows(folder / "09_step_profile.jsonl") if r.get("device") == "cuda"]

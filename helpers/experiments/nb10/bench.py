@@ -1,9 +1,7 @@
 """Trees and lookup vs linear speculation vs plain decoding on the CPU pair: ``python -m helpers.bench tree``.
 
-One interleaved run per workload (greedy, EOS ignored): AR, linear γ, adaptive γ, static and dynamic trees, prompt
-lookup, on held-out open-ended prompts and on in-context prompts (the target's own continuation is in the prompt,
-:func:`helpers.prompts.in_context_prompts`). Prints τ and the speedup of every method per workload, and returns the
-headline figures.
+One interleaved run of every method per workload (greedy, EOS ignored), open-ended and in-context prompts. Prints τ
+and the speedup of every method per workload, and returns the headline figures.
 """
 from __future__ import annotations
 

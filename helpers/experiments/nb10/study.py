@@ -13,6 +13,7 @@ import torch
 from helpers.experiments.comparison import decode_seconds, depth_acceptance, median_forward, predicted_speedup
 from helpers.specdec import methods
 from helpers.specdec.linear import autoregressive_generate
+from helpers.stats import bootstrap_ratio_interval, wilson_interval
 
 # the methods whose specs notebook 10's parameters build (any other registered method joins with its defaults)
 CONFIGURED = ("ar", "linear", "adaptive", "static", "dynamic", "lookup")
@@ -165,8 +166,6 @@ def first_choice_calibration(rounds) -> dict:
     at every node of each accepted path, the draft's first choice among its children, its draft probability
     (``scores`` are cumulative log-probabilities) and whether the target took it. Returns ``mean_probability``,
     ``accepted_rate`` with its 95% Wilson interval (``accepted_low``, ``accepted_high``) and ``tested``."""
-    from helpers.stats import wilson_interval
-
     probs, hits = [], []
     for tree in rounds:
         for depth, node in enumerate(tree.path):
@@ -217,8 +216,6 @@ def tied_with_fastest(rows, families=None, *, decode: bool = False, level: float
     ``slower`` (its pooled seconds over the fastest's) and a paired percentile bootstrap interval of that ratio over
     prompts (``low``, ``high``: prompts carry both timing noise and prompt-to-prompt spread). ``tied`` when
     ``low <= 1``; with a single prompt there is no interval (nan) and every method ties. Sorted fastest first."""
-    from helpers.stats import bootstrap_ratio_interval
-
     frame = pd.DataFrame(rows)
     frame = frame.assign(time=frame.seconds - frame.prefill_s if decode else frame.seconds)
     times = frame.pivot_table(index="id", columns="label", values="time", aggfunc="sum")

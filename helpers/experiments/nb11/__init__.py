@@ -8,10 +8,15 @@ from __future__ import annotations
 import os
 
 import pandas as pd
+import torch
 from tqdm.auto import tqdm
 
 from helpers.experiments.packages import SAME_SHAPE, notebook_part, step_record
 from helpers.experiments.nb11.study import against_one, byte_terms, compare_at, prefill_long, tied_with_best
+from helpers.models import load_model
+from helpers.models.runtime import minimal_view
+from helpers.prompts import long_heldout_prompts
+from helpers.results import results_only, run_metadata
 from helpers.specdec.analysis import predicted_speedup
 
 RESULTS = "11_long_context_self_speculation"
@@ -41,11 +46,6 @@ def window_config(params: dict) -> dict:
 def load(params: dict) -> tuple:
     """``(hf_model, model, tokenizer)``: the model as loaded, and the model file over the same weights (meta tensors
     when rendering results only)."""
-    import torch
-
-    from helpers.models import load_model
-    from helpers.models.runtime import minimal_view
-
     hf_model, tokenizer = load_model(params["selfspec_model"], device=params["device"],
                                      dtype=getattr(torch, params["selfspec_dtype"]))
     return hf_model, minimal_view(hf_model), tokenizer
@@ -56,9 +56,6 @@ def measure(params: dict, store, progress: bool = True, *, models=None) -> dict:
     per point with its byte terms, "windows": one row per window}``. For each context the largest batch still needed
     is prefilled once and every batch decodes from copies of it. ``models``: :func:`load`'s triple when the caller
     has it; a ``store.budget`` (the GPU window's) is checked before a prefill."""
-    from helpers.prompts import long_heldout_prompts
-    from helpers.results import results_only, run_metadata
-
     hf_model, model, tokenizer = models if models is not None else load(params)
     results, budget = store(RESULTS), getattr(store, "budget", None)
     rerun, room = params["selfspec_remeasure"], params["selfspec_new_tokens"] + params["selfspec_gamma"] + 1

@@ -13,8 +13,10 @@ from tqdm.auto import tqdm
 from helpers.experiments.packages import TARGET, notebook_part, step_record
 from helpers.experiments.nb12.study import (depth_latency, draft_config, eq5_agrees, gamma_ties, leave_one_out,
                                               measure_draft, measure_scale, predictors, scale_config, timing_noise)
-from helpers.stats import tied_with_best
+from helpers.models import load_model
+from helpers.prompts import encode_prompts, load_prompts, select_prompts
 from helpers.results import config_key, free_memory, measured_on, run_metadata
+from helpers.stats import tied_with_best
 
 RESULTS = "12_draft_design"
 # the notebook parameters the measurement reads (the notebook passes exactly these)
@@ -30,8 +32,6 @@ def short(name: str) -> str:
 
 def prompt_rows(params: dict) -> list[dict]:
     """The CPU prompts every draft decodes (held-out sources, round-robin)."""
-    from helpers.prompts import load_prompts, select_prompts
-
     return select_prompts(load_prompts("cpu"), params["design_prompts"])
 
 
@@ -53,9 +53,6 @@ def measure(params: dict, store, progress: bool = True) -> dict:
     row (a ``store.budget``, the GPU window's, checked before). Returns ``{"rows": one per draft in design_drafts
     order, "scale": the scale timing's rows, "prompts": their number, "measured_on" and "scale_measured_on": the
     machine that measured them}``."""
-    from helpers.models import load_model
-    from helpers.prompts import encode_prompts
-
     budget = getattr(store, "budget", None)
     results = store(RESULTS)
     wanted = configs(params)

@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 
 from helpers.experiments.specdec_costs import forward_time, measure_costs
 from helpers.experiments.specdec_sweeps import gamma_rows, measure_pair
+from helpers.models import model_config, random_model
 from helpers.models.registry import parameter_count
 from helpers.results import free_memory
 from helpers.specdec.analysis import linear_verify_cost, pooled_alpha, predicted_speedup
@@ -207,8 +208,6 @@ def scale_latency(config, depths, *, device="cpu", dtype=torch.float32, context:
     """Decode-step time of random-weight models of ``config``'s parameter count at each depth in ``depths``
     (:func:`equal_size_config`), one at a time on ``device``: one new token after a cached ``context``, the mean of
     ``repeats`` after warm-up (:func:`helpers.experiments.specdec_costs.forward_time`)."""
-    from helpers.models import random_model
-
     rows = []
     for layers in tqdm(list(depths), desc="depths", disable=not progress):
         shape = equal_size_config(config, int(layers), multiple=multiple)
@@ -243,8 +242,6 @@ def scale_config(p: dict) -> dict:
 
 def measure_scale(p: dict, *, progress: bool = False) -> dict:
     """The row of :func:`scale_config`: :func:`scale_latency` with notebook 12's parameters."""
-    from helpers.models import model_config
-
     return {"rows": scale_latency(model_config(p["scale_model"]), p["scale_depths"], device=p["device"],
                                   dtype=getattr(torch, p["scale_dtype"]), context=p["scale_context"],
                                   repeats=p["scale_repeats"], progress=progress)}

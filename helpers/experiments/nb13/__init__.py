@@ -1,10 +1,7 @@
 """Notebook 13 (drafting from the target itself: Medusa heads and a feature-level draft): its workloads, method list
-and result rows from the parameters, and the numbers and flags it prints.
-
-Every method runs on the same prompts in one interleaved comparison (:mod:`helpers.experiments.comparison`): AR, the
-distilled draft's linear speculation and dynamic tree, prompt lookup, Medusa heads as a chain and as static trees,
-and the feature draft as a chain, a tree and with its confidence stop. Two workloads: held-out text like the training
-corpus (the CPU prompts) and text far from it (the workbook's GPU prompts, read by a Python-trained pair).
+and result rows from the parameters (every method on the same prompts in one interleaved comparison,
+:mod:`helpers.experiments.comparison`), and the numbers and flags it prints. Two workloads: held-out text like the
+training corpus (the CPU prompts) and text far from it (the workbook's GPU prompts, read by a Python-trained pair).
 """
 from __future__ import annotations
 
@@ -12,13 +9,23 @@ import os
 
 import numpy as np
 import pandas as pd
+import torch
 
+from helpers.experiments.common import check_budget
 from helpers.experiments.packages import TARGET, notebook_part, step_record
-from helpers.experiments.comparison import (decode_seconds, depth_acceptance, expected_tau, measure_comparison,
-                                            median_forward, method_configs, predicted_speedup, summarise_methods)
-from helpers.specdec import methods
-from helpers.specdec.methods import label as method_label
+from helpers.experiments.comparison import (compare_methods, decode_seconds, depth_acceptance, expected_tau,
+                                            measure_comparison, median_forward, method_configs, predicted_speedup,
+                                            summarise_methods)
+from helpers.hardware import resolve_device
+from helpers.models import load_model
+from helpers.prompts import encode_prompts, load_prompts, select_prompts
+from helpers.results import run_metadata
+from helpers.specdec import load_feature_draft, load_medusa_heads, methods
 from helpers.specdec.analysis import estimate_alpha
+from helpers.specdec.drafter_files import FEATURE_DRAFT_DIR, MEDUSA_DIR, drafter_fingerprint
+from helpers.specdec.methods import label as method_label
+from helpers.stats import bootstrap_ratio_interval
+from helpers.timing import measure as time_it
 
 RESULTS = "13_drafting_from_the_target"
 PARAMETERS = ("device", "fd_target", "fd_draft", "fd_dtype", "fd_threads", "fd_prompt_count", "fd_far_count",
@@ -52,9 +59,6 @@ def specs(params: dict) -> list[dict]:
 def workloads(params: dict, tokenizer) -> dict:
     """``{workload: encoded cases}``: ``held-out`` (CPU prompts, round-robin over sources) and ``far`` (the GPU
     profile's prompts, round-robin over theirs)."""
-    from helpers.hardware import resolve_device
-    from helpers.prompts import encode_prompts, load_prompts, select_prompts
-
     device = resolve_device(params["device"])  # the meta device when rendering GPU rows without the GPU
     return {"held-out": encode_prompts(tokenizer, select_prompts(load_prompts("cpu"), params["fd_prompt_count"]),
                                        device),
@@ -66,8 +70,6 @@ def configs(params: dict, cases: dict) -> dict:
     """Every result-store configuration: ``"costs"`` and ``(workload, prompt id)`` for the method comparison. Each
     holds the Medusa heads' and feature draft's weights by fingerprint, so that retrained drafters are measured
     afresh."""
-    from helpers.specdec.drafter_files import FEATURE_DRAFT_DIR, MEDUSA_DIR, drafter_fingerprint
-
     setup = {"target": params["fd_target"], "draft": params["fd_draft"], "dtype": params["fd_dtype"],
              "device": params["device"], "threads": params["fd_threads"],
              "drafter_weights": {"medusa": drafter_fingerprint(MEDUSA_DIR),
@@ -81,11 +83,6 @@ def configs(params: dict, cases: dict) -> dict:
 def load_models(params: dict) -> tuple:
     """``(target, drafters, tokenizer)``, the drafters as :func:`helpers.specdec.methods.run` takes them: the
     distilled draft, the Medusa heads and the feature draft of the CPU pair."""
-    import torch
-
-    from helpers.models import load_model
-    from helpers.specdec import load_feature_draft, load_medusa_heads
-
     dtype = getattr(torch, params["fd_dtype"])
     target, tokenizer = load_model(params["fd_target"], device=params["device"], dtype=dtype)
     draft, _ = load_model(params["fd_draft"], device=params["device"], dtype=dtype)
@@ -96,12 +93,6 @@ def measure(params: dict, store, progress: bool = True, *, models=None, cases: d
     """Measure what ``store(RESULTS)`` lacks (:func:`~helpers.experiments.comparison.measure_comparison`): the step
     costs and every workload's runs. ``models``: :func:`load_models`' result when the caller has it; a
     ``store.budget`` (the GPU window's) is checked before loading."""
-    import torch
-
-    from helpers.experiments.comparison import compare_methods
-    from helpers.experiments.common import check_budget
-    from helpers.results import run_metadata
-
     if params["device"] == "cpu" and params["fd_threads"] > 0:
         torch.set_num_threads(params["fd_threads"])
     if models is None:
@@ -123,10 +114,6 @@ def step_costs(target, drafters: dict, context, gammas, repeats: int) -> dict:
     """Median seconds of each drafter's step alone and of the target's forwards, after a cached ``context``:
     ``T_T``, ``T_V[n]`` (n target positions: Eq. 5's T_V(n - 1)), ``T_D_<drafter>`` (one step of the distilled
     draft, of the Medusa heads, all K guesses, and of the feature draft) and ``c[drafter]`` = its step / T_T."""
-    import torch
-
-    from helpers.timing import measure as time_it
-
     costs = {"T_T": median_forward(target, context, 1, repeats),
              "T_V": {int(n): median_forward(target, context, int(n), repeats) for n in range(1, max(gammas) + 2)},
              "T_D_draft": median_forward(drafters["draft"], context, 1, repeats)}
@@ -148,13 +135,6 @@ def step_costs(target, drafters: dict, context, gammas, repeats: int) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ analysis
-
-
-def comparison(rows: list[dict]) -> pd.DataFrame:
-    """Per method (pooled over the workload's prompts, :func:`summarise_methods`), with the family that drafted."""
-    summary = summarise_methods(rows)
-    summary.insert(1, "drafter", summary.method.map(lambda name: methods.get(name).family or name))
-    return summary
 
 
 # the report's and the notebook's table of every method: columns, and one precision per column
@@ -325,8 +305,6 @@ def _prompt_interval(rows: list[dict], value: str, numerator: str, denominator: 
                      level: float) -> tuple[float, float]:
     """The percentile bootstrap interval over prompts (:func:`helpers.stats.bootstrap_ratio_interval`) of method
     ``numerator``'s summed ``value`` over ``denominator``'s, paired by prompt; nan with a single prompt."""
-    from helpers.stats import bootstrap_ratio_interval
-
     per_prompt = pd.DataFrame(rows).pivot_table(index="id", columns="label", values=value, aggfunc="sum")
     if len(per_prompt) < 2:
         return float("nan"), float("nan")

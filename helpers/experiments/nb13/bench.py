@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from helpers.experiments import nb13
-from helpers.experiments.comparison import add_bench_arguments, best_of, compare_methods
+from helpers.experiments.comparison import add_bench_arguments, best_of, compare_methods, summarise_methods
 from helpers.prompts import encode_prompts, load_prompts, select_prompts
 
 
@@ -39,7 +39,7 @@ def run(args) -> dict:
           f"{args.repeats} interleaved repeats")
     rows = compare_methods(target, drafters, cases, nb13.specs(params), args.max_new_tokens, repeats=args.repeats,
                            progress=True)
-    summary = nb13.comparison(rows)
+    summary = summarise_methods(rows)
     print(f"\n{'method':<22}{'drafter':<15}{'speedup':>9}{'tau':>7}{'alpha':>7}{'same':>6}")
     figures = {"threads": torch.get_num_threads(), "draft": args.draft, "max_new_tokens": args.max_new_tokens,
                "prompts": len(cases), "methods": {}}
