@@ -24,7 +24,7 @@ def test_configurations_find_the_committed_rows(cpu_params):
     best = frame.loc[frame["speedup"].idxmax()]
     for name in (nb07.BY_SOURCE, nb07.SAMPLED):
         assert ResultStore("cpu", name).has(nb07.best_config(cpu_params, best, name, prompt_rows, source_rows))
-    assert all(ResultStore("cpu", nb09.RESULT).has(c) for c in nb09.configs(cpu_params))
+    assert all(ResultStore("cpu", nb09.RESULT).has(c) for c in nb09.configs(cpu_params).values())
 
 
 def test_notebook_params_and_describe_config():

@@ -1,10 +1,6 @@
-"""What a notebook package ``helpers.experiments.nbNN`` may declare for the code around it, and how it is found.
-
-- ``GPU_PARTS``: the GPU window's measurements of its rows, each one :class:`Part` (``helpers.gpu_measure`` runs
-  the declared parts in its window order; ``run_all`` writes the report tables a part declares);
-- ``target_steps(rows)``: its timings of the CPU target's decode step, as :func:`step_record` rows, for the
-  run-info page (:mod:`helpers.run_info`).
-"""
+"""What a notebook package ``helpers.experiments.nbNN`` may declare, and how it is found: ``GPU_PARTS``, the GPU
+window's measurements of its rows (:class:`Part`), and ``target_steps(rows)``, its timings of the CPU target's decode
+step as :func:`step_record` rows for the run-info page (:mod:`helpers.run_info`)."""
 from __future__ import annotations
 
 import importlib
@@ -24,9 +20,8 @@ def notebook_packages():
 
 @dataclass(frozen=True)
 class Part:
-    """``measure(params, store, settings)`` measures the rows ``files`` still lack (``store(name)`` gives the
-    budgeted result store of one file; ``settings``: the window's cost settings). ``report(profile)``, optional,
-    writes the report's tables of the part's rows and returns the goal lines the window prints."""
+    """``measure(params, store, settings)`` measures the rows ``files`` lack (``store(name)``: one file's budgeted
+    store; ``settings``: the window's); ``report(profile)`` writes the part's report tables, returns its goal lines."""
     name: str
     files: tuple[str, ...]
     measure: Callable
@@ -34,8 +29,7 @@ class Part:
 
 
 def notebook_part(name: str, files: tuple[str, ...], measure: Callable) -> Part:
-    """The part of a notebook whose own ``measure(params, store, progress=)`` writes its rows (configurations
-    declared once, there): the window calls it without a progress bar."""
+    """The part of a notebook whose own ``measure(params, store, progress=)`` writes its rows (no progress bar)."""
     return Part(name, tuple(files), lambda params, store, settings: measure(params, store, progress=False))
 
 
@@ -51,8 +45,7 @@ def declared_parts() -> dict[str, Part]:
 
 
 def step_record(notebook, what, seconds, runtime, batch, context, row) -> dict:
-    """One row of the run-info page's step-time table: a notebook's timing of the CPU target's step and its
-    conditions."""
+    """One row of the run-info page's table: a notebook's timing of the CPU target's step and its conditions."""
     return {"notebook": notebook, "what": what, "ms": 1e3 * float(seconds), "runtime": runtime, "batch": int(batch),
             "context": None if context is None else int(context), "threads": row.get("threads"), "run": row.get("run_id")}
 

@@ -118,10 +118,6 @@ def _spearman(x, y) -> float:
     return float(x.corr(y, method="spearman")) if len(x) > 2 else float("nan")
 
 
-def _overlap(low_a, high_a, low_b, high_b) -> bool:
-    return bool(low_a <= high_b and low_b <= high_a)
-
-
 def source_checks(by_source, per_prompt=None) -> dict:
     """The checks behind notebook 07's per-source prose on a :func:`source_breakdown` frame: the expected and
     measured order of alpha, every pair of sources the two orders rank oppositely (``order_swaps``: first, second,
@@ -131,27 +127,27 @@ def source_checks(by_source, per_prompt=None) -> dict:
     Wilson interval is the narrower. With ``per_prompt``: the same prompt by prompt (those with a test), the rank
     correlation of a prompt's speedup with its alpha and its length, and with its length at a given alpha
     (``prompt_length_partial_rho``)."""
+    def overlap(a, b, column: str) -> bool:  # the intervals of ``column`` of sources a and b overlap
+        low, high = by_source[f"{column}_low"], by_source[f"{column}_high"]
+        return bool(low[a] <= high[b] and low[b] <= high[a])
+
     expected = [s for s in EXPECTED_SOURCE_ORDER if s in by_source.index]
     fast, slow = by_source.index[0], by_source.index[-1]
     sources = list(by_source.index)
     pairs = [(a, b) for i, a in enumerate(sources) for b in sources[i + 1:]]
-    overlapping = sum(_overlap(by_source.loc[a, "speedup_low"], by_source.loc[a, "speedup_high"],
-                               by_source.loc[b, "speedup_low"], by_source.loc[b, "speedup_high"]) for a, b in pairs)
     measured = [src for src in by_source.sort_values("alpha", ascending=False).index if src in expected]
-    swaps = [(a, b, _overlap(by_source.loc[a, "alpha_low"], by_source.loc[a, "alpha_high"],
-                             by_source.loc[b, "alpha_low"], by_source.loc[b, "alpha_high"]))
+    swaps = [(a, b, overlap(a, b, "alpha"))
              for i, a in enumerate(expected) for b in expected[i + 1:] if measured.index(a) > measured.index(b)]
     claims = {
-        "order_swaps": swaps, "swaps_within_noise": all(overlap for _, _, overlap in swaps),
-        "expected": expected,
-        "measured_order": [s for s in by_source.sort_values("alpha", ascending=False).index if s in expected],
+        "order_swaps": swaps, "swaps_within_noise": all(within for _, _, within in swaps),
+        "expected": expected, "measured_order": measured,
         "fast": fast, "slow": slow,
         "separated": bool(by_source.loc[fast, "speedup_low"] > by_source.loc[slow, "speedup_high"]),
         "alpha_separated": bool(by_source.loc[fast, "alpha_low"] > by_source.loc[slow, "alpha_high"]),
         "correlation": by_source["alpha"].corr(by_source["speedup"]) if len(by_source) > 2 else float("nan"),
         "rank_correlation": _spearman(by_source["alpha"], by_source["speedup"]),
         "same_order": list(by_source.sort_values("alpha", ascending=False).index) == sources,
-        "overlapping_pairs": int(overlapping), "source_pairs": len(pairs),
+        "overlapping_pairs": int(sum(overlap(a, b, "speedup") for a, b in pairs)), "source_pairs": len(pairs),
         "wilson_narrower": int(((by_source["alpha_wilson_high"] - by_source["alpha_wilson_low"])
                                 < (by_source["alpha_high"] - by_source["alpha_low"])).sum()),
     }

@@ -1,6 +1,6 @@
-"""Notebook 09 (handout §4.6): the cost terms, the gamma sweep and the batched points of its pair: the
-configurations built from the notebook's ``analysis_*`` parameters, written once for the notebook and
-:mod:`helpers.gpu_measure`, the measurement of what the result file lacks, and the tables the notebook prints."""
+"""Notebook 09 (handout §4.6): the cost terms, the gamma sweep and the batched points of its pair (configurations
+from the ``analysis_*`` parameters, measured where the result file lacks them), the numbers the notebook and the
+report print, and the GPU window's cost parts."""
 from __future__ import annotations
 
 import os
@@ -19,33 +19,19 @@ from helpers.results import free_memory, run_metadata
 RESULT = "09_speedup_analysis"
 
 
-def pair_config(params: dict) -> dict:
-    """The keys every configuration of the notebook starts with."""
-    return {"target": params["analysis_target"], "draft": params["analysis_draft"],
+def configs(params: dict) -> dict:
+    """Every configuration the notebook measures: ``"costs"``, the gamma ``"sweep"`` and a batched point per batch
+    size (keyed by it)."""
+    pair = {"target": params["analysis_target"], "draft": params["analysis_draft"],
             "dtype": params["analysis_dtype"], "device": params["device"]}
-
-
-def cost_config(params: dict) -> dict:
-    return {"kind": "costs", **pair_config(params), "context_len": params["analysis_prompt_len"],
-            "gammas": params["analysis_gammas"]}
-
-
-def sweep_config(params: dict) -> dict:
-    return {"kind": "gamma_sweep", **pair_config(params), "prompts": params["analysis_prompt_count"],
-            "prompt_len": params["analysis_prompt_len"], "new_tokens": params["analysis_new_tokens"],
-            "gamma_list": params["analysis_gammas"]}
-
-
-def batch_config(params: dict, batch_size: int) -> dict:
-    return {"kind": "batched", **pair_config(params), "batch_size": batch_size, "gamma": params["analysis_batch_gamma"],
-            "new_tokens": params["analysis_batch_new_tokens"], "prompt_len": params["analysis_prompt_len"],
-            "phases": True, "costs_on": "the decoder's runtime"}
-
-
-def configs(params: dict) -> list[dict]:
-    """Every configuration the notebook measures: costs, the gamma sweep, one batched point per batch size."""
-    return ([cost_config(params), sweep_config(params)]
-            + [batch_config(params, b) for b in params["analysis_batch_sizes"]])
+    return {"costs": {"kind": "costs", **pair, "context_len": params["analysis_prompt_len"],
+                      "gammas": params["analysis_gammas"]},
+            "sweep": {"kind": "gamma_sweep", **pair, "prompts": params["analysis_prompt_count"],
+                      "prompt_len": params["analysis_prompt_len"], "new_tokens": params["analysis_new_tokens"],
+                      "gamma_list": params["analysis_gammas"]},
+            **{b: {"kind": "batched", **pair, "batch_size": b, "gamma": params["analysis_batch_gamma"],
+                   "new_tokens": params["analysis_batch_new_tokens"], "prompt_len": params["analysis_prompt_len"],
+                   "phases": True, "costs_on": "the decoder's runtime"} for b in params["analysis_batch_sizes"]}}
 
 
 @dataclass
@@ -59,8 +45,8 @@ class Pair:
 
 
 def load_pair(params: dict) -> Pair:
-    """Seed and threads, both models, ``max(analysis_prompt_count, max(analysis_batch_sizes))`` held-out prompts of
-    ``analysis_prompt_len`` tokens, and the rows' metadata (the machine load when the pair was loaded)."""
+    """Seed and threads, both models, enough held-out prompts of ``analysis_prompt_len`` tokens for the sweep and
+    the largest batch, and the rows' metadata (with the machine load when the pair was loaded)."""
     from helpers.models import load_model
     from helpers.prompts import heldout_source_prompts
 
@@ -81,7 +67,7 @@ def cost_row(params: dict, store, pair: Pair) -> dict:
     """T_T, T_D, T_V(gamma) on the cached first prompt (stored row, or measured)."""
     from helpers.experiments.specdec_costs import measure_costs
 
-    return store.run(cost_config(params), lambda: measure_costs(  # the tensor only where it measures (no GPU: meta)
+    return store.run(configs(params)["costs"], lambda: measure_costs(  # the tensor only where it measures (no GPU: meta)
         pair.target, pair.draft, torch.tensor(pair.prompts[:1], device=params["device"]), params["analysis_gammas"],
         repeats=params["analysis_timing_repeats"]), meta=pair.meta)
 
@@ -90,7 +76,7 @@ def sweep_row(params: dict, store, pair: Pair) -> dict:
     """Greedy speculative decoding per gamma against AR on the held-out prompts (stored row, or measured)."""
     from helpers.experiments.nb09.costs import speedup_sweep
 
-    return store.run(sweep_config(params), lambda: speedup_sweep(
+    return store.run(configs(params)["sweep"], lambda: speedup_sweep(
         pair.target, pair.draft, pair.prompts[:params["analysis_prompt_count"]], params["analysis_gammas"],
         params["analysis_new_tokens"], repeats=params["analysis_generation_repeats"]), meta=pair.meta)
 
@@ -99,7 +85,7 @@ def batch_rows(params: dict, store, pair: Pair) -> list[dict]:
     """One batched point per batch size B, on the first B prompts (stored rows, or measured)."""
     from helpers.experiments.nb09.costs import batched_point
 
-    return [store.run(batch_config(params, b), lambda b=b: batched_point(
+    return [store.run(configs(params)[b], lambda b=b: batched_point(
         pair.target, pair.draft, pair.prompts[:b], params["analysis_batch_new_tokens"], params["analysis_batch_gamma"],
         repeats=params["analysis_batch_repeats"], timing_repeats=params["analysis_timing_repeats"]), meta=pair.meta)
         for b in params["analysis_batch_sizes"]]
@@ -108,7 +94,7 @@ def batch_rows(params: dict, store, pair: Pair) -> list[dict]:
 def measure(params: dict, store, progress: bool = True) -> None:
     """Everything notebook 09 measures, for what its result file lacks (no model is loaded when nothing is)."""
     results = store(RESULT)
-    if all(results.has(config) for config in configs(params)):
+    if all(results.has(config) for config in configs(params).values()):
         return
     check_budget(results, f"loading {params['analysis_target']}")
     pair = load_pair(params)
@@ -125,11 +111,13 @@ HANDOUT_MODELS = ("Qwen/Qwen3-8B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-0.6B", "meta-l
                   "meta-llama/Llama-3.2-1B")
 HANDOUT_PAIRS = {f"{draft.split('/')[-1]} / {target.split('/')[-1]}": (draft, target)
                  for target, draft in common.HANDOUT_PAIRS}  # "Qwen3-1.7B / Qwen3-8B" -> (draft, target)
+C_KEYS = {f"{mode}_{size}": (f"Qwen3-{name} / Qwen3-8B", mode)  # the report's c of the Qwen3 pairs
+          for size, name in (("06b", "0.6B"), ("17b", "1.7B")) for mode in ("eager", "graphs")}
 
 
 def print_handout_depths() -> dict[str, int]:
-    """Depth and weight bytes of the handout's models (printed: GB of bf16 weights, GB a decode step reads, whether
-    the embedding is tied: then read once, as the LM head; else the input embedding is not read); their layer counts."""
+    """The handout's models' layers, GB of bf16 weights, GB a decode step reads and whether the embedding is tied
+    (printed); returns their layer counts."""
     from helpers.memory import decode_weight_bytes, load_config, weight_bytes
 
     configs = {model_id: load_config(model_id) for model_id in HANDOUT_MODELS}
@@ -140,9 +128,8 @@ def print_handout_depths() -> dict[str, int]:
 
 
 def print_draft_cost_ratios(layers: dict) -> tuple[dict, dict]:
-    """Per handout pair: the launch-bound c (draft layers / target layers, with the smallest gamma where gamma * c
-    exceeds 1) and the memory-bound c (the weight bytes a decode step reads,
-    :func:`helpers.memory.decode_weight_bytes`, weights only), printed."""
+    """Per handout pair, printed: the launch-bound c (layers over layers, and the smallest gamma with gamma * c > 1)
+    and the memory-bound c (the weight bytes a decode step reads)."""
     from helpers.memory import decode_weight_bytes, load_config
 
     launch_c = {name: layers[d] / layers[t] for name, (d, t) in HANDOUT_PAIRS.items()}
@@ -155,9 +142,8 @@ def print_draft_cost_ratios(layers: dict) -> tuple[dict, dict]:
 
 
 def gpu_draft_costs(launch_c: dict, bytes_c: dict) -> pd.DataFrame:
-    """The handout pairs' c = T_D/T_T as the GPU windows measured it (random weights, bf16, batch 1, context 256;
-    :func:`helpers.experiments.gpu_costs.measured_cost_tables`), eager and replayed as CUDA graphs, beside the two
-    regimes' c: the launch-bound layer ratio and the memory-bound weight-byte ratio. Empty without GPU rows."""
+    """The handout pairs' c as the GPU windows measured it, eager and as CUDA graphs, beside the launch-bound and
+    memory-bound c. Empty without GPU rows."""
     from helpers.experiments.gpu_costs import measured_cost_tables
 
     by_models = {models: name for name, models in HANDOUT_PAIRS.items()}
@@ -173,46 +159,45 @@ def gpu_draft_costs(launch_c: dict, bytes_c: dict) -> pd.DataFrame:
 
 
 def print_gpu_draft_costs(gpu_c: pd.DataFrame) -> dict:
-    """:func:`gpu_draft_costs` against the two regimes (printed); the report's numbers (``gpu_c_measured`` 0 without
-    rows of both Qwen3 pairs in both modes): with graphs every c between the regimes (``gpu_c_graphs_between``), the
-    larger draft's c over the smaller's, eager c nearer the launch-bound (``gpu_c_eager_nearer_launch``) and the
-    gamma from which gamma * c > 1 eager; ``gpu_c_other_*``: a second GPU beside the first."""
+    """:func:`gpu_draft_costs` printed, and the report's numbers (``gpu_c_measured`` 0 without both Qwen3 pairs in
+    both modes): whether every c with graphs lies between the regimes and eager c nearer the launch-bound, the larger
+    draft's c over the smaller's, the gamma from which gamma * c > 1 eager; ``gpu_c_other_*``: a second GPU."""
     if gpu_c.empty:
         print("no GPU window has measured the handout pairs' c yet")
         return {"gpu_c_measured": 0}
     print(gpu_c.round(3).to_string(index=False))
-    first = gpu_c[gpu_c["gpu"] == gpu_c["gpu"].iloc[0]].set_index(["pair", "decode"])["c"]
-    keys = [(pair, mode) for pair in ("Qwen3-0.6B / Qwen3-8B", "Qwen3-1.7B / Qwen3-8B") for mode in ("eager", "graphs")]
-    if not all(key in first.index for key in keys):
+
+    def terms(gpu: str) -> dict | None:  # the four c of one GPU, None where one is missing
+        by = gpu_c[gpu_c["gpu"] == gpu].set_index(["pair", "decode"])["c"]
+        return {key: by[pair] for key, pair in C_KEYS.items()} if all(p in by.index for p in C_KEYS.values()) else None
+
+    names = gpu_c["gpu"].unique()
+    first, other = terms(names[0]), terms(names[1]) if len(names) > 1 else None  # a second GPU, beside the first
+    if first is None:
         return {"gpu_c_measured": 0}
     graphs, eager = gpu_c[gpu_c["decode"] == "graphs"], gpu_c[gpu_c["decode"] == "eager"]
     nearer_launch = bool(((eager["c"] - eager["launch-bound c"]).abs()
                           < (eager["c"] - eager["memory-bound c"]).abs()).all())
-    numbers, names = {}, gpu_c["gpu"].unique()
-    rows = gpu_c[gpu_c["gpu"] == names[1]] if len(names) > 1 else gpu_c.iloc[:0]  # a second GPU, beside the first
-    other = rows.set_index(["pair", "decode"])["c"]
-    if len(rows) and all(key in other.index for key in keys):
-        numbers = {"gpu_c_other_name": names[1], "gpu_c_other_eager_06b": other[keys[0]],
-                   "gpu_c_other_graphs_06b": other[keys[1]], "gpu_c_other_eager_17b": other[keys[2]],
-                   "gpu_c_other_graphs_17b": other[keys[3]], "gpu_c_other_graphs_ratio": other[keys[3]] / other[keys[1]],
-                   "gpu_c_other_eager_above": int((rows[rows["decode"] == "eager"]["c"]
-                                                   > rows[rows["decode"] == "eager"]["launch-bound c"]).any())}
-    numbers |= {"gpu_c_measured": 1, "gpu_c_name": gpu_c["gpu"].iloc[0],
-                "gpu_c_graphs_ratio": first[keys[3]] / first[keys[1]],
+    numbers = {}
+    if other is not None:
+        rows = eager[eager["gpu"] == names[1]]
+        numbers = {"gpu_c_other_name": names[1], **{f"gpu_c_other_{key}": v for key, v in other.items()},
+                   "gpu_c_other_graphs_ratio": other["graphs_17b"] / other["graphs_06b"],
+                   "gpu_c_other_eager_above": int((rows["c"] > rows["launch-bound c"]).any())}
+    numbers |= {"gpu_c_measured": 1, "gpu_c_name": names[0],
+                "gpu_c_graphs_ratio": first["graphs_17b"] / first["graphs_06b"],
                 "gpu_c_graphs_bytes_ratio": graphs["memory-bound c"].max() / graphs["memory-bound c"].min(),
                 "gpu_c_eager_nearer_launch": int(nearer_launch),
-                "gpu_c_eager_gamma": int(np.floor(1 / min(first[keys[0]], first[keys[2]]))) + 1,  # gamma * c > 1 eager
-                "gpu_c_graphs_between": int(graphs["between"].all()),
-                "gpu_c_eager_06b": first[keys[0]], "gpu_c_graphs_06b": first[keys[1]],
-                "gpu_c_eager_17b": first[keys[2]], "gpu_c_graphs_17b": first[keys[3]]}
+                "gpu_c_eager_gamma": int(np.floor(1 / min(first["eager_06b"], first["eager_17b"]))) + 1,  # gamma*c > 1
+                "gpu_c_graphs_between": int(graphs["between"].all()), **{f"gpu_c_{key}": v for key, v in first.items()}}
     print(numbers)
     return numbers
 
 
 def model_file_gpu_rows(folders=None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The model file's decode on the GPUs that measured it: :func:`helpers.experiments.nb09.decode_modes.decode_table` of
-    every GPU profile's ``decode`` part and :func:`~helpers.experiments.nb09.decode_modes.pair_terms` of its eq5 rows (c and
-    the break-even alpha per pair and mode), each with a ``gpu`` column. ``folders``: default every GPU profile's."""
+    """The model file's decode on the GPUs that measured it (default every GPU profile's ``folders``): the
+    :func:`~.decode_modes.decode_table` of part ``decode`` and the :func:`~.decode_modes.pair_terms` of part ``eq5``
+    (trusted ratios only), each with a ``gpu`` column."""
     from helpers.experiments.nb09 import decode_modes
     from helpers.experiments.gpu_costs import COSTS, read_rows, without_artefacts
     from helpers.results import gpu_result_folders
@@ -233,10 +218,9 @@ def model_file_gpu_rows(folders=None) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def print_model_file_gpu(steps: pd.DataFrame, pairs: pd.DataFrame) -> dict:
-    """What the model-file issue's GPU goals read on the first GPU that measured the compiled mode (printed); the
-    report's numbers: ``mf_measured`` 0 where no GPU has, else the 8B targets' compiled step (ms, share of the HBM
-    roofline), the slowest of them against transformers' compiled static cache, and, where the eq5 part measured the
-    compiled mode, c and the break-even alpha of the handout pairs (the largest of the three)."""
+    """The model-file goals on the first GPU that measured the compiled mode, printed; the report's numbers
+    (``mf_measured`` 0 without one): the 8B targets' compiled step and roofline share, the smallest ratio of
+    transformers' compiled static cache over it, and the handout pairs' compiled c and largest break-even alpha."""
     compiled = steps[steps["mode"] == "compiled"] if len(steps) else steps
     if not len(compiled):
         print("no GPU window has measured the compiled decode step yet (part 'decode')")
@@ -266,10 +250,9 @@ def print_model_file_gpu(steps: pd.DataFrame, pairs: pd.DataFrame) -> dict:
 
 def compare_costs_with_07(rows_07, draft_name: str, tokenizer, T_T: float, T_D: float, c: float,
                           cost_row: dict) -> dict:
-    """The same pair's cost terms in notebook 07 and here: what each was timed under (printed), and what could
-    explain the gap in numbers (``c07_available`` 0 without 07's rows of this draft): ``c07_ctx_known`` (both
-    contexts known), ``c07_dearer`` (how many of T_T and T_D were slower at the longer context: 2, context may explain
-    part of the gap; 0 or 1, it does not alone, timing variation does) and ``c07_same_run``."""
+    """The same pair's cost terms in notebook 07 and here, what each was timed under (printed), and what could explain
+    the gap (``c07_available`` 0 without 07's rows of this draft): ``c07_dearer``, how many of T_T and T_D were slower
+    at the longer context (2: context may explain part of the gap; else timing variation does)."""
     from helpers.prompts import load_prompts
 
     same_07 = rows_07[rows_07["draft"] == draft_name] if not rows_07.empty else rows_07
@@ -279,7 +262,8 @@ def compare_costs_with_07(rows_07, draft_name: str, tokenizer, T_T: float, T_D: 
     text_07 = next((p["prompt"] for p in load_prompts() if p["id"] == r07.get("cost_prompt")), None)
     context_07 = len(tokenizer(text_07)["input_ids"]) if text_07 is not None else float("nan")
     conditions = pd.DataFrame({
-        "notebook": ["07", "09"], "T_T (ms)": [1e3 * r07["T_T_s"], 1e3 * T_T], "T_D (ms)": [1e3 * r07["T_D_s"], 1e3 * T_D],
+        "notebook": ["07", "09"], "T_T (ms)": [1e3 * r07["T_T_s"], 1e3 * T_T],
+        "T_D (ms)": [1e3 * r07["T_D_s"], 1e3 * T_D],
         "c": [r07["c"], c], "context (tokens)": [context_07, cost_row["context_len"]],
         "runtime": [r07.get("runtime"), cost_row.get("runtime")],
         "stored at": [r07.get("timestamp"), cost_row.get("timestamp")]})
@@ -290,18 +274,18 @@ def compare_costs_with_07(rows_07, draft_name: str, tokenizer, T_T: float, T_D: 
     numbers = {"c07_same": float(r07["c"]), "c07_ctx": context_07 if text_07 is None else int(context_07),
                "c09_ctx": int(cost_row["context_len"]), "c07_tt_ms": 1e3 * float(r07["T_T_s"]), "c07_available": 1,
                "c07_ctx_known": int(known),
-               "c07_dearer": sum(int(conditions[k].idxmax() == longer) for k in ("T_T (ms)", "T_D (ms)")) if known else 2,
+               "c07_dearer": sum(int(conditions[k].idxmax() == longer) for k in ("T_T (ms)", "T_D (ms)"))
+               if known else 2,
                "c07_same_run": int(bool(r07.get("run_id")) and r07.get("run_id") == cost_row.get("run_id")),
-               "c07_gap_pct": 100 * abs(r07["c"] / c - 1), "c07_same_runtime": int(conditions["runtime"].nunique() == 1)}
+               "c07_gap_pct": 100 * abs(r07["c"] / c - 1),
+               "c07_same_runtime": int(conditions["runtime"].nunique() == 1)}
     print(numbers)
     return numbers
 
 
 def source_run(by_source_07, rows_07, dear_draft: str):
-    """Alpha per prompt source from ONE run of notebook 07: its dedicated per-source run where it exists (more
-    prompts per source, one gamma), else the main gamma sweep pooled over its gammas: (sources, draft, the run's
-    numbers: ``q07_per_source_run`` 1 for the dedicated run, its prompts, prompts per source and gamma; else the
-    sweep's prompts and gammas pooled)."""
+    """Alpha per prompt source from ONE run of notebook 07: its per-source run where it exists (one gamma), else the
+    gamma sweep pooled over its gammas; returns (sources, draft, the run's numbers)."""
     from helpers.experiments.nb09.costs import alpha_by_source
 
     if len(by_source_07):
@@ -310,7 +294,8 @@ def source_run(by_source_07, rows_07, dear_draft: str):
         prompts = len(src_row["prompt_ids"])
         return sources, src_row["draft"], {"q07_per_source_run": 1, "q07_source_prompts": prompts,
                                            "q07_source_per": prompts // max(len(sources), 1),
-                                           "q07_source_gamma": int(src_row["gamma"]), "q07_source_draft": src_row["draft"]}
+                                           "q07_source_gamma": int(src_row["gamma"]),
+                                           "q07_source_draft": src_row["draft"]}
     sources = alpha_by_source(rows_07[rows_07["draft"] == dear_draft])
     return sources, dear_draft, {"q07_per_source_run": 0, "q07_source_prompts": len(rows_07["prompt_ids"].iloc[0]),
                                  "q07_source_gammas": rows_07.loc[rows_07["draft"] == dear_draft, "gamma"].nunique(),
@@ -318,9 +303,8 @@ def source_run(by_source_07, rows_07, dear_draft: str):
 
 
 def other_draft_order(rows_07, other: str, src_draft: str, high_source: str) -> dict:
-    """Whether the other draft (07's gamma sweep, per gamma: the only run that has it) puts the sources in the same
-    order as ``src_draft``'s run (printed); the report's numbers: its highest source where one source is highest at
-    every gamma (``q07_other_top_fixed``) with its alpha's span, and the span of ``high_source``."""
+    """Whether the other draft (07's sweep, per gamma) puts the sources in ``src_draft``'s order (printed): its
+    highest source where one is highest at every gamma, with its alpha's span, and the span of ``high_source``."""
     from helpers.experiments.nb09.costs import alpha_by_source
 
     per_gamma_src = {int(g): alpha_by_source(grp).set_index("source")["alpha"]
@@ -345,8 +329,7 @@ def other_draft_order(rows_07, other: str, src_draft: str, high_source: str) -> 
 
 
 def source_numbers(drafts_07: dict, rows_07, by_source_07) -> dict:
-    """Alpha per prompt source (:func:`source_run`) and whether the other draft agrees, printed; the report's
-    numbers."""
+    """Alpha per prompt source (:func:`source_run`) and whether the other draft agrees, printed."""
     sources, src_draft, src_run = source_run(by_source_07, rows_07, drafts_07["dear"]["draft"])
     if len(sources) < 2:
         return {"q07_sources": 0, "q07_other_available": 0}
@@ -360,10 +343,9 @@ def source_numbers(drafts_07: dict, rows_07, by_source_07) -> dict:
 
 
 def print_batch_trend(by_batch) -> dict:
-    """T_V/T_T, alpha and the decode speedup over the batch size (printed); the report's numbers: whether T_V/T_T is
-    higher at the largest B than at the first (``batch_verify_grows``) and at every step between
-    (``batch_verify_monotone``), and whether the decode speedup falls (``batch_speedup_falls``). Each B runs on the
-    first B prompts: a different prompt set per B, so alpha and the speedup mix prompt effects with batch effects."""
+    """T_V/T_T, alpha and the decode speedup over the batch size (printed), and whether T_V/T_T grows (at the last B,
+    and monotonically) and the decode speedup falls. Each B runs on its first B prompts: alpha and the speedup mix
+    prompt effects with batch effects."""
     numbers = {}
     for key, column in (("speedup", "speedup"), ("decode_speedup", "decode_speedup"), ("predicted", "predicted"),
                         ("straggler", "straggler"), ("verify_ratio", "T_V/T_T")):
@@ -404,8 +386,7 @@ def accounting_numbers(accounting, verdicts: dict, tolerance: float, largest_los
 
 
 def kv_draft_ratio(gpu_name: str, context_len: int) -> float:
-    """Qwen3-0.6B / Qwen3-8B memory-bound c with the KV cache of ``context_len`` tokens (batch 1, roofline of
-    ``gpu_name``, counting the weights a decode step reads, as notebook 08's roofline table does)."""
+    """Qwen3-0.6B / Qwen3-8B memory-bound c with ``context_len`` tokens of KV (batch 1, ``gpu_name``'s roofline)."""
     from helpers.gpu_specs import gpu_spec, roofline_seconds
     from helpers.memory import load_config
 
@@ -420,8 +401,8 @@ GPU_PARTS = (  # the window's parts of notebook 09 and the report: each handout 
     # runs, where a step's time goes, and this notebook's own rows
     Part("decode", (decode_modes.DECODE_STEPS,), lambda params, store, settings: decode_modes.measure(
         params, store, {**settings.decode, "modes": settings.modes}, fatal=FATAL)),
-    Part("peers", (decode_modes.DECODE_STEPS,), lambda params, store, settings: decode_modes.measure_peers(
-        params, store, settings.decode, fatal=FATAL)),
+    Part("peers", (decode_modes.DECODE_STEPS,), lambda params, store, settings: decode_modes.measure(
+        params, store, settings.decode, fatal=FATAL, peers=True)),
     Part("eq5", (gpu_costs.COSTS,), lambda params, store, settings: gpu_costs.measure_eq5(
         params, store(gpu_costs.COSTS), settings, settings.pairs, "random", fatal=FATAL)),
     Part("graphs", (gpu_costs.GRAPHS,), lambda params, store, settings: gpu_costs.measure_graphs(
@@ -437,7 +418,8 @@ def target_steps(rows: dict) -> list[dict]:
     found = []
     for row in rows.get(RESULT, []):
         if row.get("target") == TARGET and row.get("kind") == "costs":
-            found.append(step_record("09", "T_T", row["T_T"], row.get("runtime", "minimal"), 1, row["context_len"], row))
+            found.append(step_record("09", "T_T", row["T_T"], row.get("runtime", "minimal"), 1, row["context_len"],
+                                     row))
         if row.get("target") == TARGET and row.get("kind") == "batched":
             found.append(step_record("09", f"T_T at batch {row['batch_size']}", row["T_T"], "minimal, ragged batch",
                                      row["batch_size"], row["prompt_len"], row))

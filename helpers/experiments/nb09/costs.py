@@ -1,6 +1,5 @@
-"""Notebook 09's cost studies (handout §4.6): the batched comparison and its curve, the speedup sweep over gamma and
-prompts, the study's rows, per-draft and per-source summaries, and the cache-size probe; the Eq. 5 terms they start
-from are :mod:`helpers.experiments.specdec_costs`'s (shared with notebooks 07 and 12)."""
+"""Notebook 09's cost studies (handout §4.6): the batched comparison, the speedup sweep over gamma, notebook 07's
+rows read per draft and per source, and the cache-size probe, on :mod:`helpers.experiments.specdec_costs`' terms."""
 from __future__ import annotations
 
 import statistics
@@ -20,15 +19,9 @@ from helpers.timing import measure_interleaved
 
 def compare_batched(target, draft, prompts, max_new_tokens: int, gamma: int, *, repeats: int = 3,
                     eos_token_id: int | None = None) -> dict:
-    """Wall time of batched greedy AR vs batched speculative decoding on the same prompts.
-
-    The two are run alternately ``repeats`` times after one untimed warm-up of each (:func:`interleaved_runs`),
-    and the median of each is kept (alternating spreads slow phases of a shared machine over both); ``ar_steps``
-    and ``rounds`` count the forwards of each, and ``phase_seconds`` splits the rounds of one extra, untimed speculative run into draft,
-    verify, bookkeeping and rollback time (see ``batched_speculative_generate``). ``rows_identical`` is the
-    fraction of rows whose outputs agree; below 1 only where a padded low-precision forward flipped an
-    argmax at a near-tie (see ``specdec_batched``), which the caller should report.
-    """
+    """Batched greedy AR against batched speculative decoding on the same prompts, alternately ``repeats`` times
+    after a warm-up (medians kept), with the forwards of each, ``phase_seconds`` of one extra untimed run, and the
+    share of rows whose outputs agree (below 1 only where a padded low-precision forward flipped a near-tie)."""
     device = next(target.parameters()).device
     run_ar = lambda: batched_autoregressive_generate(target, prompts, max_new_tokens, eos_token_id)  # noqa: E731
     run_sd = lambda: batched_speculative_generate(target, draft, prompts, max_new_tokens, gamma,  # noqa: E731
@@ -36,55 +29,38 @@ def compare_batched(target, draft, prompts, max_new_tokens: int, gamma: int, *, 
     runs = interleaved_runs({"ar": run_ar, "sd": run_sd}, repeats, warmup=1, device=device)
     (ar_times, ar_runs), (sd_times, sd_runs) = runs["ar"], runs["sd"]
     ar, sd = ar_runs[-1], sd_runs[-1]
-    ar_decode = [seconds - run.stats.prefill_seconds for seconds, run in zip(ar_times, ar_runs)]
-    sd_decode = [seconds - run.stats.prefill_seconds for seconds, run in zip(sd_times, sd_runs)]
-    accepted = [n for row in sd.stats.accepted for n in row]
-    new_tokens = sum(len(row) for row in ar.tokens)
     ar_s, sd_s = statistics.median(ar_times), statistics.median(sd_times)
+    ar_decode, sd_decode = (statistics.median([seconds - run.stats.prefill_seconds for seconds, run in zip(*runs[key])])
+                            for key in ("ar", "sd"))
+    new_tokens = sum(len(row) for row in ar.tokens)
     # one more, untimed run that splits a round into its phases (on a GPU the phase boundaries synchronize)
     phased = batched_speculative_generate(target, draft, prompts, max_new_tokens, gamma, eos_token_id, time_phases=True)
     return {
-        "generated_tokens": new_tokens,
-        "ar_s": ar_s,
-        "sd_s": sd_s,
-        "ar_decode_s": statistics.median(ar_decode),
-        "sd_decode_s": statistics.median(sd_decode),
-        "ar_steps": ar.stats.steps,
-        "phase_seconds": phased.stats.phase_seconds,
-        "speedup": ar_s / sd_s,
-        "decode_speedup": statistics.median(ar_decode) / statistics.median(sd_decode),
-        "ar_tokens_per_s": new_tokens / ar_s,
-        "sd_tokens_per_s": new_tokens / sd_s,
-        "rounds": sd.stats.rounds,
+        "generated_tokens": new_tokens, "ar_s": ar_s, "sd_s": sd_s, "ar_decode_s": ar_decode, "sd_decode_s": sd_decode,
+        "ar_steps": ar.stats.steps, "phase_seconds": phased.stats.phase_seconds, "speedup": ar_s / sd_s,
+        "decode_speedup": ar_decode / sd_decode, "ar_tokens_per_s": new_tokens / ar_s,
+        "sd_tokens_per_s": new_tokens / sd_s, "rounds": sd.stats.rounds,
         # the batch runs until its slowest row is done: max/mean rounds per row is the straggler factor
         "rounds_per_row_mean": statistics.fmean(len(row) for row in sd.stats.accepted),
         "rounds_per_row_max": max(len(row) for row in sd.stats.accepted),
         "mean_accepted_per_round": sd.stats.mean_accepted_per_round,
-        "alpha": estimate_alpha(accepted, gamma),
+        "alpha": estimate_alpha([n for row in sd.stats.accepted for n in row], gamma),
         "rows_identical": sum(a == b for a, b in zip(ar.tokens, sd.tokens)) / len(prompts),
     }
 
 
 def least_disturbed_pair(run_a, run_b, repeats: int):
-    """Run ``run_a`` and ``run_b`` alternately ``repeats`` times (:func:`helpers.timing.measure_interleaved`); the
-    fastest result of each by the generator's own clock (``stats.time_total_s``, the timer's ``own_clock``).
-
-    On a shared machine the least-disturbed run is closest to the true cost, and alternating makes both see
-    the same phases of load, so their ratio is meaningful even when the load drifts."""
+    """The fastest result of each of ``run_a`` and ``run_b`` run alternately ``repeats`` times, by the generator's own
+    clock: the least-disturbed runs, which saw the same phases of a shared machine's load."""
     timings = measure_interleaved({"a": run_a, "b": run_b}, repeats=repeats, statistic="min", keep_results=True,
                                   own_clock=lambda result: result.stats.time_total_s)
     return timings["a"].fastest_result(), timings["b"].fastest_result()
 
 
 def speedup_sweep(target, draft, prompts, gammas, max_new_tokens: int, *, repeats: int = 2) -> dict:
-    """Single-sequence greedy AR vs speculative decoding over ``prompts`` for each gamma.
-
-    For every gamma and prompt, AR and speculative decoding run alternately (see ``least_disturbed_pair``).
-    Returns ``{"ar": {...}, "gammas": {gamma: {...}}}``: summed seconds, the end-to-end speedup and the
-    decode-only speedup (prefill excluded: what Eq. 5 models), alpha (maximum likelihood over every round of
-    every prompt), tokens per round, and whether every output equals the AR output (greedy speculative
-    decoding is lossless).
-    """
+    """Greedy AR against speculative decoding per gamma over ``prompts`` (:func:`least_disturbed_pair` per prompt):
+    ``{"ar": ..., "gammas": {gamma: ...}}`` with summed seconds, the speedup end to end and of decode alone (what
+    Eq. 5 models), pooled alpha, tokens per round, and whether every output equals AR's."""
     device = next(target.parameters()).device
     cuda = device.type == "cuda"  # phase timing would add a synchronize per phase there
     inputs = [torch.tensor([p], device=device) for p in prompts]
@@ -105,15 +81,10 @@ def speedup_sweep(target, draft, prompts, gammas, max_new_tokens: int, *, repeat
         decode = seconds - sum(r.stats.time_prefill_s for r in sd)
         rounds = sum(r.stats.rounds for r in sd)
         out["gammas"][int(gamma)] = {
-            "seconds": seconds,
-            "decode_seconds": decode,
-            "ar_seconds": ar_seconds,
-            "ar_decode_seconds": ar_decode,
-            "speedup": ar_seconds / seconds,
-            "decode_speedup": ar_decode / decode,
+            "seconds": seconds, "decode_seconds": decode, "ar_seconds": ar_seconds, "ar_decode_seconds": ar_decode,
+            "speedup": ar_seconds / seconds, "decode_speedup": ar_decode / decode,
             "alpha": estimate_alpha(accepted, round_gammas),
-            "tokens_per_round": sum(r.stats.new_tokens for r in sd) / rounds,
-            "rounds": rounds,
+            "tokens_per_round": sum(r.stats.new_tokens for r in sd) / rounds, "rounds": rounds,
             "draft_seconds": sum(r.stats.time_draft_s for r in sd),
             "verify_seconds": sum(r.stats.time_verify_s for r in sd),
             "lossless": all(torch.equal(a.tokens, s.tokens) for a, s in zip(ar, sd)),
@@ -137,11 +108,8 @@ def last_level_cache_bytes() -> int | None:
 
 
 def main_study_rows(frame, target: str):
-    """One row per (draft, gamma) of notebook 07's results for ``target``: its main study, robust to extra rows.
-
-    Keeps rows with status ok (where recorded) and the columns a speedup needs; where several rows share a
-    (draft, gamma) — e.g. a per-source study over a subset of the prompts, or another output length — the one
-    that generated the most tokens is kept (ties: the latest). Extra columns are carried along untouched."""
+    """One ok row per (draft, gamma) of notebook 07's results for ``target``: where several share one (a per-source
+    study, another output length), the one that generated the most tokens (ties: the latest)."""
     needed = {"target", "draft", "gamma", "alpha", "speedup", "c"}
     if frame.empty or not needed <= set(frame.columns):
         return pd.DataFrame(columns=sorted(needed))
@@ -156,9 +124,8 @@ def main_study_rows(frame, target: str):
 
 
 def draft_summary(rows) -> "pd.DataFrame":
-    """Per draft of :func:`main_study_rows`: c, pooled alpha (MLE over every round where accepted/rejections
-    are recorded, else the mean), the best gamma and its speedup, the gammas the prompts do not separate from it
-    (:func:`tied_gammas`), and the gammas measured."""
+    """Per draft of :func:`main_study_rows`: c, pooled alpha (else the mean), the best gamma and its speedup, the
+    gammas tied with it (:func:`tied_gammas`) and the gammas measured."""
     out = []
     for draft, group in rows.groupby("draft"):
         if {"accepted", "rejections"} <= set(group.columns) and group[["accepted", "rejections"]].notna().all().all():
@@ -173,8 +140,7 @@ def draft_summary(rows) -> "pd.DataFrame":
 
 
 def alpha_by_source(rows) -> "pd.DataFrame":
-    """Acceptance per prompt source (MLE, pooled over the given rows' ``per_prompt`` entries that record
-    ``source``, ``accepted`` and ``rejections``); empty when the rows carry no per-prompt detail."""
+    """Pooled acceptance per prompt source over the rows' ``per_prompt`` entries (empty without them)."""
     counts: dict[str, list[int]] = {}
     for entries in rows.get("per_prompt", pd.Series(dtype=object)).dropna():
         for entry in entries if isinstance(entries, list) else []:
@@ -189,10 +155,8 @@ def alpha_by_source(rows) -> "pd.DataFrame":
 
 
 def cost_terms(cost_row: dict) -> dict:
-    """The Eq. 5 terms of a :func:`measure_costs` result (as stored: gamma keys may be strings): ``T_T``, ``T_D``,
-    ``c`` = T_D/T_T, ``T_V`` and ``verify_ratio`` = T_V/T_T per gamma, ``c_round`` = T_D_round/T_T per gamma
-    (``c`` where the in-round draft cost was not measured), and ``table``: one row per gamma with T_V (ms), T_V/T_T,
-    gamma*c and c_round."""
+    """The Eq. 5 terms of a stored :func:`measure_costs` row: T_T, T_D, c, and per gamma T_V, T_V/T_T and
+    ``c_round`` (T_D_round/T_T, else c), with a ``table`` of them per gamma."""
     T_T, T_D = cost_row["T_T"], cost_row["T_D"]
     c = T_D / T_T
     T_V = {int(g): t for g, t in cost_row["T_V"].items()}  # JSON keys come back as strings
@@ -209,10 +173,9 @@ def cost_terms(cost_row: dict) -> dict:
 
 def batched_point(target, draft, prompts, max_new_tokens: int, gamma: int, *, repeats: int,
                   timing_repeats: int) -> dict:
-    """One batch size of notebook 09's batched curve: :func:`compare_batched` on ``prompts`` plus the Eq. 5 costs
-    ``T_T``, ``T_D`` and ``T_V`` (at ``gamma``) measured at this batch size on the runtime the batched decoders run
-    on (``runtime``: the model file wherever it implements the pair; regression: the costs were timed on the
-    transformers runtime while the batched runs used the model file, so c at B = 1 came out 0.093 against 0.065)."""
+    """One batch size of notebook 09's curve: :func:`compare_batched` plus T_T, T_D and T_V at this batch size, on
+    the runtime the batched decoders run (regression: timed on transformers' runtime, c at B = 1 read 0.093, not
+    0.065)."""
     device = next(target.parameters()).device
     runtime = resolve_runtime("auto", target, draft)  # what batched_*_generate resolve by default
     run = compare_batched(target, draft, prompts, max_new_tokens, gamma, repeats=repeats)
@@ -227,8 +190,7 @@ BATCH_COLUMNS = ["batch_size", "ar_tokens_per_s", "sd_tokens_per_s", "speedup", 
 
 
 def batch_table(batch_rows: list[dict], gamma: int):
-    """Notebook 09's batched rows (:func:`batched_point` plus ``batch_size``) as a frame with the straggler factor
-    (max / mean rounds per row), c, T_V/T_T, the Eq. 5 prediction at each batch size and Eq. 5 / straggler."""
+    """Notebook 09's batched rows with the straggler factor (max / mean rounds per row), c, T_V/T_T and Eq. 5."""
     by_batch = pd.DataFrame(batch_rows)[BATCH_COLUMNS]
     by_batch["straggler"] = by_batch["rounds_per_row_max"] / by_batch["rounds_per_row_mean"]
     by_batch["c"] = by_batch["T_D"] / by_batch["T_T"]
@@ -240,11 +202,9 @@ def batch_table(batch_rows: list[dict], gamma: int):
 
 
 def compare_drafts(summary) -> dict | None:
-    """Notebook 09's Q1 comparison of notebook 07's drafts (:func:`draft_summary`): the cheapest (``cheap``, lowest c)
-    and the dearest (``dear``) draft, whether the dearer one wins (higher alpha and higher best speedup), how its
-    best gamma compares (``gamma_order``: every gamma tied with its best above every one tied with the cheaper
-    draft's, ``larger``; below, ``smaller``; else ``overlapping``, the noise cannot order them), and the drafts whose
-    best gamma is the largest measured (``at_edge``); None for fewer than two drafts."""
+    """Notebook 09's Q1 on notebook 07's drafts: the cheapest and dearest by c, whether the dearer wins (alpha and
+    best speedup), how their tied best gammas order (:func:`helpers.stats.order_of_sets`), and the drafts whose best
+    is the largest gamma measured; None for fewer than two."""
     if len(summary) < 2:
         return None
     by_c = summary.sort_values("c")

@@ -1,13 +1,9 @@
-"""The GPU window's parts ``decode`` and ``peers``: how fast the model file decodes each handout model, mode by mode,
-beside the peers a user would reach for. Read by notebook 09's GPU section and the window's goals.
-
-For Qwen3-0.6B/1.7B/8B, Llama-3.2-1B/3.1-8B and OLMo-7B (random weights of the real configs, bf16, batch 1, 256 cached
-tokens) one decode step is timed in each decode mode of the model file (:data:`MODES`: eager, the explicit CUDA graphs,
-and the inductor-compiled layer inside the same graphs), with its kernels, kernels per layer and the seconds its first
-call took (compile and capture); and, in the same run and at the same shapes, transformers' own decoding through
-``generate`` (:data:`PEERS`, part ``peers``, after the pairs' terms): eager with its dynamic cache (what the handout's
-student runs) and with its static cache under ``torch.compile`` (its documented fast path). Each row is one configuration (``kind``: ``decode_step`` or
-``decode_peer``); a mode or peer that fails (a compile error) is printed and skipped, the rest of the window goes on.
+"""The GPU window's parts ``decode`` and ``peers``: how fast the model file decodes each handout model (random weights
+of the real configs, bf16, batch 1, 256 cached tokens) in each of its :data:`MODES` (eager, explicit CUDA graphs, the
+inductor-compiled layer inside them), beside transformers' own ``generate`` at the same shapes (:data:`PEERS`: eager
+with its dynamic cache, what the handout's student runs, and its static cache under ``torch.compile``, its documented
+fast path). A row per configuration (``kind`` ``decode_step`` or ``decode_peer``); a mode or peer that fails is
+printed and skipped. Read by notebook 09's GPU section and the window's goals.
 """
 from __future__ import annotations
 
@@ -31,8 +27,7 @@ REPEATS = 30
 
 
 def settings(dry_run: bool) -> dict:
-    """The part's models, context and repeats; ``dry_run``: the Llama analog on the CPU, a few tokens (the eq5 part
-    rehearses the compiled Qwen3 analogs)."""
+    """The part's models, context and repeats; ``dry_run``: the Llama analog on the CPU, a few tokens."""
     if dry_run:
         return {"models": ["cpu/Llama-3.1-8B"], "peer_models": ["cpu/Llama-3.1-8B"], "context": 8,
                 "repeats": 2, "peer_tokens": 16, "peer_repeats": 2, "dtype": "float32"}
@@ -40,30 +35,15 @@ def settings(dry_run: bool) -> dict:
             "peer_tokens": PEER_TOKENS, "peer_repeats": PEER_REPEATS, "dtype": "bfloat16"}
 
 
-def step_config(model: str, mode: str, p: dict, s: dict) -> dict:
-    return {"kind": "decode_step", "model": model, "decode": mode, "weights": "random", "dtype": s["dtype"],
-            "device": p["device"], "context_len": s["context"], "batch_size": 1, "width": 1}
-
-
-def peer_config(model: str, peer: str, p: dict, s: dict) -> dict:
-    return {"kind": "decode_peer", "model": model, "peer": peer, "weights": "random", "dtype": s["dtype"],
-            "device": p["device"], "context_len": s["context"], "batch_size": 1, "new_tokens": s["peer_tokens"]}
-
-
-# ------------------------------------------------------------------------------------------------ measuring
-
-
 @torch.inference_mode()
 def peer_step_ms(model, context: torch.Tensor, peer: str, new_tokens: int, repeats: int) -> dict:
-    """transformers' decoding of ``model`` after ``context`` (1, S) by ``generate`` (greedy, no EOS): ms per new token
-    as (the median of a ``new_tokens`` generation minus that of a 1-token one, timed alternately ``repeats`` times) /
-    (new_tokens - 1), so the prefill cancels; ``peer`` ``"hf-eager"`` (its dynamic cache) or ``"hf-static-compiled"``
-    (a ``StaticCache`` of S + new_tokens slots, the same for both lengths so that nothing recompiles, which generate
-    runs under ``torch.compile``; on a CPU asked for explicitly). ``compile_s``: the first two generations' seconds
-    (compiling, for the static peer)."""
+    """transformers' greedy ``generate`` of ``model`` after ``context`` (1, S): ms per new token as the difference of
+    the medians of a ``new_tokens`` and a 1-token generation (timed alternately: the prefill cancels) over
+    new_tokens - 1; ``"hf-static-compiled"`` with a ``StaticCache`` of one size for both (nothing recompiles) under
+    ``torch.compile``. ``compile_s``: the first two generations' seconds."""
     from transformers import CompileConfig, StaticCache
 
-    from helpers.timing import measure_interleaved
+    from helpers.timing import measure_interleaved, sync
 
     if peer not in PEERS:
         raise ValueError(f"peer must be one of {PEERS}, got {peer!r}")
@@ -83,8 +63,7 @@ def peer_step_ms(model, context: torch.Tensor, peer: str, new_tokens: int, repea
     start = time.perf_counter()
     generate(new_tokens)()
     generate(1)()
-    if context.device.type == "cuda":
-        torch.cuda.synchronize()
+    sync(context.device)
     compile_s = time.perf_counter() - start
     runs = measure_interleaved({n: generate(n) for n in (1, new_tokens)}, repeats=repeats, warmup=1,
                                device=context.device, statistic="median")
@@ -93,32 +72,29 @@ def peer_step_ms(model, context: torch.Tensor, peer: str, new_tokens: int, repea
             "wall_spread": runs[new_tokens].spread}
 
 
-def measure(p: dict, store, s: dict, fatal: tuple = ()) -> None:
-    """Part ``decode`` with :func:`settings` ``s``: every missing row of :data:`MODES` x models (the model file's
-    own speed)."""
-    from helpers.experiments.nb09.step_profile import measure_step
-
-    modes = [mode for mode in MODES if mode in s.get("modes", MODES)]  # eager only where the graph check failed
-    _measure_rows(p, store, s, s["models"], modes, step_config,
-                  lambda model, context, mode: measure_step(model, context, 1, repeats=s["repeats"], mode=mode), fatal)
-
-
-def measure_peers(p: dict, store, s: dict, fatal: tuple = ()) -> None:
-    """Part ``peers``: every missing row of :data:`PEERS` x peer models (a part of its own, after eq5: compiling a
-    whole 8B model under ``torch.compile`` is the dearest step of all)."""
-    _measure_rows(p, store, s, s["peer_models"], PEERS, peer_config,
-                  lambda model, context, peer: peer_step_ms(model, context, peer, s["peer_tokens"], s["peer_repeats"]),
-                  fatal)
-
-
-def _measure_rows(p: dict, store, s: dict, models, keys, config_of, run, fatal: tuple) -> None:
+def measure(p: dict, store, s: dict, fatal: tuple = (), peers: bool = False) -> None:
+    """Part ``decode`` (:func:`settings` ``s``): every missing row of :data:`MODES` x models; with ``peers``, part
+    ``peers``: of :data:`PEERS` x peer models (a part of its own, after eq5: compiling a whole 8B model under
+    ``torch.compile`` is the dearest step of all)."""
     from helpers.experiments.common import check_budget, took, tolerate_graph_failure
+    from helpers.experiments.nb09.step_profile import measure_step
     from helpers.models import load_model
     from helpers.results import free_memory, run_metadata
 
+    def config_of(model: str, key: str) -> dict:
+        base = {"model": model, "weights": "random", "dtype": s["dtype"], "device": p["device"],
+                "context_len": s["context"], "batch_size": 1}
+        return ({"kind": "decode_peer", **base, "peer": key, "new_tokens": s["peer_tokens"]} if peers else
+                {"kind": "decode_step", **base, "decode": key, "width": 1})
+
+    def run(model, context, key):
+        return (peer_step_ms(model, context, key, s["peer_tokens"], s["peer_repeats"]) if peers else
+                measure_step(model, context, 1, repeats=s["repeats"], mode=key))
+
+    keys = PEERS if peers else [mode for mode in MODES if mode in s.get("modes", MODES)]  # eager: graphs failed
     rows = store(DECODE_STEPS)
-    for name in models:
-        configs = {key: config_of(name, key, p, s) for key in keys}
+    for name in s["peer_models"] if peers else s["models"]:
+        configs = {key: config_of(name, key) for key in keys}
         if all(rows.has(c) for c in configs.values()):
             continue
         check_budget(rows, f"decode rows of {name}")

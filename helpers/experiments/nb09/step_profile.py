@@ -1,12 +1,8 @@
-"""Where a batch-1 decode step's time goes on a GPU: the kernels one step runs, their summed device time, and the
-idle time between them, beside the step's wall time replayed as a CUDA graph (the window's part ``profile``).
-
-The H100's first rows put the Qwen3-8B decode step at 42 % of the HBM roofline with graphs. Two causes predict
-different fixes: kernels that run slowly (a matrix-vector product below bandwidth, an attention kernel reading the
-whole static cache) leave the GPU busy, while many tiny kernels leave it idle between launches even inside a graph.
-A row here separates them: ``busy_ms`` (kernel time summed) against ``span_ms`` (first kernel's start to last
-kernel's end) and ``wall_ms`` (a replay, timed), by kernel family. Read by the report's table ``00_gpu_kernels`` and
-by the window's goal lines. On a CPU (the dry run) the "kernels" are the ops that would launch one on a GPU.
+"""Where a batch-1 decode step's time goes on a GPU (the window's part ``profile``): the kernels one step runs, their
+summed device time (``busy_ms``: slow kernels keep the GPU busy) against their span (``span_ms``: many tiny kernels
+leave it idle between launches, even inside a graph) and a replay's wall time, by kernel family. Read by the report's
+table ``00_gpu_kernels`` and the window's goal lines. On a CPU (the dry run) the "kernels" are the ops that would
+launch one on a GPU.
 """
 from __future__ import annotations
 
@@ -16,6 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+
+from helpers.timing import measure, sync
 
 STEP_PROFILE = "09_step_profile"
 PROFILED = {"Qwen/Qwen3-8B": [1, 8], "Qwen/Qwen3-0.6B": [1], "cpu-pair/target": [1, 6, 8]}  # model -> widths
@@ -28,9 +26,8 @@ FAMILIES = (  # first match wins (attention first: fmha_cutlass... is attention)
 )
 
 
-# Rule 2 added "nvjet": cuBLAS's Hopper kernels (nvjet_sm90_...) name no older key, so the H200's first rows
-# (rule 1, recorded no rule) counted every projection not split along K as "other". :func:`row_families` moves their
-# top-listed kernels back; rows measured since record ``families_rule``.
+# Rule 2 added "nvjet" (cuBLAS's Hopper kernels): the H200's first rows (rule 1, no rule recorded) counted them as
+# "other"; :func:`row_families` moves their top-listed kernels back. Rows measured since record ``families_rule``.
 FAMILIES_RULE = 2
 _RULE_1 = tuple((label, tuple(k for k in keys if k != "nvjet")) for label, keys in FAMILIES)
 
@@ -41,7 +38,7 @@ VIEW_OPS = {"aten::view", "aten::transpose", "aten::reshape", "aten::slice", "at
 
 
 def cpu_kernel_ops(events) -> list:
-    """The profiler events (of a CPU run) that would each launch a kernel on a GPU: top-level aten ops, not views."""
+    """The events of a CPU profile that would each launch a kernel on a GPU: top-level aten ops, not views."""
     return [e for e in events if e.cpu_parent is None and e.name.startswith("aten::") and e.name not in VIEW_OPS]
 
 
@@ -55,8 +52,8 @@ def family(name: str, families: tuple = FAMILIES) -> str:
 
 
 def kernel_summary(kernels, top: int = 8) -> dict:
-    """``kernels``: (name, start_us, end_us) of what one step ran. Count, summed time (``busy_ms``), first start to
-    last end (``span_ms``), the idle share of that span, time and count per :func:`family`, the ``top`` kernels."""
+    """Of one step's ``kernels`` (name, start_us, end_us): count, summed time, span, idle share of the span, time and
+    count per :func:`family`, and the ``top`` kernels."""
     if not kernels:
         raise ValueError("no kernels in the profile (CUDA kernels need the profiler's CUDA activity)")
     kernels = sorted(kernels, key=lambda k: k[1])
@@ -75,17 +72,15 @@ def kernel_summary(kernels, top: int = 8) -> dict:
 
 
 def profiled_kernels(run, device: torch.device) -> list[tuple[str, float, float]]:
-    """(name, start_us, end_us) of the kernels one ``run()`` launches: CUDA kernels and copies on a GPU (empty if
-    the profiler saw none, as where graph replays are not traced), on a CPU the ops that would launch one
-    (:func:`cpu_kernel_ops`)."""
+    """(name, start_us, end_us) of the kernels one ``run()`` launches: on a GPU its CUDA kernels and copies (none
+    where the profiler does not trace graph replays), on a CPU :func:`cpu_kernel_ops`."""
     from torch.profiler import ProfilerActivity, profile
 
     cuda = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
         run()
-        if cuda:
-            torch.cuda.synchronize()
+        sync(device)
     events = prof.events()
     chosen = ([e for e in events if e.device_type == torch.autograd.DeviceType.CUDA] if cuda
               else cpu_kernel_ops(events))
@@ -94,17 +89,14 @@ def profiled_kernels(run, device: torch.device) -> list[tuple[str, float, float]
 
 @torch.inference_mode()
 def measure_step(model, context: torch.Tensor, width: int, *, repeats: int = 20, mode: str = "graphs") -> dict:
-    """One ``width``-token step of ``model`` (a transformers model the model file runs, or the model file's own) after
-    the cached ``context`` (1, S) in decode ``mode``: ``"graphs"`` a CUDA graph replay
-    (:func:`helpers.models.graphs.graphed_steps`; the same static step without capture on a CPU), ``"compiled"`` the
-    same over the inductor-compiled layer, ``"eager"`` the model file's eager forward. Wall time (median), the seconds
-    the first calls took (``compile_s``: compiling, warming up, capturing), and :func:`kernel_summary` of one step's
-    profile (of an eager step where the profiler does not trace graph replays; ``kernels_from`` says which)."""
+    """One ``width``-token step of ``model`` after the cached ``context`` (1, S) through the model file in decode
+    ``mode`` (eager, graphs: a CUDA graph replay of :func:`helpers.models.graphs.graphed_steps`, or compiled): its
+    median wall time, its first calls' seconds (``compile_s``) and :func:`kernel_summary` of one profiled step (an
+    eager one where the profiler does not trace graph replays: ``kernels_from``)."""
     from helpers.memory import decode_weight_bytes
     from helpers.models.decoder import layer_kernels
     from helpers.models.graphs import StepOwner, graphed_steps
     from helpers.models.runtime import minimal_view
-    from helpers.timing import measure
 
     if mode not in ("eager", "graphs", "compiled"):
         raise ValueError(f"mode must be 'eager', 'graphs' or 'compiled', got {mode!r}")
@@ -113,7 +105,10 @@ def measure_step(model, context: torch.Tensor, width: int, *, repeats: int = 20,
     block = context[:, -width:]
     owner = StepOwner()  # holds the steps while this profile replays them
 
-    def eager_step(cache):
+    def eager_step():  # the model file's eager forward, on a cache of its own that holds the context
+        cache = view.new_cache(1, context.shape[1] + width)
+        view(context, cache)
+
         def step():
             view(block, cache)
             cache.rollback(width)
@@ -121,11 +116,9 @@ def measure_step(model, context: torch.Tensor, width: int, *, repeats: int = 20,
 
     start = time.perf_counter()
     if mode == "eager":
-        cache = view.new_cache(1, context.shape[1] + width)
-        view(context, cache)
-        replay, steps = eager_step(cache), None
+        replay, steps = eager_step(), None
         replay()
-        _sync(device)
+        sync(device)
         compile_s = time.perf_counter() - start
     else:
         # the generators' own static cache (capacity rounded up to a power of two: an aligned mask, as in timed rows)
@@ -137,32 +130,24 @@ def measure_step(model, context: torch.Tensor, width: int, *, repeats: int = 20,
             steps.cache.rollback(width)
 
         replay()  # compiles (compiled mode) and captures (on a GPU) the width
-        _sync(device)
+        sync(device)
         compile_s = steps.compile_s
     wall = measure(replay, warmup=3, repeats=repeats, device=device, statistic="median")
     kernels, source = profiled_kernels(replay, device), ("cpu ops" if device.type != "cuda" else mode)
     if not kernels:  # the profiler did not trace the graph's replays: profile an eager step instead
-        eager = view.new_cache(1, context.shape[1] + width)
-        view(context, eager)
-        step = eager_step(eager)
+        step = eager_step()
         step()  # warm: the eager path's first call may pick kernels
         kernels, source = profiled_kernels(step, device), "eager"
-    return {**kernel_summary(kernels), "families_rule": FAMILIES_RULE, "kernels_from": source, "wall_ms": wall.median * 1e3,
-            "wall_spread": wall.spread, "graph_replays": steps.replays if steps is not None else 0,
-            "layer_kernels": layer_kernels(view.config), "num_layers": view.config.num_layers,
-            "compile_s": compile_s,
+    return {**kernel_summary(kernels), "families_rule": FAMILIES_RULE, "kernels_from": source,
+            "wall_ms": wall.median * 1e3, "wall_spread": wall.spread,
+            "graph_replays": steps.replays if steps is not None else 0, "layer_kernels": layer_kernels(view.config),
+            "num_layers": view.config.num_layers, "compile_s": compile_s,
             "decode_bytes": decode_weight_bytes(model.config, next(model.parameters()).element_size())}
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
 def measure_profiles(p: dict, store, eq5: dict, fatal: tuple = ()) -> None:
-    """Part ``profile``: :func:`measure_step` for each model and width of ``eq5.profile_models`` (random weights
-    in bf16 for the handout's models, the CPU pair's own weights and dtype), a row each; a failure is printed and
-    skipped (a diagnostic never stops the window)."""
+    """Part ``profile``: a :func:`measure_step` row per model and width of ``eq5.profile_models`` (the handout's
+    models random in ``eq5.dtype``, the CPU pair its own); a failure is printed and skipped (only a diagnostic)."""
     from helpers.experiments.common import check_budget, took
     from helpers.models import PAIR_PREFIX, load_model
     from helpers.results import free_memory, run_metadata
@@ -198,9 +183,8 @@ def measure_profiles(p: dict, store, eq5: dict, fatal: tuple = ()) -> None:
 
 
 def row_families(row: dict) -> dict:
-    """A row's time and count per family under the current :data:`FAMILIES`. A row of an older rule is corrected
-    from its ``top_kernels`` (each moved from the family the old rule gave it): kernels outside that list keep the
-    old family, so a corrected matmul time can still be short of the truth (the correction only ever adds to it)."""
+    """A row's time and count per family under the current :data:`FAMILIES`; an older rule's row corrected from its
+    ``top_kernels`` only (the others keep the old family: a corrected matmul time is a lower bound)."""
     families = {key: dict(value) for key, value in row.get("families", {}).items()}
     if row.get("families_rule", 1) >= FAMILIES_RULE:
         return families
@@ -215,9 +199,8 @@ def row_families(row: dict) -> dict:
 
 
 def step_table(rows: list[dict]) -> pd.DataFrame:
-    """One line per profiled (model, width): kernels (and per layer), a replay's wall time, the kernels' summed time
-    (busy), the idle share of their span, the matrix products' time, and the HBM floor (the weight bytes a step
-    reads over the datasheet bandwidth; the same at every width: a step reads each weight once)."""
+    """One line per profiled (model, width): kernels (and per layer), wall and busy ms, the idle share, the matrix
+    products' ms and kernels, and the HBM floor (the weights a step reads once at any width, over the bandwidth)."""
     from helpers.gpu_specs import memory_bandwidth
 
     lines = []
@@ -236,19 +219,17 @@ def step_table(rows: list[dict]) -> pd.DataFrame:
 
 
 def gap_split(row) -> dict:
-    """Where a profiled step's time above its HBM floor goes (ms; a line of :func:`step_table`): matrix products
-    beyond the floor (``matmul_excess``: GEMVs below bandwidth), the other kernels' summed time, and the gaps (wall
-    minus busy: launches and idle inside the graph). The three add up to wall minus floor; ``matmul_bandwidth``: the
-    floor as a share of the matrix products' time."""
+    """A :func:`step_table` line's time above its HBM floor in three parts adding up to it (ms): the matrix products
+    beyond the floor (GEMVs below bandwidth), the other kernels, the gaps (wall minus busy); and the floor as a share
+    of the matrix products' time (``matmul_bandwidth``)."""
     floor, matmul, busy, wall = row["HBM floor ms"], row["matmul ms"], row["busy ms"], row["wall ms"]
     return {"matmul_excess": matmul - floor, "other_kernels": busy - matmul, "gaps": wall - busy,
             "matmul_bandwidth": floor / matmul if matmul > 0 else float("nan")}
 
 
 def width_jump(table: pd.DataFrame) -> dict | None:
-    """The largest rise of the matrix products' time between two consecutive profiled widths of one model: model,
-    widths, times, their ratio and whether the wider step's top-listed matrix-product kernels include one the
-    narrower step's do not (None with fewer than two widths of any model)."""
+    """The largest rise of the matrix products' time between consecutive widths of one model, and whether the wider
+    step lists a matrix-product kernel the narrower does not (None without two widths of a model)."""
     best = None
     for model, lines in table.groupby("model") if len(table) else []:
         lines = lines.sort_values("width")
@@ -262,9 +243,8 @@ def width_jump(table: pd.DataFrame) -> dict | None:
 
 
 def report_numbers(rows: list[dict]) -> dict:
-    """The report's sentences on the profile rows' :func:`step_table`: the width-1 step with the largest HBM floor
-    split by :func:`gap_split` (``gpu_step_*``, its largest part in words), :func:`width_jump` (``gpu_jump_*``), and
-    whether any row's families were corrected from its top kernels (:func:`row_families`)."""
+    """The report's numbers on the profile rows: :func:`gap_split` of the width-1 step with the largest HBM floor
+    (``gpu_step_*``), :func:`width_jump` (``gpu_jump_*``) and whether a row's families were corrected."""
     table, numbers = step_table(rows), {}
     single = table[(table["width"] == 1) & table["HBM floor ms"].notna()] if len(table) else table
     if len(single):
@@ -285,8 +265,8 @@ def report_numbers(rows: list[dict]) -> dict:
 
 
 def diagnostic_lines(folder: Path) -> list[str]:
-    """Where the profiled decode steps (width 1) spend their time, a line of labelled numbers per model: wall, kernels
-    (per layer), busy and matrix-product ms, and where there is an HBM floor :func:`gap_split`'s parts over it."""
+    """A line of labelled numbers per profiled width-1 step: wall, kernels, busy and matrix-product ms, and
+    :func:`gap_split` where there is an HBM floor."""
     from helpers.results import latest_ok_rows
 
     table = step_table(latest_ok_rows(Path(folder) / f"{STEP_PROFILE}.jsonl"))
