@@ -47,7 +47,8 @@ def declared_parts() -> dict[str, Part]:
 def step_record(notebook, what, seconds, runtime, batch, context, row) -> dict:
     """One row of the run-info page's table: a notebook's timing of the CPU target's step and its conditions."""
     return {"notebook": notebook, "what": what, "ms": 1e3 * float(seconds), "runtime": runtime, "batch": int(batch),
-            "context": None if context is None else int(context), "threads": row.get("threads"), "run": row.get("run_id")}
+            "context": None if context is None else int(context), "threads": row.get("threads"),
+            "run": row.get("run_id")}
 
 
 def target_steps(rows: dict[str, list[dict]]) -> list[dict]:

@@ -67,7 +67,8 @@ def cost_row(params: dict, store, pair: Pair) -> dict:
     """T_T, T_D, T_V(gamma) on the cached first prompt (stored row, or measured)."""
     from helpers.experiments.specdec_costs import measure_costs
 
-    return store.run(configs(params)["costs"], lambda: measure_costs(  # the tensor only where it measures (no GPU: meta)
+    # the context tensor is built only where it measures (no GPU: meta)
+    return store.run(configs(params)["costs"], lambda: measure_costs(
         pair.target, pair.draft, torch.tensor(pair.prompts[:1], device=params["device"]), params["analysis_gammas"],
         repeats=params["analysis_timing_repeats"]), meta=pair.meta)
 

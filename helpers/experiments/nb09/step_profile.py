@@ -253,7 +253,8 @@ def report_numbers(rows: list[dict]) -> dict:
         numbers.update(gpu_step_model=row["model"].split("/")[-1], gpu_step_wall_ms=float(row["wall ms"]),
                        gpu_step_floor_ms=float(row["HBM floor ms"]), gpu_step_matmul_ms=float(row["matmul ms"]),
                        gpu_step_matmul_bw_pct=100 * split["matmul_bandwidth"],
-                       **{f"gpu_step_{key}_ms": float(split[key]) for key in ("matmul_excess", "other_kernels", "gaps")})
+                       **{f"gpu_step_{key}_ms": float(split[key])
+                          for key in ("matmul_excess", "other_kernels", "gaps")})
         parts = {"matmul_excess": "matrix products below bandwidth", "other_kernels": "the other kernels",
                  "gaps": "the gaps"}
         numbers["gpu_step_largest"] = parts[max(parts, key=lambda key: split[key])]
