@@ -113,8 +113,9 @@ def test_sampled_rounds_follow_the_targets_law():
 def test_cost_table_interpolates_between_measured_batches():
     table = CostTable({(1, 0): 1.0, (4, 0): 4.0, (1, 2): 2.0})
     assert table.cost(2, 0) == pytest.approx(2.0) and table.cost(8, 0) == pytest.approx(8.0)
-    table.observe(4, 0, 9.0)
-    assert table.cost(4, 0) == pytest.approx(0.8 * 4 + 0.2 * 9)
+    table.observe(4, 0, 16.0)  # 4x slower than planned: half the surprise to batch 4, half to its γ = 0 entry
+    assert table.cost(4, 0) == pytest.approx(4.0 * 4 ** 0.2)
+    assert table.batch_factor == {4: pytest.approx(4 ** 0.1)} and table.cost(1, 0) == 1.0
     assert calibration_batches(6) == [1, 2, 4, 6]
 
 

@@ -1,12 +1,13 @@
 """When the decode worker speculates, and how far: γ per request from Eq. 5 over costs the engine measures.
 
 A round over a batch of B rows that drafts up to γ tokens costs C(B, γ) = T_D-part + T_V(B, γ) (``CostTable``:
-measured at start-up over synthetic rows, then updated from every step the engine runs); plain decoding costs
+measured at start-up over synthetic rows, then corrected from every step the engine runs); plain decoding costs
 C(B, 0) = T_T(B). Row b with running acceptance rate α_b and γ_b drafts commits Ω(γ_b, α_b) =
 (1 - α_b^(γ_b+1)) / (1 - α_b) tokens on average (Eq. 4). Eq. 5 batched: the step's γ maximises
 Σ_b Ω(min(γ, cap_b), α_b) / C(B, γ) over γ = 0..γ_max, where cap_b is the row's tokens still due minus one (a draft
 past the end is waste); γ = 0 wins unless speculation beats plain decoding by ``margin``. A request whose running
-α stays below ``stop_below`` after ``min_rounds`` rounds stops speculating (γ_b = 0 from then on).
+α stays below ``stop_below`` after ``min_rounds`` rounds stops speculating (γ_b = 0 from then on); a new request's α
+starts from the rate every request so far accepted (``alpha_prior`` before any), counted as ``prior_weight`` tests.
 
 Policies (``POLICIES``): ``none`` (the engine of notebook 05: no drafter at all), ``fixed`` (every row drafts γ
 every step, capped only at the end of its output) and ``adaptive`` (the rule above).
@@ -34,7 +35,7 @@ class SpecConfig:
     window: int = 64  # the self-draft's recent window (tokens)
     sinks: int = 4  # the self-draft's attention sinks
     ngram: int = 3  # the lookup drafter's longest suffix
-    alpha_prior: float = 0.6  # a new request's α before any round
+    alpha_prior: float = 0.6  # the engine's α before any round
     prior_weight: float = 4.0  # how many acceptance tests the prior counts as
     stop_below: float = 0.25  # running α under which a request stops speculating ...
     min_rounds: int = 6  # ... once it has run this many rounds
@@ -66,20 +67,30 @@ class SpecConfig:
 
 
 class CostTable:
-    """Seconds per decode step by (batch size, γ): measured values, updated by an exponential moving average;
-    batch sizes between measured ones are interpolated linearly, beyond them scaled in proportion."""
+    """Seconds per decode step by (batch size, γ): measured at start-up (batch sizes between measured ones
+    interpolated linearly, beyond them scaled in proportion), then corrected online from every step the engine runs.
+
+    A step that took r times what the table predicted moves half of that surprise (geometrically, by
+    ``smoothing``) into a factor for its batch size, which every γ at that batch shares (the machine got busier, the
+    contexts grew), and half into a factor for its own (batch, γ) entry. The policy only ever runs the γ it chose,
+    so a correction of that entry alone would leave plain decoding's cost as it was at start-up and bias every later
+    comparison; and the entries it does not run relax back towards the start-up measurement, so that a burst of
+    noise on one γ cannot lock the policy out of it for good."""
 
     def __init__(self, seconds: dict[tuple[int, int], float], smoothing: float = 0.2) -> None:
         self.seconds = dict(seconds)
         self.smoothing = smoothing
+        self.batch_factor: dict[int, float] = {}
+        self.entry_factor: dict[tuple[int, int], float] = {}
 
-    def cost(self, batch: int, gamma: int) -> float:
+    def measured(self, batch: int, gamma: int) -> float:
+        """The start-up measurement at ``batch`` (interpolated, or scaled beyond the largest measured batch)."""
         sizes = sorted(b for b, g in self.seconds if g == gamma)
         if not sizes:
             raise KeyError(f"no cost measured for gamma={gamma}")
-        if batch in sizes:
-            return self.seconds[batch, gamma]
         i = bisect.bisect_left(sizes, batch)
+        if i < len(sizes) and sizes[i] == batch:
+            return self.seconds[batch, gamma]
         if i == 0:
             return self.seconds[sizes[0], gamma]
         if i == len(sizes):
@@ -88,10 +99,17 @@ class CostTable:
         w = (batch - low) / (high - low)
         return (1 - w) * self.seconds[low, gamma] + w * self.seconds[high, gamma]
 
+    def cost(self, batch: int, gamma: int) -> float:
+        return (self.measured(batch, gamma) * self.batch_factor.get(batch, 1.0)
+                * self.entry_factor.get((batch, gamma), 1.0))
+
     def observe(self, batch: int, gamma: int, seconds: float) -> None:
-        key = (batch, gamma)
-        old = self.seconds.get(key)
-        self.seconds[key] = seconds if old is None else (1 - self.smoothing) * old + self.smoothing * seconds
+        step = (seconds / self.cost(batch, gamma)) ** (self.smoothing / 2)
+        self.batch_factor[batch] = self.batch_factor.get(batch, 1.0) * step
+        for key, factor in self.entry_factor.items():  # unobserved entries relax back towards the measurement
+            if key[0] == batch and key[1] != gamma:
+                self.entry_factor[key] = factor ** (1 - self.smoothing / 2)
+        self.entry_factor[batch, gamma] = self.entry_factor.get((batch, gamma), 1.0) * step
 
 
 class RunningAlpha:
@@ -120,10 +138,12 @@ class GammaPolicy:
             raise ValueError("the adaptive policy needs measured costs (a CostTable)")
         self.spec, self.costs, self.max_seq_len = spec, costs, max_seq_len
         self.alphas: dict[int, RunningAlpha] = {}
+        self.engine_alpha = RunningAlpha(spec.alpha_prior, spec.prior_weight)  # pooled over every request
+        self.predicted_gain = 1.0
 
     def _alpha(self, request: Request) -> RunningAlpha:
-        if request.id not in self.alphas:
-            self.alphas[request.id] = RunningAlpha(self.spec.alpha_prior, self.spec.prior_weight)
+        if request.id not in self.alphas:  # a new request starts from what every request so far accepted
+            self.alphas[request.id] = RunningAlpha(self.engine_alpha.value, self.spec.prior_weight)
         return self.alphas[request.id]
 
     def stopped(self, request: Request) -> bool:
@@ -138,18 +158,21 @@ class GammaPolicy:
         caps = [0 if self.stopped(r) else cap for r, cap in zip(requests, caps)]
         alphas = [self._alpha(r).value for r in requests]
         batch = len(requests)
-        best, best_rate = 0, batch / self.costs.cost(batch, 0) * (1 + self.spec.margin)
+        plain = batch / self.costs.cost(batch, 0)
+        best, best_rate = 0, plain * (1 + self.spec.margin)
         for gamma in range(1, max(caps, default=0) + 1):
             tokens = sum(float(expected_tokens_per_round(min(gamma, cap), a)) for cap, a in zip(caps, alphas))
             rate = tokens / self.costs.cost(batch, gamma)
             if rate > best_rate:
                 best, best_rate = gamma, rate
+        self.predicted_gain = best_rate / plain if best else 1.0  # Eq. 5's speedup of the chosen step
         return [min(best, cap) for cap in caps]
 
     def observe(self, requests: list[Request], info: dict) -> None:
         """Learn from one step: every row's drafts and acceptances, and the step's cost at its batch and γ."""
         for request, drafted, accepted in zip(requests, info["drafted"], info["accepted"]):
             self._alpha(request).add(drafted, accepted)
+            self.engine_alpha.add(drafted, accepted)
         if self.costs is not None:
             self.costs.observe(len(requests), info["gamma"], info["draft_s"] + info["verify_s"])
 

@@ -212,7 +212,8 @@ def _decode_step(decoder: Decoder, memory: PagedKVMemory) -> tuple[list[list[int
     new, info = batch.advance(gammas)
     policy.observe(batch.requests, info)
     return new, {"gamma": info["gamma"], "drafted": sum(info["drafted"]), "accepted": sum(info["accepted"]),
-                 "draft_s": info["draft_s"], "verify_s": info["verify_s"], "peak_blocks": peak}
+                 "draft_s": info["draft_s"], "verify_s": info["verify_s"], "peak_blocks": peak,
+                 "predicted_gain": policy.predicted_gain}
 
 
 def decode_loop(model, cfg: EngineConfig, channel: Channel, clock, decoder: Decoder | None = None) -> dict:
