@@ -86,13 +86,14 @@ class DecodeBatch:
         last = torch.tensor([[r.generated[-1]] for r in self.requests], device=self.cache.device)
         return self.model(last, self.cache, last_only=True)[:, -1].argmax(-1).tolist()
 
-    def remove(self, finished: list[Request]) -> None:
-        """Drop finished rows."""
+    def remove(self, finished: list[Request]) -> list[int]:
+        """Drop finished rows; returns the kept rows' old indices, in order."""
+        gone = {r.id for r in finished}
+        keep = [i for i, r in enumerate(self.requests) if r.id not in gone]
         if finished:
-            gone = {r.id for r in finished}
-            keep = [i for i, r in enumerate(self.requests) if r.id not in gone]
             self.requests = [self.requests[i] for i in keep]
             self.cache.select_rows(keep)
+        return keep
 
 
 def generate_alone(model, prompt: list[int], max_new_tokens: int, eos_token_id: int | None = None) -> list[int]:

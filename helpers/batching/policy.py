@@ -176,9 +176,6 @@ class GammaPolicy:
         if self.costs is not None:
             self.costs.observe(len(requests), info["gamma"], info["draft_s"] + info["verify_s"])
 
-    def forget(self, request: Request) -> None:
-        self.alphas.pop(request.id, None)
-
 
 def calibration_batches(max_batch: int) -> list[int]:
     """Batch sizes the start-up measurement times: powers of two up to ``max_batch``, and ``max_batch``."""

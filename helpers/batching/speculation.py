@@ -69,6 +69,7 @@ class DraftModelDrafter:
         self.model = _engine_model(draft_model)
         self.cache = self.model.new_cache(0, 1)
         self.limit = limit
+        self._fed: int | None = None  # drafts the last proposal fed the draft (None: it proposed nothing since)
 
     def join(self, requests: list[Request]) -> None:
         kvs = []
@@ -96,15 +97,15 @@ class DraftModelDrafter:
                 _ensure_room(self.cache, 1, self.limit)
                 logits = self.model(token, self.cache, last_only=True)[:, -1]
         self._fed = gamma - 1
-        return torch.cat(drafts, dim=1), None if temperature == 0 else torch.stack(dists, dim=1)
+        return torch.cat(drafts, dim=1).tolist(), None if temperature == 0 else torch.stack(dists, dim=1)
 
-    def settle(self, committed_before: list[int], accepted: list[int]) -> None:
-        """Keep the drafted tokens that were accepted (the draft saw the first ``gamma - 1`` of them)."""
-        keep = [n + min(k, self._fed) for n, k in zip(committed_before, accepted)]
-        self.cache.rollback([have - want for have, want in zip(self.cache.lengths, keep)])
-
-    def skip(self) -> None:
-        """A step without drafting: the cache falls behind and catches up at the next round."""
+    def commit(self, committed_before: list[int], accepted: list[int], new: list[list[int]]) -> None:
+        """Keep the drafted tokens that were accepted (the draft saw the first ``gamma - 1`` of them); after a step
+        without drafting the cache stays behind and catches up at the next round."""
+        if self._fed is not None:
+            keep = [n + min(k, self._fed) for n, k in zip(committed_before, accepted)]
+            self.cache.rollback([have - want for have, want in zip(self.cache.lengths, keep)])
+            self._fed = None
 
 
 class SelfDrafter:
@@ -120,9 +121,7 @@ class SelfDrafter:
 
     def leave(self, keep: list[int]) -> None: ...
 
-    def skip(self) -> None: ...
-
-    def settle(self, committed_before: list[int], accepted: list[int]) -> None: ...
+    def commit(self, committed_before: list[int], accepted: list[int], new: list[list[int]]) -> None: ...
 
     def propose(self, batch: "SpecDecodeBatch", gammas: list[int], temperature: float, generator):
         gamma = max(gammas)
@@ -135,7 +134,7 @@ class SelfDrafter:
             drafts.append(token)
             dists.append(dist)
         batch.cache.rollback(gamma)
-        return torch.cat(drafts, dim=1), None if temperature == 0 else torch.stack(dists, dim=1)
+        return torch.cat(drafts, dim=1).tolist(), None if temperature == 0 else torch.stack(dists, dim=1)
 
 
 class LookupDrafter:
@@ -154,16 +153,13 @@ class LookupDrafter:
     def leave(self, keep: list[int]) -> None:
         self.indexes = [self.indexes[i] for i in keep]
 
-    def skip(self) -> None: ...
-
-    def settle(self, committed_before: list[int], accepted: list[int]) -> None: ...
-
-    def observe(self, new_tokens: list[list[int]]) -> None:
-        for index, tokens in zip(self.indexes, new_tokens):
+    def commit(self, committed_before: list[int], accepted: list[int], new: list[list[int]]) -> None:
+        for index, tokens in zip(self.indexes, new):
             index.add(tokens)
 
-    def propose_lists(self, gammas: list[int]) -> list[list[int]]:
-        return [index.propose(g) if g else [] for index, g in zip(self.indexes, gammas)]
+    def propose(self, batch: "SpecDecodeBatch", gammas: list[int], temperature: float, generator):
+        """Up to ``gammas[b]`` tokens per row; a proposal is a point mass (the distributions are built at verify)."""
+        return [index.propose(g) if g else [] for index, g in zip(self.indexes, gammas)], None
 
 
 DRAFTERS = ("draft", "self", "lookup")
@@ -182,12 +178,11 @@ class SpecDecodeBatch(DecodeBatch):
             super().add(requests, kvs)
             self.drafter.join(requests)
 
-    def remove(self, finished: list[Request]) -> None:
+    def remove(self, finished: list[Request]) -> list[int]:
+        keep = super().remove(finished)
         if finished:
-            gone = {r.id for r in finished}
-            keep = [i for i, r in enumerate(self.requests) if r.id not in gone]
-            super().remove(finished)
             self.drafter.leave(keep)
+        return keep
 
     def pending(self) -> torch.Tensor:
         return torch.tensor([[r.generated[-1]] for r in self.requests], device=self.cache.device)
@@ -202,16 +197,15 @@ class SpecDecodeBatch(DecodeBatch):
         drafted = [len(d) for d in drafts]
         sync(self.cache.device)
         drafted_at = time.perf_counter()
+        committed_before = [len(r.input_tokens) + len(r.generated) for r in self.requests]
         if max(drafted, default=0) == 0:
-            self.drafter.skip()
             tokens, _ = sample(self.model(self.pending(), self._room(1), last_only=True)[:, -1], self.temperature,
                                self.generator)
             new = [[t] for t in tokens[:, 0].tolist()]
             accepted = [0] * len(new)
         else:
             new, accepted = self._verify(drafts, dists, drafted)
-        if isinstance(self.drafter, LookupDrafter):
-            self.drafter.observe(new)
+        self.drafter.commit(committed_before, accepted, new)
         return new, {"draft_s": drafted_at - start, "verify_s": time.perf_counter() - drafted_at,
                      "gamma": max(drafted, default=0), "drafted": drafted, "accepted": accepted}
 
@@ -222,14 +216,10 @@ class SpecDecodeBatch(DecodeBatch):
     def _drafts(self, gammas: list[int]) -> tuple[list[list[int]], torch.Tensor | None]:
         if max(gammas, default=0) == 0:
             return [[] for _ in gammas], None
-        if isinstance(self.drafter, LookupDrafter):
-            return self.drafter.propose_lists(gammas), None
-        tokens, dists = self.drafter.propose(self, gammas, self.temperature, self.generator)
-        host = tokens.tolist()
-        return [row[:g] for row, g in zip(host, gammas)], dists
+        proposals, dists = self.drafter.propose(self, gammas, self.temperature, self.generator)
+        return [row[:g] for row, g in zip(proposals, gammas)], dists
 
     def _verify(self, drafts: list[list[int]], dists, drafted: list[int]) -> tuple[list[list[int]], list[int]]:
-        committed_before = [len(r.input_tokens) + len(r.generated) for r in self.requests]
         rows = [[r.generated[-1]] + d for r, d in zip(self.requests, drafts)]
         logits = extend_ragged(self.model, self.cache, rows)  # the one verify forward, (B, 1 + γ, V)
         if dists is None and self.temperature > 0:  # lookup: a proposal is a point mass
@@ -248,7 +238,6 @@ class SpecDecodeBatch(DecodeBatch):
                                       self.temperature, self.generator)
         host_k, host_next = k.tolist(), nxt.tolist()  # the round's one host sync
         self.cache.rollback([g - n for g, n in zip(drafted, host_k)])
-        self.drafter.settle(committed_before, host_k)
         return [d[:n] + [t] for d, n, t in zip(drafts, host_k, host_next)], host_k
 
 
