@@ -57,7 +57,7 @@ from helpers.budget import Budget, BudgetStore
 from helpers.experiments.common import BudgetExhausted
 
 # the window's priority order over the parts the notebook packages declare (helpers.experiments.packages)
-PARTS = ("01", "decode", "eq5", "peers", "06", "graphs", "profile", "02", "03", "12", "07", "09", "13", "10", "11")
+PARTS = ("01", "decode", "eq5", "peers", "06", "graphs", "profile", "02", "03", "12", "07", "09", "13", "10", "11", "14")
 PART_START_S = 20.0  # what a part's first step is assumed to take (a model load and one configuration)
 MAX_FILES = 8
 MAX_FILE_BYTES = 16 * 2**20

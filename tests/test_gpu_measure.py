@@ -209,7 +209,7 @@ def test_results_only_builds_models_on_meta_for_a_gpu_profile(monkeypatch):
 @pytest.mark.parametrize("name", ["01_gpu_memory_math", "06_forward_pass_scaling", "07_speculative_decoding",
                                   "09_speedup_analysis", "10_tree_and_lookup_decoding",
                                   "11_long_context_self_speculation", "12_draft_design",
-                                  "13_drafting_from_the_target"])
+                                  "13_drafting_from_the_target", "14_speculative_serving"])
 # (02's findings need more than the dry run's few points)
 def test_notebook_renders_gpu_rows_on_a_machine_without_gpu(dry, monkeypatch, tmp_path, name):
     """A GPU profile (device 'cuda') rendered here, with no GPU: models on meta, every number from the rows."""

@@ -16,12 +16,12 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 GPU = yaml.safe_load((ROOT / "params" / "gpu.yaml").read_text(encoding="utf-8"))
 
 # the params/gpu.yaml keys naming the Hub models each notebook loads (pretrained weights; the rest load none:
-# 01 uses miniatures with random weights, 08 reads 07's rows, 12 and 13 the shipped CPU pair and random weights)
+# 01 uses miniatures with random weights, 08 reads 07's rows, 12-14 the shipped CPU pair and random weights)
 NOTEBOOK_MODEL_KEYS = {
     "01": [], "02": ["gen_models"], "03": ["kvb_baseline_model", "kvb_small_model", "kvb_old_model"],
     "04": ["impl_model"], "05": ["batching_model"], "06": ["fp_model", "fp_verify_model"], "07": ["sd_pairs"],
     "08": [], "09": ["analysis_target", "analysis_draft"], "10": ["tree_target", "tree_draft"],
-    "11": ["selfspec_model"], "12": [], "13": [],
+    "11": ["selfspec_model"], "12": [], "13": [], "14": [],
 }
 
 
@@ -108,5 +108,5 @@ def test_explorers_are_introduced_with_the_disconnected_mark_and_measured_run_al
 
 def test_notebook_counts():
     notebooks = len(list((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")))
-    assert notebooks == 13
-    assert not re.search(r"\ball twelve\b|\btwelve notebooks\b", README, flags=re.I)
+    assert notebooks == 14
+    assert not re.search(r"\ball (twelve|thirteen)\b|\b(twelve|thirteen) notebooks\b", README, flags=re.I)

@@ -72,7 +72,7 @@ def test_rows_record_the_run(monkeypatch):
     assert run_metadata(model_id="m", weights="none", dtype="float32", device="cpu", seed=0)["run_id"] == "cpu-test"
 
 
-OWN_RUN = {"13": "added after the others",
+OWN_RUN = {"13": "added after the others", "14": "added after the others",
            "09": "measured again whole once its batched costs were timed on the runtime its batched decoders run on"}
 
 
