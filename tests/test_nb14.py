@@ -12,6 +12,7 @@ from committed_rows import cpu_params, measure_committed
 from tiny_models import perturbed_copy, tiny_qwen3
 
 from helpers.experiments import nb14
+from helpers.specdec.analysis import predicted_speedup
 from helpers.experiments.nb14.study import closed_batch, drafter_factory, poisson_arrivals, speculation_config
 
 
@@ -51,7 +52,7 @@ def test_summary_pairs_repeats_and_finds_the_crossovers():
                        (32.0, "none"): 400.0, (32.0, "fixed"): 360.0, (32.0, "adaptive"): 396.0})
     batch = pd.DataFrame({"batch": [1, 2, 4, 8], "speedup": [1.9, 1.5, 1.1, 0.9], "eq5_speedup": [1.8, 1.4, 0.95, 0.8],
                           "verify_ratio": [1.2, 1.4, 1.7, 2.2], "draft_ratio": [0.2] * 4, "alpha": [0.7] * 4,
-                          "identical": [True] * 4})
+                          "identical": [True] * 4, "gamma": [4] * 4})
     long = pd.DataFrame([{"context": 4096, "requests": 16, "policy": p, "repeat": r, "decode_tok_s": v,
                           "goodput_tok_s": v / 2, "mean_rows": 16.0, "alpha": 0.8, "lossless": True}
                          for r in (0, 1) for p, v in (("none", 100.0), ("fixed", 130.0))])
@@ -65,6 +66,7 @@ def test_summary_pairs_repeats_and_finds_the_crossovers():
     assert n["backs_off"] == 1 and n["lossless"] == 1
     assert (n["crossover_measured"], n["crossover_eq5"]) == (8, 4)
     assert n["long_context_ratio"] == pytest.approx(1.3) and n["long_batch"] == 16
+    assert n["low_alpha"] == 0.7 and n["low_eq5"] == pytest.approx(float(predicted_speedup(4, 0.7, 0.2, 1.2)))
     assert nb14.summary({"batch": batch.assign(speedup=2.0), "load": load, "long": long.iloc[:0]}
                         )["numbers"]["crossover_measured"] == 0  # none below 1 in the sweep
 
@@ -95,11 +97,20 @@ def test_closed_batch_is_lossless_and_measures_the_terms():
     assert 0 <= row["alpha"] <= 1 and row["T_T_s"] > 0 and row["verify_ratio"] > 0 and row["eq5_speedup"] > 0
 
 
-def test_serving_benchmark_prints_its_figures(capsys):
+def test_serving_benchmark_prints_its_figures(capsys, monkeypatch, params):
+    """Its table and JSON from the committed rows (the measurement is notebook 14's, tested above and in the
+    rehearsal); the threads asked for reach the parameters."""
     from helpers import bench
 
-    figures = bench.main(["serving", "--requests", "2", "--new-tokens", "4", "--loads", "32", "--repeats", "1",
-                          "--batch-sizes", "1", "--long-requests", "0"])
+    seen, rows = {}, measure_committed(nb14, params, progress=False)
+
+    def committed(asked, store, progress):
+        seen.update(asked)
+        return rows
+
+    monkeypatch.setattr(nb14, "measure", committed)
+    figures = bench.main(["serving", "--threads", "1"])
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert last == json.loads(json.dumps(figures))
-    assert {"low_load_ratio", "min_ratio", "lossless", "threads"} <= set(last) and last["lossless"] is True
+    assert {"low_load_ratio", "min_ratio", "long_context_ratio", "lossless", "threads"} <= set(last)
+    assert last["lossless"] is True and last["threads"] == seen["serving_threads"] == 1

@@ -21,6 +21,7 @@ from helpers.experiments.packages import notebook_part
 from helpers.models import load_model
 from helpers.prompts import long_heldout_prompts
 from helpers.results import results_only, run_metadata
+from helpers.specdec.analysis import predicted_speedup
 
 RESULTS = "14_speculative_serving"
 PARAMETERS = ("device", "serving_target", "serving_draft", "serving_drafter", "serving_dtype", "serving_gamma",
@@ -226,14 +227,7 @@ def summary(frames: dict) -> dict:
     Eq. 5's), the policy against no speculation and fixed γ at every load (ratios with the repeats' spread as the
     noise), the long-context regime, and ``lossless`` over every run; flags are 0/1 (the report's ``\\ifnum``).
     The benchmark's JSON keys are among them."""
-    batch, table = frames["batch"].sort_values("batch"), load_table(frames["load"])
-    by = {p: table[table.policy == p].set_index("load") for p in POLICIES}
-    loads = sorted(table.load.unique())
-    low, high = loads[0], loads[-1]
-    adaptive, fixed, none = by["adaptive"], by["fixed"], by["none"]
-    best_other = pd.concat([fixed.goodput_tok_s, none.goodput_tok_s], axis=1).max(axis=1)
-    vs_best = adaptive.goodput_tok_s / best_other
-    noise = pd.concat([by[p].goodput_spread for p in POLICIES], axis=1).max(axis=1)  # widest repeat spread per load
+    batch = frames["batch"].sort_values("batch")
     numbers = {
         "batch_sizes": len(batch), "batch_first": int(batch.batch.iloc[0]), "batch_last": int(batch.batch.iloc[-1]),
         "batch_speedup_first": batch.speedup.iloc[0], "batch_speedup_last": batch.speedup.iloc[-1],
@@ -242,6 +236,34 @@ def summary(frames: dict) -> dict:
         "batch_alpha_min": batch.alpha.min(), "batch_alpha_max": batch.alpha.max(),
         "crossover_measured": _first_below_one(batch, "speedup"), "crossover_eq5": _first_below_one(batch, "eq5_speedup"),
         "eq5_max_error_pct": 100 * (batch.eq5_speedup / batch.speedup - 1).abs().max(),
+        "lossless": int(batch.identical.all())}
+    table = load_table(frames["load"]) if len(frames["load"]) else pd.DataFrame()
+    if len(table):
+        numbers.update(_load_numbers(table, batch))
+    long = frames["long"]
+    if len(long):
+        pairs = long.pivot(index="repeat", columns="policy")
+        decode = pairs.decode_tok_s.fixed / pairs.decode_tok_s.none
+        goodput = pairs.goodput_tok_s.fixed / pairs.goodput_tok_s.none
+        numbers.update({"long_context": int(long.context.iloc[0]), "long_batch": int(long.requests.iloc[0]),
+                        "long_context_ratio": float(decode.median()), "long_ratio_spread": _spread(decode),
+                        "long_goodput_ratio": float(goodput.median()),
+                        "long_mean_rows": float(long[long.policy == "none"].mean_rows.median()),
+                        "long_alpha": float(long[long.policy == "fixed"].alpha.median()),
+                        "lossless": int(numbers["lossless"] and long.lossless.all())})
+    return {"table": table, "numbers": numbers}
+
+
+def _load_numbers(table: pd.DataFrame, batch: pd.DataFrame) -> dict:
+    """The load sweep's numbers and flags (:func:`summary`)."""
+    by = {p: table[table.policy == p].set_index("load") for p in POLICIES}
+    loads = sorted(table.load.unique())
+    low, high = loads[0], loads[-1]
+    adaptive, fixed, none = by["adaptive"], by["fixed"], by["none"]
+    best_other = pd.concat([fixed.goodput_tok_s, none.goodput_tok_s], axis=1).max(axis=1)
+    vs_best = adaptive.goodput_tok_s / best_other
+    noise = pd.concat([by[p].goodput_spread for p in POLICIES], axis=1).max(axis=1)  # widest repeat spread per load
+    numbers = {
         "low_load": low, "high_load": high, "loads": len(loads),
         "low_mean_rows": none.mean_rows[low], "high_mean_rows": none.mean_rows[high],
         "low_load_ratio": adaptive.goodput_ratio[low], "low_fixed_ratio": fixed.goodput_ratio[low],
@@ -257,18 +279,29 @@ def summary(frames: dict) -> dict:
                           < adaptive.drafting_steps[low] * adaptive.mean_gamma[low]),
         "lossless": int(table.lossless.all() and batch.identical.all()),
     }
-    long = frames["long"]
-    if len(long):
-        pairs = long.pivot(index="repeat", columns="policy")
-        decode = pairs.decode_tok_s.fixed / pairs.decode_tok_s.none
-        goodput = pairs.goodput_tok_s.fixed / pairs.goodput_tok_s.none
-        numbers.update({"long_context": int(long.context.iloc[0]), "long_batch": int(long.requests.iloc[0]),
-                        "long_context_ratio": float(decode.median()), "long_ratio_spread": _spread(decode),
-                        "long_goodput_ratio": float(goodput.median()),
-                        "long_mean_rows": float(long[long.policy == "none"].mean_rows.median()),
-                        "long_alpha": float(long[long.policy == "fixed"].alpha.median()),
-                        "lossless": int(numbers["lossless"] and long.lossless.all())})
-    return {"table": table, "numbers": numbers}
+    # Eq. 5 at the lowest load: the engine's α there (the whole prompt mix's) with the closed batch's terms at its
+    # smallest batch (whose α is its first prompts' only)
+    first = batch.iloc[0]
+    numbers.update(low_alpha=fixed.alpha[low], low_eq5=float(predicted_speedup(
+        int(first.gamma), min(fixed.alpha[low], 0.999), first.draft_ratio, first.verify_ratio)))
+    return numbers
 
 
 GPU_PARTS = (notebook_part("14", (RESULTS,), measure),)  # the CPU pair's engine on the GPU (packages.Part)
+
+
+def serving_table(table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`load_table` as the report prints it: times in ms, short column names."""
+    shown = table.assign(tpot_ms=1e3 * table.tpot_p50_s, tpot_p99_ms=1e3 * table.tpot_p99_s,
+                         ttft_ms=1e3 * table.ttft_p50_s, ttft_p99_ms=1e3 * table.ttft_p99_s)
+    columns = {"load": "load", "policy": "policy", "mean_rows": "batch", "goodput_tok_s": "goodput",
+               "goodput_ratio": "vs none", "tpot_ms": "TPOT p50", "tpot_p99_ms": "TPOT p99", "ttft_ms": "TTFT p50",
+               "ttft_p99_ms": "TTFT p99", "drafting_steps": "drafting", "mean_gamma": "gamma"}
+    return shown[list(columns)].rename(columns=columns)
+
+
+def closed_table(batch: pd.DataFrame) -> pd.DataFrame:
+    """The closed-batch rows as the report prints them."""
+    columns = {"batch": "B", "speedup": "speedup", "eq5_speedup": "Eq. 5", "alpha": "alpha", "draft_ratio": "c",
+               "verify_ratio": "T_V/T_T", "T_T_ms": "T_T (ms)"}
+    return batch.sort_values("batch").assign(T_T_ms=1e3 * batch.T_T_s)[list(columns)].rename(columns=columns)

@@ -10,9 +10,10 @@ goodput over no speculation at the lowest load), ``min_ratio`` (the policy's low
 from __future__ import annotations
 
 import torch
+import yaml
 
+from helpers import paths
 from helpers.experiments import nb14
-from helpers.run_all import load_params
 
 
 class MemoryStore:
@@ -39,7 +40,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> dict:
-    params = {k: v for k, v in load_params("cpu").items() if k in nb14.PARAMETERS}
+    cpu = yaml.safe_load((paths.PARAMS_DIR / "cpu.yaml").read_text(encoding="utf-8"))
+    params = {k: v for k, v in cpu.items() if k in nb14.PARAMETERS}
     overrides = {"serving_loads": args.loads, "serving_requests": args.requests,
                  "serving_new_tokens": args.new_tokens, "serving_repeats": args.repeats,
                  "serving_batch_sizes": args.batch_sizes, "serving_long_requests": args.long_requests,
