@@ -99,6 +99,14 @@ def bootstrap_ratio_interval(numerators, denominators, *, level: float = 0.95, r
     return float(low), float(high)
 
 
+def range_spread(values) -> float:
+    """(max - min) / median of repeated measurements: how far apart the repeats were (0 for one, nan for none)."""
+    values = [float(v) for v in values]
+    if not values:
+        return float("nan")
+    return (max(values) - min(values)) / float(np.median(values))
+
+
 def tied_with_best(values, tolerance: float) -> list[bool]:
     """For each value (a speedup), whether it lies within ``tolerance`` (relative) of the largest: a tie."""
     values = np.asarray(values, dtype=float)

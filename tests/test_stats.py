@@ -66,3 +66,10 @@ def test_repeated_ngram_share_flags_loops_not_text():
     assert stats.repeated_ngram_share(list(range(30)), n=4) == 0.0
     assert stats.repeated_ngram_share([1, 2, 3], n=4) == 0.0
     assert stats.repeated_ngram_share([1, 2, 3, 1, 2, 3, 1, 2, 3], n=3) == 4 / 7
+
+
+def test_range_spread_is_the_range_over_the_median():
+    from helpers.stats import range_spread
+
+    assert range_spread([1.0, 2.0, 4.0]) == 1.5 and range_spread([3.0]) == 0.0
+    assert range_spread([]) != range_spread([])  # nan: no repeats to judge by

@@ -12,7 +12,7 @@ import torch
 
 from helpers.specdec.analysis import predicted_speedup
 from helpers.specdec.selfspec import Prefilled, batched_decode, prefill, self_speculative_generate
-from helpers.stats import wilson_interval
+from helpers.stats import range_spread, wilson_interval
 
 
 def byte_terms(model, context: int, batch: int) -> dict:
@@ -24,11 +24,6 @@ def byte_terms(model, context: int, batch: int) -> dict:
     kv = kv_per_token * context * batch
     return {"weight_bytes": weights, "kv_bytes_per_token": kv_per_token, "kv_bytes": kv,
             "kv_weight_ratio": kv / weights}
-
-
-def _spread(values: list[float]) -> float:
-    """(max - min) / median: how far apart the repeats were."""
-    return (max(values) - min(values)) / statistics.median(values) if values else float("nan")
 
 
 def compare_at(state: Prefilled, *, max_new_tokens: int, gamma: int, window: int, sinks: int, repeats: int = 3,
@@ -68,8 +63,8 @@ def compare_at(state: Prefilled, *, max_new_tokens: int, gamma: int, window: int
         low, high = wilson_interval(sum(counts), sum(counts) + sum(n < gamma for n in counts))
         rows.append({
             "window": w, "sinks": sinks, "gamma": gamma, "new_tokens": max_new_tokens, "repeats": repeats,
-            "speedup": statistics.median(ratios), "speedup_spread": _spread(ratios),
-            "full_batch_speedup": statistics.median(full_ratios), "full_batch_spread": _spread(full_ratios),
+            "speedup": statistics.median(ratios), "speedup_spread": range_spread(ratios),
+            "full_batch_speedup": statistics.median(full_ratios), "full_batch_spread": range_spread(full_ratios),
             "full_batch_rounds": full, "ar_decode_s": statistics.median(a.stats.decode_s for a in ar),
             "selfspec_decode_s": med("decode_s"), "ar_step_s": statistics.median(a.stats.target_step_s for a in ar),
             "identical": all(s.tokens == ar[0].tokens for s in spec) and all(a.tokens == ar[0].tokens for a in ar),

@@ -22,6 +22,7 @@ from helpers.models import load_model
 from helpers.prompts import long_heldout_prompts
 from helpers.results import results_only, run_metadata
 from helpers.specdec.analysis import predicted_speedup
+from helpers.stats import range_spread
 
 RESULTS = "14_speculative_serving"
 PARAMETERS = ("device", "serving_target", "serving_draft", "serving_drafter", "serving_dtype", "serving_gamma",
@@ -192,11 +193,6 @@ METRICS = ("goodput_tok_s", "decode_tok_s", "tpot_p50_s", "tpot_p99_s", "ttft_p5
            "drafting_steps", "mean_gamma", "alpha")
 
 
-def _spread(values) -> float:
-    values = list(values)
-    return (max(values) - min(values)) / statistics.median(values) if len(values) > 1 else 0.0
-
-
 def load_table(load: pd.DataFrame) -> pd.DataFrame:
     """One row per (load, policy): the medians over repeats of :data:`METRICS`, and the goodput and p50 TPOT over
     no speculation's in the same repeat (the runs were interleaved: each repeat's pair saw the same machine) as the
@@ -208,8 +204,8 @@ def load_table(load: pd.DataFrame) -> pd.DataFrame:
         goodput = runs.goodput_tok_s.values / base.goodput_tok_s.values
         tpot = runs.tpot_p50_s.values / base.tpot_p50_s.values
         rows.append({"load": level, "policy": policy, **{m: runs[m].median() for m in METRICS},
-                     "goodput_ratio": statistics.median(goodput), "goodput_ratio_spread": _spread(goodput),
-                     "goodput_spread": _spread(runs.goodput_tok_s), "tpot_ratio": statistics.median(tpot),
+                     "goodput_ratio": statistics.median(goodput), "goodput_ratio_spread": range_spread(goodput),
+                     "goodput_spread": range_spread(runs.goodput_tok_s), "tpot_ratio": statistics.median(tpot),
                      "lossless": bool(runs.lossless.all())})
     order = {p: i for i, p in enumerate(POLICIES)}
     return pd.DataFrame(rows).sort_values(["load", "policy"], key=lambda c: c.map(order) if c.name == "policy" else c,
@@ -235,8 +231,7 @@ def summary(frames: dict) -> dict:
         "batch_c_min": batch.draft_ratio.min(), "batch_c_max": batch.draft_ratio.max(),
         "batch_alpha_min": batch.alpha.min(), "batch_alpha_max": batch.alpha.max(),
         "crossover_measured": _first_below_one(batch, "speedup"), "crossover_eq5": _first_below_one(batch, "eq5_speedup"),
-        "eq5_max_error_pct": 100 * (batch.eq5_speedup / batch.speedup - 1).abs().max(),
-        "lossless": int(batch.identical.all())}
+        "eq5_max_error_pct": 100 * (batch.eq5_speedup / batch.speedup - 1).abs().max()}
     table = load_table(frames["load"]) if len(frames["load"]) else pd.DataFrame()
     if len(table):
         numbers.update(_load_numbers(table, batch))
@@ -246,11 +241,12 @@ def summary(frames: dict) -> dict:
         decode = pairs.decode_tok_s.fixed / pairs.decode_tok_s.none
         goodput = pairs.goodput_tok_s.fixed / pairs.goodput_tok_s.none
         numbers.update({"long_context": int(long.context.iloc[0]), "long_batch": int(long.requests.iloc[0]),
-                        "long_context_ratio": float(decode.median()), "long_ratio_spread": _spread(decode),
+                        "long_context_ratio": float(decode.median()), "long_ratio_spread": range_spread(decode),
                         "long_goodput_ratio": float(goodput.median()),
                         "long_mean_rows": float(long[long.policy == "none"].mean_rows.median()),
-                        "long_alpha": float(long[long.policy == "fixed"].alpha.median()),
-                        "lossless": int(numbers["lossless"] and long.lossless.all())})
+                        "long_alpha": float(long[long.policy == "fixed"].alpha.median())})
+    numbers["lossless"] = int(batch.identical.all() and all(frame.lossless.all() for frame in (table, long)
+                                                             if len(frame)))
     return {"table": table, "numbers": numbers}
 
 
@@ -277,7 +273,6 @@ def _load_numbers(table: pd.DataFrame, batch: pd.DataFrame) -> dict:
         "high_gamma": adaptive.mean_gamma[high], "low_gamma": adaptive.mean_gamma[low],
         "backs_off": int(adaptive.drafting_steps[high] * adaptive.mean_gamma[high]
                           < adaptive.drafting_steps[low] * adaptive.mean_gamma[low]),
-        "lossless": int(table.lossless.all() and batch.identical.all()),
     }
     # Eq. 5 at the lowest load: the engine's α there (the whole prompt mix's) with the closed batch's terms at its
     # smallest batch (whose α is its first prompts' only)
