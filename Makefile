@@ -25,8 +25,10 @@ run: $(STAMP)
 report: $(STAMP)
 	$(BIN)/python -m helpers.run_all --profile $(PROFILE) --report-only
 
+# On up to four workers (pytest-xdist; one per core): a test file stays on one worker, the notebooks and the report
+# build share one (conftest.py). A failing test's output is as without workers; -n0 runs everything in this process.
 test: $(STAMP)
-	$(BIN)/python -m pytest tests notebooks --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
+	$(BIN)/python -m pytest -n auto --maxprocesses=4 tests notebooks --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
 
 # The GPU student's run (every notebook under params/gpu.yaml, the GPU report) rehearsed on this CPU in a few minutes:
 # each Hub id resolves to a small random checkpoint of its architecture, sizes shrink (params/rehearse.yaml), all

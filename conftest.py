@@ -8,10 +8,13 @@ The temporary root starts with a copy of the committed results/: the notebook te
 sweep, which would double the test time. The measuring code is covered by the unit tests. To measure every
 notebook afresh under test, as a clean checkout without results/ would: ``WORKBOOK_TEST_MEASURE=1 make test``.
 """
+import importlib.util
 import os
 import shutil
 import tempfile
 from pathlib import Path
+
+import pytest
 
 if "WORKBOOK_OUTPUT_ROOT" not in os.environ:
     root = Path(tempfile.mkdtemp(prefix="workbook-test-"))
@@ -31,3 +34,27 @@ try:  # nbval's kernels over local IPC sockets, as helpers.run_all's (no "runnin
     nbval.kernel.KernelManager = kernel_manager_class(blocking=True)
 except ImportError:  # nbval is pinned; without it there are no notebook items to start kernels for
     pass
+
+
+# Run on one pytest-xdist worker, in collection order: the notebooks (nbval, cell after cell), the tests that render
+# them in JupyterLab into the same output root, then the report build over what they all wrote.
+NOTEBOOK_WORKER = ("notebooks/", "tests/test_browser.py", "tests/test_notebooks.py::test_report_compiles_from_this_run")
+
+
+def pytest_collection_modifyitems(config, items):
+    """``@pytest.mark.after_notebooks`` moves a test behind everything else (the notebooks are collected last)."""
+    items.sort(key=lambda item: item.get_closest_marker("after_notebooks") is not None)  # stable
+
+
+if importlib.util.find_spec("xdist") is not None:
+    def pytest_xdist_make_scheduler(config, log):
+        """``make test`` runs on several workers: each test file stays on one worker (its module fixtures are built
+        once), and ``NOTEBOOK_WORKER`` shares one. (pytest-xdist's own ``--dist loadgroup`` renames node ids, which
+        pytest 9 no longer allows.)"""
+        from xdist.scheduler import LoadScopeScheduling
+
+        class Scheduling(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return "notebooks" if nodeid.startswith(NOTEBOOK_WORKER) else nodeid.split("::", 1)[0]
+
+        return Scheduling(config, log)
