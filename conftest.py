@@ -39,22 +39,33 @@ except ImportError:  # nbval is pinned; without it there are no notebook items t
 # Run on one pytest-xdist worker, in collection order: the notebooks (nbval, cell after cell), the tests that render
 # them in JupyterLab into the same output root, then the report build over what they all wrote.
 NOTEBOOK_WORKER = ("notebooks/", "tests/test_browser.py", "tests/test_notebooks.py::test_report_compiles_from_this_run")
+# The longest test files after those (minutes each), started next so that no worker is left with one at the end.
+LONGEST = ("tests/test_rehearse.py", "tests/test_gpu_measure.py")
+
+
+def _start_rank(nodeid: str) -> int:
+    path = nodeid.split("::", 1)[0]
+    return 0 if nodeid.startswith(NOTEBOOK_WORKER) else 1 + LONGEST.index(path) if path in LONGEST else 1 + len(LONGEST)
 
 
 def pytest_collection_modifyitems(config, items):
-    """``@pytest.mark.after_notebooks`` moves a test behind everything else (the notebooks are collected last)."""
-    items.sort(key=lambda item: item.get_closest_marker("after_notebooks") is not None)  # stable
+    """The longest work first (the notebooks' share, then ``LONGEST``), each test file otherwise in its order;
+    ``@pytest.mark.after_notebooks`` puts a test behind the notebooks."""
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (_start_rank(item.nodeid), item.get_closest_marker("after_notebooks") is not None,
+                                 order[id(item)]))
 
 
 if importlib.util.find_spec("xdist") is not None:
     def pytest_xdist_make_scheduler(config, log):
         """``make test`` runs on several workers: each test file stays on one worker (its module fixtures are built
-        once), and ``NOTEBOOK_WORKER`` shares one. (pytest-xdist's own ``--dist loadgroup`` renames node ids, which
-        pytest 9 no longer allows.)"""
+        once), ``NOTEBOOK_WORKER`` shares one, and the work starts in collection order (longest first). (xdist's
+        own ``--dist loadgroup`` renames node ids, which pytest 9 no longer allows.)"""
         from xdist.scheduler import LoadScopeScheduling
 
         class Scheduling(LoadScopeScheduling):
             def _split_scope(self, nodeid: str) -> str:
                 return "notebooks" if nodeid.startswith(NOTEBOOK_WORKER) else nodeid.split("::", 1)[0]
 
+        config.option.loadscopereorder = False  # (it orders by number of tests, not by their length)
         return Scheduling(config, log)
