@@ -12,8 +12,10 @@ from helpers.batching.engine import WorkerFailed, busy_seconds, run_continuous, 
 from helpers.batching.model_ops import PretrainedDir, generate_alone, prefill
 from helpers.batching.policy import CostTable, GammaPolicy, SpecConfig, calibration_batches
 from helpers.batching.request import Request
-from helpers.batching.speculation import SpecDecodeBatch, extend_ragged, make_drafter
+from helpers.batching.speculation import DRAFTERS, SpecDecodeBatch, extend_ragged, make_drafter
 from helpers.batching.workers import EngineConfig
+from helpers.specdec.drafter_files import save_drafter
+from helpers.specdec.feature_draft import FeatureDraft
 
 MAX_LEN = 160
 
@@ -51,10 +53,10 @@ def serve_in_process(target, drafter, requests, rng, max_rows=4):
         joining = todo[:max(0, max_rows - len(batch))] if step % 2 == 0 else []
         todo = todo[len(joining):]
         if joining:
-            first, kvs = prefill(target, joining)
+            first, *prefilled = prefill(target, joining, features=drafter.needs_features)
             for request, token in zip(joining, first):
                 request.generated.append(token)
-            batch.add(joining, kvs)
+            batch.add(joining, *prefilled)
         if len(batch):
             due = [r.output_length - len(r.generated) for r in batch.requests]
             new, info = batch.advance([max(0, min(rng.choice([0, 2, 4]), d - 1)) for d in due])
@@ -68,10 +70,19 @@ def serve_in_process(target, drafter, requests, rng, max_rows=4):
     return done
 
 
-@pytest.mark.parametrize("name", ["draft", "self", "lookup"])
-def test_every_drafter_is_lossless_as_rows_join_and_leave(pair, name):
+@pytest.fixture(scope="module")
+def feature_draft(pair):
+    """An untrained feature draft for the pair's target (losslessness holds whatever it drafts; the CPU pair's
+    trained one is measured in notebook 14)."""
+    torch.manual_seed(0)
+    return FeatureDraft(pair[0]).eval()
+
+
+@pytest.mark.parametrize("name", DRAFTERS)
+def test_every_drafter_is_lossless_as_rows_join_and_leave(pair, feature_draft, name):
     target, draft = pair
-    drafter = make_drafter(name, draft_model=draft, limit=MAX_LEN, window=8, sinks=2)
+    drafter = make_drafter(name, draft_model=feature_draft if name == "feature" else draft, limit=MAX_LEN,
+                           window=8, sinks=2)
     done = serve_in_process(target, drafter, mixed_requests(1), random.Random(2))
     assert len(done) == 12
     for request in done:
@@ -140,7 +151,7 @@ def test_busy_seconds_is_the_union_of_the_requests_lifetimes():
     assert busy_seconds([(0, 1), (0.5, 2), (5, 6)]) == pytest.approx(3.0)
 
 
-def test_bad_speculation_settings_are_named():
+def test_bad_speculation_settings_are_named(feature_draft):
     with pytest.raises(ValueError, match="unknown drafter"):
         SpecConfig(drafter="medusa")
     with pytest.raises(ValueError, match="needs a draft model"):
@@ -149,16 +160,34 @@ def test_bad_speculation_settings_are_named():
         SpecConfig(drafter="lookup", policy="sometimes")
     with pytest.raises(ValueError, match="arrival_s"):
         Request(0, [1], 2, arrival_s=-1.0)
+    with pytest.raises(ValueError, match="needs a feature draft"):
+        make_drafter("feature", limit=64)
+    with pytest.raises(ValueError, match="needs the prompt's features"):
+        make_drafter("feature", draft_model=feature_draft, limit=64).join([Request(0, [1, 2], 2)])
 
 
-@pytest.mark.parametrize("policy", ["adaptive", "fixed"])
-def test_the_engine_speculates_losslessly_under_poisson_arrivals(saved_pair, policy):
+def test_a_drafters_folder_is_named_or_shipped():
+    from helpers.models import CPU_PAIR_DIR
+    from helpers.specdec.drafter_files import FEATURE_DRAFT_DIR, drafter_dir
+
+    assert drafter_dir(None, FEATURE_DRAFT_DIR) == FEATURE_DRAFT_DIR
+    assert drafter_dir("cpu-pair/eagle", FEATURE_DRAFT_DIR) == CPU_PAIR_DIR / "eagle" == FEATURE_DRAFT_DIR
+    assert str(drafter_dir("/some/folder", FEATURE_DRAFT_DIR)) == "/some/folder"
+
+
+@pytest.mark.parametrize("drafter, policy", [("draft", "adaptive"), ("draft", "fixed"), ("feature", "fixed")])
+def test_the_engine_speculates_losslessly_under_poisson_arrivals(saved_pair, feature_draft, tmp_path, drafter,
+                                                                 policy):
+    """The feature drafter also checks that the prompt's features travel with its KV from the prefill worker."""
     target, source, draft_dir = saved_pair
+    if drafter == "feature":
+        save_drafter(feature_draft, tmp_path / "feature")
+        draft_dir = str(tmp_path / "feature")
     requests = mixed_requests(3, count=14)
     rng = np.random.default_rng(0)
     for request, arrival in zip(requests, np.cumsum(rng.exponential(0.05, len(requests)))):
         request.arrival_s = float(arrival)
-    spec = SpecConfig(drafter="draft", draft=draft_dir, policy=policy, gamma=3, calibration_context=16,
+    spec = SpecConfig(drafter=drafter, draft=draft_dir, policy=policy, gamma=3, calibration_context=16,
                       calibration_repeats=1)
     cfg = EngineConfig(kv_capacity_blocks=40, block_size=8, max_seq_len=MAX_LEN - 3, max_decode_batch=4,
                        max_prefill_batch=2, bucket_width=8, speculation=spec)
@@ -168,7 +197,8 @@ def test_the_engine_speculates_losslessly_under_poisson_arrivals(saved_pair, pol
         assert request.t_first_token >= request.arrival_s
     speculated = [s for s in result.timeline if s.get("gamma")]
     if policy == "fixed":  # whether the adaptive policy speculates depends on the measured costs
-        assert speculated and sum(s["accepted"] for s in speculated) > 0
+        assert speculated  # (the untrained feature draft's guesses are rarely accepted)
+        assert drafter == "feature" or sum(s["accepted"] for s in speculated) > 0
     assert all(s["peak_blocks"] <= s["reserved_blocks"] + 1e-9 for s in speculated)
     assert all(s["used_blocks"] <= s["peak_blocks"] for s in speculated)  # rejected drafts gave their blocks back
     assert set(result.extra["speculation"]) <= {r.id for r in result.requests}

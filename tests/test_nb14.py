@@ -97,6 +97,23 @@ def test_closed_batch_is_lossless_and_measures_the_terms():
     assert 0 <= row["alpha"] <= 1 and row["T_T_s"] > 0 and row["verify_ratio"] > 0 and row["eq5_speedup"] > 0
 
 
+def test_the_cpu_pairs_feature_draft_drafts_in_a_closed_batch_and_is_lossless():
+    """The shipped feature draft (notebook 13's) on its target, over three code prompts of different lengths: the
+    prompt features the prefill returns start its pairs, and most of its guesses are accepted."""
+    import torch
+
+    from helpers.models import load_model
+    from helpers.specdec.drafter_files import load_feature_draft
+
+    target, tokenizer = load_model("cpu-pair/target", dtype=torch.float32)
+    make = drafter_factory("feature", draft_model=load_feature_draft(target.eval(), "cpu-pair/eagle"), limit=4096,
+                           window=64, sinks=4)
+    prompts = [tokenizer.encode(text) for text in ("def add(a, b):\n    return", "import os\nimport sys\n\n\ndef main",
+                                                   "class Stack:\n    def __init__(self):\n        self.items = []")]
+    row = closed_batch(target, make, prompts, new_tokens=24, gamma=3, repeats=1)
+    assert row["identical"] and row["alpha"] > 0.5, row["alpha"]
+
+
 def test_serving_benchmark_prints_its_figures(capsys, monkeypatch, params):
     """Its table and JSON from the committed rows (the measurement is notebook 14's, tested above and in the
     rehearsal); the threads asked for reach the parameters."""

@@ -47,15 +47,21 @@ def _left_padded(rows: list[list[int]], device) -> tuple[torch.Tensor, torch.Ten
 
 
 @torch.inference_mode()
-def prefill(model, requests: list[Request], temperature: float = 0.0,
-            generator=None) -> tuple[list[int], list[torch.Tensor]]:
+def prefill(model, requests: list[Request], temperature: float = 0.0, generator=None, *, features: bool = False):
     """One forward over the prompts; returns first tokens (greedy, or drawn at ``temperature``) and per-request KV
-    (padding stripped)."""
+    (padding stripped), and with ``features`` a third list: each prompt's features (``prompt_len``, H), the hidden
+    states the LM head read, which a feature-level drafter drafts from."""
     mini = _engine_model(model)
     ids, mask = _left_padded([r.input_tokens for r in requests], model.device)
     cache = mini.new_cache(len(requests), ids.shape[1])
-    logits = mini(ids, cache, last_only=True, attention_mask=mask)[:, -1]
-    return sample(logits, temperature, generator)[0][:, 0].tolist(), [cache.row_kv(i) for i in range(len(requests))]
+    out = mini(ids, cache, last_only=not features, attention_mask=mask, return_hidden=features)
+    logits = (out[0] if features else out)[:, -1]
+    first = sample(logits, temperature, generator)[0][:, 0].tolist()
+    kvs = [cache.row_kv(i) for i in range(len(requests))]
+    if not features:
+        return first, kvs
+    width = ids.shape[1]
+    return first, kvs, [out[1][i, width - len(r.input_tokens):] for i, r in enumerate(requests)]
 
 
 class DecodeBatch:
@@ -69,8 +75,9 @@ class DecodeBatch:
     def __len__(self) -> int:
         return len(self.requests)
 
-    def add(self, requests: list[Request], kvs: list[torch.Tensor]) -> None:
-        """Join rows whose prompts are prefilled: ``kvs[i]`` is ``[layers, 2, kv_heads, len, head_dim]``."""
+    def add(self, requests: list[Request], kvs: list[torch.Tensor], features=None) -> None:
+        """Join rows whose prompts are prefilled: ``kvs[i]`` is ``[layers, 2, kv_heads, len, head_dim]`` (plain
+        decoding reads no ``features``)."""
         if requests:
             self.cache.append_rows(kvs)
             self.requests.extend(requests)

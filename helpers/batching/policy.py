@@ -31,7 +31,8 @@ class SpecConfig:
     """Speculation in the decode worker: the drafter, the policy and their knobs."""
 
     drafter: str = "draft"  # helpers.batching.speculation.DRAFTERS
-    draft: str | None = None  # the draft model's name (helpers.models.load_model) for the "draft" drafter
+    draft: str | None = None  # the "draft" drafter's model name (helpers.models.load_model); the "feature" drafter's
+    # directory (helpers.specdec.load_feature_draft; None: the CPU pair's)
     policy: str = "adaptive"  # POLICIES
     gamma: int = 4  # the fixed policy's γ; the largest the adaptive policy considers
     window: int = 64  # the self-draft's recent window (tokens)
@@ -61,6 +62,11 @@ class SpecConfig:
     @property
     def speculates(self) -> bool:
         return self.policy != "none"
+
+    @property
+    def reads_features(self) -> bool:
+        """Whether the drafter drafts from the target's features (the prefill worker then sends them)."""
+        return self.speculates and self.drafter == "feature"
 
     @property
     def headroom(self) -> int:
@@ -200,11 +206,11 @@ def measure_costs(make_batch, prefill_rows, spec: SpecConfig, max_batch: int, vo
     for size in calibration_batches(max_batch):
         requests = [Request(-1 - i, [(3 + 7 * i + j % period) % vocab for j in range(spec.calibration_context)], 10**6)
                     for i in range(size)]
-        first, kvs = prefill_rows(requests)
+        first, *prefilled = prefill_rows(requests)  # KV, and features where the drafter reads them
         for request, token in zip(requests, first):
             request.generated.append(token)
         batch = make_batch()
-        batch.add(requests, kvs)
+        batch.add(requests, *prefilled)
         for gamma in range(spec.gamma + 1):
             times = []
             for repeat in range(spec.calibration_repeats + 1):  # the first is a warm-up

@@ -37,6 +37,7 @@ from helpers.batching.request import Request, State
 from helpers.batching.speculation import SpecDecodeBatch, make_drafter
 from helpers.batching.transport import END, FREED, KV, Channel
 from helpers.specdec.core import make_generator, vocab_size
+from helpers.specdec.drafter_files import load_feature_draft
 
 PREFILL_RANK, DECODE_RANK = 0, 1
 ROLES = {PREFILL_RANK: "prefill", DECODE_RANK: "decode"}
@@ -71,6 +72,11 @@ class EngineConfig:
     def headroom(self) -> int:
         """KV slots a speculative round may hold past a request's committed tokens."""
         return self.speculation.headroom if self.speculation is not None else 0
+
+    @property
+    def sends_features(self) -> bool:
+        """Whether a prompt's features travel with its KV (the feature drafter drafts from them)."""
+        return self.speculation is not None and self.speculation.reads_features
 
     def memory(self) -> PagedKVMemory:
         return PagedKVMemory(self.kv_capacity_blocks, self.block_size, self.max_seq_len, self.headroom)
@@ -128,12 +134,12 @@ def prefill_loop(model, requests: list[Request], cfg: EngineConfig, channel: Cha
         t_start = clock()
         for request in batch:
             request.advance(State.PREFILL)
-        first_tokens, kvs = prefill(model, batch, cfg.temperature, generator)
+        first_tokens, kvs, *features = prefill(model, batch, cfg.temperature, generator, features=cfg.sends_features)
         t_end = clock()
-        for request, token, kv in zip(batch, first_tokens, kvs):
+        for i, (request, token, kv) in enumerate(zip(batch, first_tokens, kvs)):
             channel.send([KV, request.id, request.prompt_len, request.output_length or -1, token,
                           _us(t_start), _us(t_end)],
-                         torch.tensor(request.input_tokens), kv)
+                         torch.tensor(request.input_tokens), kv, *(f[i] for f in features))
         batches.append({"t_start": t_start, "t_end": t_end, "size": len(batch),
                         "padded_len": max(r.prompt_len for r in batch), "prompt_tokens": sum(r.prompt_len for r in batch)})
         _maybe_crash(cfg, "prefill", len(batches))
@@ -144,8 +150,9 @@ def prefill_loop(model, requests: list[Request], cfg: EngineConfig, channel: Cha
     return batches
 
 
-def kv_payload_spec(model):
-    """What follows a KV header: the prompt's token ids and its KV cache ``[layers, 2, kv_heads, len, head_dim]``."""
+def kv_payload_spec(model, features: bool = False):
+    """What follows a KV header: the prompt's token ids and its KV cache ``[layers, 2, kv_heads, len, head_dim]``,
+    and with ``features`` the prompt's features ``[len, hidden]`` (for a feature-level drafter)."""
     config = model.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
@@ -154,16 +161,18 @@ def kv_payload_spec(model):
             return []
         prompt_len = header[2]
         return [((prompt_len,), torch.long),
-                ((config.num_hidden_layers, 2, config.num_key_value_heads, prompt_len, head_dim), model.dtype)]
+                ((config.num_hidden_layers, 2, config.num_key_value_heads, prompt_len, head_dim), model.dtype),
+                *([((prompt_len, config.hidden_size), model.dtype)] if features else [])]
     return spec
 
 
-def _request_from(header: list[int], payload: list[torch.Tensor], device) -> tuple[Request, int, torch.Tensor]:
+def _request_from(header: list[int], payload: list[torch.Tensor], device):
+    """The request, its first token, its KV and its prompt's features (None when not sent)."""
     _, request_id, _, output_length, first_token, t_start_us, t_first_us = header[:7]
-    prompt, kv = payload
+    prompt, kv, *features = payload
     request = Request(request_id, prompt.tolist(), None if output_length < 0 else output_length, state=State.PREFILL,
                       t_prefill_start=t_start_us / 1e6, t_first_token=t_first_us / 1e6)
-    return request, first_token, kv.to(device)
+    return request, first_token, kv.to(device), features[0].to(device) if features else None
 
 
 @dataclass
@@ -185,7 +194,11 @@ def prepare_decoder(model, cfg: EngineConfig) -> Decoder:
         raise ValueError(f"max_seq_len {cfg.max_seq_len} + gamma {spec.gamma} exceeds the model's {limit} positions: "
                          f"a round writes gamma tokens past a request's last; lower max_seq_len to "
                          f"{limit - spec.headroom}")
-    draft = model_source(spec.draft)().to(model.device).eval() if spec.drafter == "draft" and spec.draft else None
+    draft = None
+    if spec.drafter == "draft" and spec.draft:
+        draft = model_source(spec.draft)().to(model.device).eval()
+    elif spec.drafter == "feature":  # spec.draft: the feature draft's directory (None: the CPU pair's)
+        draft = load_feature_draft(model, spec.draft)
     generator = make_generator(cfg.seed + 1, model.device) if cfg.temperature > 0 else None
 
     def make_batch() -> SpecDecodeBatch:
@@ -195,8 +208,8 @@ def prepare_decoder(model, cfg: EngineConfig) -> Decoder:
 
     costs = None
     if spec.policy == "adaptive":
-        costs = measure_costs(make_batch, lambda rows: prefill(model, rows), spec, cfg.max_decode_batch,
-                              vocab_size(model))
+        costs = measure_costs(make_batch, lambda rows: prefill(model, rows, features=cfg.sends_features), spec,
+                              cfg.max_decode_batch, vocab_size(model))
     return Decoder(make_batch(), GammaPolicy(spec, costs, cfg.max_seq_len))
 
 
@@ -221,7 +234,7 @@ def decode_loop(model, cfg: EngineConfig, channel: Channel, clock, decoder: Deco
     memory = cfg.memory()
     decoder = decoder or Decoder(DecodeBatch(model))
     batch = decoder.batch
-    waiting: list[tuple[Request, torch.Tensor]] = []  # arrived (KV resident), no free row yet
+    waiting: list[tuple] = []  # (request, KV, prompt features or None): arrived (KV resident), no free row yet
     done, timeline = [], []
     prefill_finished = False
     step = 0
@@ -234,19 +247,20 @@ def decode_loop(model, cfg: EngineConfig, channel: Channel, clock, decoder: Deco
             if header[0] == END:
                 prefill_finished = True
             elif header[0] == KV:
-                request, first_token, kv = _request_from(header, payload, model.device)
+                request, first_token, kv, feature = _request_from(header, payload, model.device)
                 memory.admit(request, request.prompt_len + 1)
                 request.advance(State.DECODE)
                 if request.add_token(first_token, eos_token_id=cfg.eos_token_id, max_seq_len=cfg.max_seq_len):
                     finished.append(request)  # its first token already ends it
                 else:
-                    waiting.append((request, kv))
+                    waiting.append((request, kv, feature))
             else:
                 raise RuntimeError(f"decode worker got unexpected message kind {header[0]}")
             message = channel.poll()
         # fill free rows, oldest first
         joining, waiting = waiting[:cfg.max_decode_batch - len(batch)], waiting[cfg.max_decode_batch - len(batch):]
-        batch.add([r for r, _ in joining], [kv for _, kv in joining])
+        batch.add([r for r, _, _ in joining], [kv for _, kv, _ in joining],
+                  [f for _, _, f in joining] if cfg.sends_features else None)
         # 2. a step for every running sequence: one token each, or a speculative round
         rows, extra = len(batch), {}
         if rows:
@@ -297,7 +311,7 @@ def worker_main(rank: int, port: int, model_source, requests: list[Request], cfg
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
                                 timeout=timedelta(seconds=cfg.timeout_s))
         model = model_source().to(device).eval()
-        spec = kv_payload_spec(model) if rank == DECODE_RANK else (lambda header: [])
+        spec = kv_payload_spec(model, cfg.sends_features) if rank == DECODE_RANK else (lambda header: [])
         decoder = prepare_decoder(model, cfg) if rank == DECODE_RANK else None
         channel = Channel(1 - rank, ROLES[1 - rank], cfg.timeout_s, spec,
                           device if backend == "nccl" else torch.device("cpu"))

@@ -12,7 +12,7 @@ from helpers.models import CPU_PAIR_DIR
 from helpers.specdec.feature_draft import FeatureDraft
 from helpers.specdec.medusa import MedusaHeads
 
-__all__ = ["MEDUSA_DIR", "FEATURE_DRAFT_DIR", "drafter_fingerprint", "load_feature_draft", "load_medusa_heads",
+__all__ = ["MEDUSA_DIR", "FEATURE_DRAFT_DIR", "drafter_dir", "drafter_fingerprint", "load_feature_draft", "load_medusa_heads",
            "save_drafter"]
 
 MEDUSA_DIR = CPU_PAIR_DIR / "medusa"  # the CPU pair's heads (python -m helpers.training --stage heads)
@@ -70,9 +70,21 @@ def load_medusa_heads(target, path: Path | None = None) -> MedusaHeads:
     return heads.eval()
 
 
-def load_feature_draft(target, path: Path | None = None) -> FeatureDraft:
-    """The feature draft in ``path`` (default: the CPU pair's) on ``target``, in eval mode."""
-    _, state = _read(Path(path or FEATURE_DRAFT_DIR), "feature_draft", target)
+def drafter_dir(name: str | Path | None, default: Path) -> Path:
+    """Where a drafter's files are: ``"cpu-pair/<folder>"`` names a folder of the shipped CPU pair (``"cpu-pair/eagle"``),
+    anything else is a directory; None is ``default``."""
+    if name is None:
+        return default
+    if str(name).startswith("cpu-pair/"):
+        return CPU_PAIR_DIR / str(name).removeprefix("cpu-pair/")
+    return Path(name)
+
+
+def load_feature_draft(target, path: str | Path | None = None) -> FeatureDraft:
+    """The feature draft in ``path`` (a directory or ``"cpu-pair/<folder>"``; default: the CPU pair's) on
+    ``target``, in eval mode."""
+    path = drafter_dir(path, FEATURE_DRAFT_DIR)
+    _, state = _read(path, "feature_draft", target)
     draft = FeatureDraft(target)
     if "draft_vocab" in state:
         draft.restrict_vocab(state["draft_vocab"])  # first: the buffer then exists to load into

@@ -22,6 +22,7 @@ from helpers.models import load_model
 from helpers.prompts import long_heldout_prompts
 from helpers.results import results_only, run_metadata
 from helpers.specdec.analysis import predicted_speedup
+from helpers.specdec.drafter_files import load_feature_draft
 from helpers.stats import range_spread
 
 RESULTS = "14_speculative_serving"
@@ -110,7 +111,9 @@ def measure(params: dict, store, progress: bool = True) -> dict:
 
     def batch_row(size: int) -> dict:
         target = models[params["serving_target"]][0]
-        draft = models[params["serving_draft"]][0] if params["serving_drafter"] == "draft" else None
+        draft = {"draft": lambda: models[params["serving_draft"]][0],
+                 "feature": lambda: load_feature_draft(target, params["serving_draft"])}.get(
+            params["serving_drafter"], lambda: None)()
         make = drafter_factory(params["serving_drafter"], draft_model=draft,
                                limit=int(target.config.max_position_embeddings), window=params["serving_window"],
                                sinks=params["serving_sinks"])

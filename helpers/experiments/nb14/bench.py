@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from helpers import paths
+from helpers.batching.speculation import DRAFTERS
 from helpers.experiments import nb14
 
 
@@ -37,6 +38,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", help="closed-batch sizes")
     parser.add_argument("--long-requests", type=int, help="long-context requests (0: skip that regime)")
     parser.add_argument("--long-context", type=int, help="tokens per long prompt")
+    parser.add_argument("--drafter", choices=DRAFTERS, help="the short requests' drafter (default: params/cpu.yaml)")
+    parser.add_argument("--draft", help="its draft: a model name for 'draft', a folder or 'cpu-pair/eagle' for 'feature'")
 
 
 def run(args) -> dict:
@@ -45,13 +48,14 @@ def run(args) -> dict:
     overrides = {"serving_loads": args.loads, "serving_requests": args.requests,
                  "serving_new_tokens": args.new_tokens, "serving_repeats": args.repeats,
                  "serving_batch_sizes": args.batch_sizes, "serving_long_requests": args.long_requests,
-                 "serving_long_context": args.long_context}
+                 "serving_long_context": args.long_context, "serving_drafter": args.drafter,
+                 "serving_draft": args.draft}
     params.update({k: v for k, v in overrides.items() if v is not None}, serving_threads=args.threads)
     torch.set_num_threads(args.threads)
     frames = nb14.measure(params, lambda name: MemoryStore(), progress=True)
     found = nb14.summary(frames)
     table, n = found["table"], found["numbers"]
-    print(f"{params['serving_target']} + {params['serving_draft']}, gamma {params['serving_gamma']}, "
+    print(f"{params['serving_target']} + {params['serving_draft']} ({params['serving_drafter']}), gamma {params['serving_gamma']}, "
           f"{params['serving_requests']} requests x {params['serving_new_tokens']} tokens, {args.threads} thread(s)")
     print(f"{'load':>6}{'policy':>10}{'rows':>6}{'goodput':>9}{'vs none':>9}{'spread':>8}{'TPOT50':>8}"
           f"{'TTFT99':>8}{'drafts':>8}{'alpha':>7}{'same':>6}")

@@ -39,11 +39,11 @@ def _run_rounds(target, drafter, prompts: list[list[int]], new_tokens: int, gamm
     """One closed batch: prefill ``prompts``, then rounds of ``gamma`` drafts per row (0: plain steps) until the
     first row has ``new_tokens``; every row stays in the batch, so each round runs at the full batch size."""
     requests = [Request(i, list(p), new_tokens + gamma + 1) for i, p in enumerate(prompts)]
-    first, kvs = prefill(target, requests)
+    first, *prefilled = prefill(target, requests, features=drafter.needs_features)
     for request, token in zip(requests, first):
         request.generated.append(token)
     batch = SpecDecodeBatch(target, drafter)
-    batch.add(requests, kvs)
+    batch.add(requests, *prefilled)
     drafted = accepted = rejections = rounds = 0
     draft_s = verify_s = 0.0
     committed = 0
