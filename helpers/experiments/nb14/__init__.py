@@ -22,7 +22,7 @@ from helpers.models import load_model
 from helpers.prompts import long_heldout_prompts
 from helpers.results import results_only, run_metadata
 from helpers.specdec.analysis import predicted_speedup
-from helpers.specdec.drafter_files import load_feature_draft
+from helpers.specdec.drafter_files import FEATURE_DRAFT_DIR, drafter_dir, drafter_fingerprint, load_feature_draft
 from helpers.stats import range_spread
 
 RESULTS = "14_speculative_serving"
@@ -35,9 +35,12 @@ BLOCK = 16  # tokens per KV block of the engine
 
 
 def _base(params: dict) -> dict:
-    return {"target": params["serving_target"], "draft": params["serving_draft"], "drafter": params["serving_drafter"],
+    base = {"target": params["serving_target"], "draft": params["serving_draft"], "drafter": params["serving_drafter"],
             "dtype": params["serving_dtype"], "device": params["device"], "gamma": params["serving_gamma"],
             "new_tokens": params["serving_new_tokens"], "seed": params["serving_seed"]}
+    if params["serving_drafter"] == "feature":  # a retrained feature draft's rows are never read as this one's
+        base["draft_weights"] = drafter_fingerprint(drafter_dir(params["serving_draft"], FEATURE_DRAFT_DIR))
+    return base
 
 
 def batch_config(params: dict, batch: int) -> dict:
@@ -232,6 +235,10 @@ def summary(frames: dict) -> dict:
         "batch_speedup_first": batch.speedup.iloc[0], "batch_speedup_last": batch.speedup.iloc[-1],
         "batch_v_first": batch.verify_ratio.iloc[0], "batch_v_last": batch.verify_ratio.iloc[-1],
         "batch_c_min": batch.draft_ratio.min(), "batch_c_max": batch.draft_ratio.max(),
+        "batch_c_first": batch.draft_ratio.iloc[0], "batch_c_last": batch.draft_ratio.iloc[-1],
+        # whether verification, not drafting (γ c), adds most of a round's cost between the smallest and largest batch
+        "verify_dominates": int(batch.verify_ratio.iloc[-1] - batch.verify_ratio.iloc[0]
+                                > batch.gamma.iloc[0] * (batch.draft_ratio.iloc[-1] - batch.draft_ratio.iloc[0])),
         "batch_alpha_min": batch.alpha.min(), "batch_alpha_max": batch.alpha.max(),
         "crossover_measured": _first_below_one(batch, "speedup"), "crossover_eq5": _first_below_one(batch, "eq5_speedup"),
         "eq5_max_error_pct": 100 * (batch.eq5_speedup / batch.speedup - 1).abs().max()}
@@ -267,6 +274,7 @@ def _load_numbers(table: pd.DataFrame, batch: pd.DataFrame) -> dict:
         "low_mean_rows": none.mean_rows[low], "high_mean_rows": none.mean_rows[high],
         "low_load_ratio": adaptive.goodput_ratio[low], "low_fixed_ratio": fixed.goodput_ratio[low],
         "high_load_ratio": adaptive.goodput_ratio[high], "high_fixed_ratio": fixed.goodput_ratio[high],
+        "high_fixed_pays": int(fixed.goodput_ratio[high] > 1),
         "low_tpot_ratio": adaptive.tpot_ratio[low], "low_fixed_tpot_ratio": fixed.tpot_ratio[low],
         "min_ratio": adaptive.goodput_ratio.min(), "min_ratio_load": float(adaptive.goodput_ratio.idxmin()),
         "fixed_min_ratio": fixed.goodput_ratio.min(), "fixed_min_load": float(fixed.goodput_ratio.idxmin()),
