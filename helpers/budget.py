@@ -45,8 +45,8 @@ class BudgetStore(ResultStore):
     measured = 0
     after_row = None  # called after every row written (the window refreshes its archive: a kill loses no row)
 
-    def append(self, config, metrics, meta, status="ok"):
-        row = super().append(config, metrics, meta, status)
+    def add_row(self, config, metrics, meta, status="ok"):
+        row = super().add_row(config, metrics, meta, status)
         if BudgetStore.after_row is not None:
             BudgetStore.after_row()
         return row

@@ -174,7 +174,7 @@ class ResultStore:
     def has(self, config: dict) -> bool:
         return config_key(config) in self.done()
 
-    def append(self, config: dict, metrics: dict, meta: dict, status: str = STATUS_OK) -> dict:
+    def add_row(self, config: dict, metrics: dict, meta: dict, status: str = STATUS_OK) -> dict:
         """Write one finished row now (flushed), and return it."""
         self.refuse_in_results_only(config)
         overlap = set(config) & set(metrics)
@@ -209,8 +209,8 @@ class ResultStore:
                 raise
             del error
             free_memory()
-            return self.append(config, {"error": "out of memory"}, meta, status=STATUS_OOM)
-        return self.append(config, metrics, meta)
+            return self.add_row(config, {"error": "out of memory"}, meta, status=STATUS_OOM)
+        return self.add_row(config, metrics, meta)
 
     def refuse_in_results_only(self, config: dict) -> None:
         """Raise :class:`MissingResultError` for ``config`` under ``WORKBOOK_RESULTS_ONLY`` (a caller about to

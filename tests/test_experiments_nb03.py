@@ -47,8 +47,8 @@ def test_stored_returns_the_last_row(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
     store = ResultStore("cpu", "test_nb03")
     config = nb03.matmul_config({"kvb_dtype": "float32"}, "m")
-    store.append(config, {"share": 0.1}, {})
-    store.append(config, {"share": 0.2}, {})
+    store.add_row(config, {"share": 0.1}, {})
+    store.add_row(config, {"share": 0.2}, {})
     assert nb03.stored(store, config)["share"] == 0.2
     assert nb03.stored(store, config)["config_key"] == config_key(config)
 

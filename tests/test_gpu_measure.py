@@ -150,7 +150,7 @@ def test_results_only_never_measures(store, monkeypatch):
     with pytest.raises(MissingResultError, match="gpu_measure"):
         store.run({"x": 2}, lambda: pytest.fail("measured"), meta={})
     with pytest.raises(MissingResultError):
-        store.append({"x": 3}, {"y": 1}, {})
+        store.add_row({"x": 3}, {"y": 1}, {})
     monkeypatch.setenv("WORKBOOK_RESULTS_ONLY", "0")
     assert store.run({"x": 2}, lambda: {"y": 5}, meta={})["y"] == 5
 

@@ -43,8 +43,8 @@ def test_missing_config_is_read_from_the_results_only_error(output_root, monkeyp
 def test_write_partial_tables_a_pending_notebooks_rows_and_clear_removes_them(output_root):
     store = _store("gpu-h100", "06_forward_pass_scaling")
     for batch in (1, 2):
-        store.append({"batch_size": batch, "trials": 5, "model": "m"}, {"time_s_median": 0.01 * batch}, {})
-    _store("gpu-h100", "09_handout_costs").append({"target": "t"}, {"c": 0.4}, {})  # shown by gpu_costs, not here
+        store.add_row({"batch_size": batch, "trials": 5, "model": "m"}, {"time_s_median": 0.01 * batch}, {})
+    _store("gpu-h100", "09_handout_costs").add_row({"target": "t"}, {"c": 0.4}, {})  # shown by gpu_costs, not here
     table = partial_rows.write_partial("06_forward_pass_scaling", "gpu-h100", {"trials": 20, "device": "cuda"})
     caption = table.with_name("06_forward_pass_scaling_partial.caption.tex").read_text()
     assert "2 rows (time: of the median batch); shared settings: model m; trials 5" in caption

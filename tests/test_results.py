@@ -78,7 +78,7 @@ def test_nan_is_stored_as_null_and_clash_rejected(store):
     store.run({"x": 1}, lambda: {"t": float("nan")}, meta=meta())
     assert json.loads(store.path.read_text())["t"] is None
     with pytest.raises(ValueError, match="clash"):
-        store.append({"x": 2}, {"x": 3}, meta())
+        store.add_row({"x": 2}, {"x": 3}, meta())
 
 
 def test_profiles_do_not_share_files(tmp_path, monkeypatch):

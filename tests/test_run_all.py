@@ -76,7 +76,7 @@ def test_pending_notebooks_are_listed_and_the_others_still_run(tmp_path, monkeyp
     stale.write_text("\\wbset{best_speedup}{9.9}\n")  # an earlier render's numbers: the section must not use them
     from helpers.results import ResultStore
 
-    ResultStore("gpu-h100", "07_speculative_decoding").append({"gamma": 2}, {"speedup": 1.5}, {})
+    ResultStore("gpu-h100", "07_speculative_decoding").add_row({"gamma": 2}, {"speedup": 1.5}, {})
     leftover = paths.generated_dir("gpu-h100") / "08_hardware_analysis_partial.tex"
     leftover.write_text("% an earlier window's rows-so-far table\n")  # 08 now renders: its section replaces it
     ran = _stop_notebook_07(monkeypatch, lambda name: run_all.Pending(f"{name}: no row for gamma 3"))

@@ -40,14 +40,20 @@ def extend_ragged(model, cache, rows: list[list[int]], return_hidden: bool = Fal
     """Append ``rows[b]`` (at least one token each, lengths may differ) to row b of ``cache``; returns the
     logits ``(B, longest, V)`` (and the hidden states the LM head read, ``(B, longest, H)``, with
     ``return_hidden``). Shorter rows are padded at the end and the padding is rolled back at once."""
-    width = max(map(len, rows))
-    ids = torch.full((len(rows), width), PAD, dtype=torch.long, device=cache.device)
-    for b, row in enumerate(rows):
-        ids[b, :len(row)] = torch.tensor(row, device=cache.device)
+    ids = _padded(rows, cache.device)
+    width = ids.shape[1]
     _ensure_room(cache, width, model.config.max_seq_len)
     out = model(ids, cache, return_hidden=return_hidden)
     cache.rollback([width - len(row) for row in rows])
     return out
+
+
+def _padded(rows: list[list[int]], device) -> torch.Tensor:
+    """Token rows of different lengths as one (B, longest) id tensor, padded at the end with ``PAD``."""
+    ids = torch.full((len(rows), max(map(len, rows))), PAD, dtype=torch.long, device=device)
+    for b, row in enumerate(rows):
+        ids[b, :len(row)] = torch.tensor(row, device=device)
+    return ids
 
 
 def _ensure_room(cache, new: int, limit: int) -> None:
@@ -60,6 +66,19 @@ def _pick(logits: torch.Tensor, lengths: list[int]) -> torch.Tensor:
     """Row b's logits at its last real position ``lengths[b] - 1``: (B, V)."""
     index = torch.tensor([n - 1 for n in lengths], device=logits.device)
     return logits[torch.arange(len(lengths), device=logits.device), index]
+
+
+def _draft_chain(logits, gamma: int, step, temperature: float, generator):
+    """Sample ``gamma`` tokens per row, each from the logits (B, V) that ``step(token)`` returns after the one before
+    (the first from ``logits``): the drafts (B, γ) as lists and their distributions (B, γ, V; None when greedy)."""
+    drafts, dists = [], []
+    for i in range(gamma):
+        token, dist = sample(logits, temperature, generator)
+        drafts.append(token)
+        dists.append(dist)
+        if i + 1 < gamma:
+            logits = step(token)
+    return torch.cat(drafts, dim=1).tolist(), None if temperature == 0 else torch.stack(dists, dim=1)
 
 
 class DraftModelDrafter:
@@ -92,16 +111,13 @@ class DraftModelDrafter:
         catch_up = [r.input_tokens[n:] + r.generated[max(0, n - r.prompt_len):]  # what the row committed since
                     for r, n in zip(batch.requests, self.cache.lengths)]
         logits = _pick(extend_ragged(self.model, self.cache, catch_up), [len(c) for c in catch_up])
-        drafts, dists = [], []
-        for i in range(gamma):
-            token, dist = sample(logits, temperature, generator)
-            drafts.append(token)
-            dists.append(dist)
-            if i + 1 < gamma:
-                _ensure_room(self.cache, 1, self.limit)
-                logits = self.model(token, self.cache, last_only=True)[:, -1]
+
+        def step(token):
+            _ensure_room(self.cache, 1, self.limit)
+            return self.model(token, self.cache, last_only=True)[:, -1]
+
         self._fed = gamma - 1
-        return torch.cat(drafts, dim=1).tolist(), None if temperature == 0 else torch.stack(dists, dim=1)
+        return _draft_chain(logits, gamma, step, temperature, generator)
 
     def commit(self, committed_before: list[int], accepted: list[int], new: list[list[int]], hidden=None) -> None:
         """Keep the drafted tokens that were accepted (the draft saw the first ``gamma - 1`` of them); after a step
@@ -131,15 +147,14 @@ class SelfDrafter:
     def propose(self, batch: "SpecDecodeBatch", gammas: list[int], temperature: float, generator):
         gamma = max(gammas)
         view = StreamingView(batch.cache, sinks=self.sinks, window=self.window)
-        token = batch.pending()
         _ensure_room(batch.cache, gamma, batch.limit)
-        drafts, dists = [], []
-        for _ in range(gamma):
-            token, dist = sample(batch.model(token, view, last_only=True)[:, -1], temperature, generator)
-            drafts.append(token)
-            dists.append(dist)
+
+        def step(token):
+            return batch.model(token, view, last_only=True)[:, -1]
+
+        proposal = _draft_chain(step(batch.pending()), gamma, step, temperature, generator)
         batch.cache.rollback(gamma)
-        return torch.cat(drafts, dim=1).tolist(), None if temperature == 0 else torch.stack(dists, dim=1)
+        return proposal
 
 
 class LookupDrafter:
@@ -210,25 +225,22 @@ class FeatureDrafter:
         lengths = [len(tokens) for _, tokens in self.pending]
         width, hidden = max(lengths), self.pending[0][0].shape[-1]
         features = self.pending[0][0].new_zeros(len(lengths), width, hidden)
-        ids = torch.full((len(lengths), width), PAD, dtype=torch.long, device=features.device)
-        for b, (feature, tokens) in enumerate(self.pending):
-            features[b, :len(tokens)] = feature
-            ids[b, :len(tokens)] = torch.tensor(tokens, device=features.device)
+        for b, (feature, _) in enumerate(self.pending):
+            features[b, :len(feature)] = feature
+        ids = _padded([tokens for _, tokens in self.pending], features.device)
         _ensure_room(self.cache, width, self.limit)
         logits, predicted = self.draft(features, ids, self.cache)
         self.cache.rollback([width - n for n in lengths])
         self._kept = list(self.cache.lengths)  # the cache holds true pairs only up to here
-        logits, feature = _pick(logits, lengths), _pick(predicted, lengths)[:, None]
-        drafts, dists = [], []
-        for i in range(gamma):
-            token, dist = sample(logits, temperature, generator)
-            drafts.append(token)
-            dists.append(dist)
-            if i + 1 < gamma:
-                _ensure_room(self.cache, 1, self.limit)
-                logits, feature = self.draft(feature, token, self.cache, last_only=True)
-                logits = logits[:, -1]
-        return torch.cat(drafts, dim=1).tolist(), None if temperature == 0 else torch.stack(dists, dim=1)
+        feature = _pick(predicted, lengths)[:, None]
+
+        def step(token):
+            nonlocal feature  # each draft forward reads the feature the one before predicted
+            _ensure_room(self.cache, 1, self.limit)
+            logits, feature = self.draft(feature, token, self.cache, last_only=True)
+            return logits[:, -1]
+
+        return _draft_chain(_pick(logits, lengths), gamma, step, temperature, generator)
 
     def commit(self, committed_before: list[int], accepted: list[int], new: list[list[int]], hidden=None) -> None:
         """Row b's true pairs this step: the target's features at [pending, its accepted drafts] with the tokens that

@@ -69,7 +69,7 @@ def _measure_pair(params: dict, store, models: LoadedModels, configs: list[dict]
         row["handout_gamma"] = config["gamma"] in HANDOUT_GAMMAS  # 08 picks best/worst among these
         row["cost_prompt"] = cost_case["id"]
         row["context_len"] = int(cost_case["input_ids"].shape[1])  # the cached context Eq. 5's terms were timed at
-        store.append(config, {k: v for k, v in row.items() if k not in config}, meta)
+        store.add_row(config, {k: v for k, v in row.items() if k not in config}, meta)
     return costs["T_D"] / costs["T_T"]
 
 
@@ -172,7 +172,7 @@ def measure_decode_mode(params: dict, store, target_name: str, draft_name: str, 
             if "graph_replays" in proof:  # the whole pair's run (AR, every gamma, the phase runs): not a row's own
                 proof["pair_graph_replays"] = proof.pop("graph_replays")
             for config, row in zip(configs, proof.pop("rows")):
-                store.append(config, {**{k: v for k, v in row.items() if k not in config}, **proof}, meta)
+                store.add_row(config, {**{k: v for k, v in row.items() if k not in config}, **proof}, meta)
 
         tolerate_graph_failure(mode, configs[0], e2e, fatal)
         del target, draft
