@@ -166,9 +166,9 @@ def _graph_check(device: torch.device, notes: list) -> bool:
 
 
 def goals(folder: Path) -> list[str]:
-    """The GPU issue's goals as measured by the rows in ``folder``: see
-    :func:`helpers.experiments.gpu_costs.goal_lines`."""
-    from helpers.experiments.gpu_costs import goal_lines
+    """The GPU issues' goals as measured by the rows in ``folder``: see
+    :func:`helpers.experiments.nb09.goals.goal_lines`."""
+    from helpers.experiments.nb09.goals import goal_lines
 
     return goal_lines(folder)
 

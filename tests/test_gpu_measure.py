@@ -10,7 +10,7 @@ import yaml
 
 from helpers import gpu_measure, paths
 from helpers.experiments import packages
-from helpers.experiments import gpu_costs, specdec_costs
+from helpers.experiments import gpu_costs, nb09, specdec_costs
 from helpers.results import MissingResultError, ResultStore
 
 PROFILE = "gpu-h100"
@@ -231,7 +231,7 @@ def test_notebook_renders_gpu_rows_on_a_machine_without_gpu(dry, monkeypatch, tm
     numbers = (tmp_path / "report" / "generated" / profile / f"{name}.numbers.tex").read_text()
     assert "results only" not in numbers  # the device named is the rows' one
     if name == "09_speedup_analysis":  # the window's eager/graphs rows: the report's tables, written by run_all
-        goals = gpu_costs.write_report_tables(profile)
+        goals = nb09.report_window(profile)
         assert (tmp_path / "report" / "generated" / profile / "00_gpu_graphs.tex").exists()
         assert (tmp_path / "report" / "generated" / profile / "00_gpu_e2e.tex").exists()
         assert (tmp_path / "report" / "generated" / profile / "00_gpu_kernels.tex").exists()
@@ -416,7 +416,7 @@ def test_eager_rows_need_no_minimal_view_so_other_architectures_measure():
 
 def test_decode_goal_lines_judge_the_8b_steps_the_peer_and_the_pairs():
     """The model-file issue's GPU goals, from rows as the decode and eq5 parts write them (an H200: 4.8 TB/s)."""
-    from helpers.experiments.nb09 import decode_modes
+    from helpers.experiments.nb09 import decode_modes, goals as nb09_goals
 
     def step(model, mode, ms, bytes_read=15e9, compile_s=40.0):
         return {"kind": "decode_step", "model": model, "decode": mode, "wall_ms": ms, "decode_bytes": bytes_read,
@@ -428,7 +428,9 @@ def test_decode_goal_lines_judge_the_8b_steps_the_peer_and_the_pairs():
               "device_name": "NVIDIA H200"}]
     costs = [{"target": "Qwen/Qwen3-8B", "draft": "Qwen/Qwen3-0.6B", "decode": "compiled", "c": 0.15, "T_T": 0.0042,
               "T_D": 0.00063, "verify_ratio": {"2": 1.02, "3": 1.03, "5": 1.05, "7": 1.1}}]
-    goals = {g["goal"]: g for g in decode_modes.goal_rows(steps, costs)}
+    decode = decode_modes.decode_table(steps)
+    goals = {g["goal"]: g for g in nb09_goals.decode_goals(decode, decode_modes.speed_against_peer(decode),
+                                                            decode_modes.pair_terms(costs))}
     qwen, llama = goals["Qwen/Qwen3-8B compiled step, roofline share"], goals["meta-llama/Llama-3.1-8B compiled step, roofline share"]
     assert round(qwen["value"], 2) == 0.74 and qwen["bound"] == ">= 0.7" and qwen["met"] and not llama["met"]
     assert goals["Qwen/Qwen3-8B compiled step, first call s"]["met"]
@@ -439,7 +441,7 @@ def test_decode_goal_lines_judge_the_8b_steps_the_peer_and_the_pairs():
     assert goals[f"{pair}: c"]["value"] == 0.15 and goals[f"{pair}: c"]["met"]
     (alpha,) = [g for name, g in goals.items() if name.startswith(f"{pair}: break-even alpha")]
     assert alpha["met"] and alpha["bound"] == "<= 0.35"
-    assert decode_modes.goal_line(goals[f"{pair}: c"]) == f"{pair}: c: 0.15 (goal <= 0.2: met)"
+    assert nb09_goals.goal_line(goals[f"{pair}: c"]) == f"{pair}: c: 0.15 (goal <= 0.2: met)"
 
 
 def _e2e_row(draft, gamma, **extra):

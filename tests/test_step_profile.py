@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from helpers.experiments import gpu_costs
-from helpers.experiments.nb09 import step_profile
+from helpers.experiments.nb09 import goals, step_profile
 from helpers.models.decoder import DecoderConfig, layer_kernels
 
 QWEN3_KERNELS = layer_kernels(DecoderConfig(vocab_size=8, hidden_size=8, intermediate_size=8, num_layers=1, num_heads=1,
@@ -83,7 +83,7 @@ def _profile_row(**extra):
 
 def test_the_goal_lines_say_where_the_8b_step_goes(tmp_path):
     (tmp_path / f"{step_profile.STEP_PROFILE}.jsonl").write_text(json.dumps(_profile_row()) + "\n")
-    lines = gpu_costs.goal_lines(tmp_path)
+    lines = goals.goal_lines(tmp_path)
     assert lines[0].startswith("no goal rows yet")
     assert lines[1] == ("diagnostic Qwen/Qwen3-8B (kernels from graphs): wall ms 8; kernels 940; per layer 26.1; "
                         "busy ms 6; matmul ms 5; idle 0.2; HBM floor ms 4.51; matmul bandwidth 0.901; over floor: "

@@ -203,50 +203,16 @@ def jump_drops_all(e2e: pd.DataFrame, from_width: int | None, to_width: int | No
     return bool((both[high] < both[low]).all()) if len(both) else None
 
 
-def goal_lines(folder: Path) -> list[str]:
-    """The GPU issue's goals as the rows in ``folder`` measure them, one line each: the model file's decode goals
-    (:func:`~helpers.experiments.nb09.decode_modes.goal_rows`), the Qwen3-8B pairs' c with graphs (and the roofline
-    share beside the 0.6B draft), the CPU pair end to end; then the profiled steps' diagnostics."""
-    from helpers.experiments.nb09 import decode_modes, step_profile  # notebook 09's parts: imported when needed
-    from helpers.experiments.nb09.decode_modes import goal
-
-    cost_rows = read_rows(folder, COSTS)
-    goals = decode_modes.goal_rows(read_rows(folder, decode_modes.DECODE_STEPS),
-                                   [without_artefacts(row) for row in cost_rows])  # no Eq. 5 from an artefact
-    costs = cost_table(cost_rows)
-    for _, row in costs[costs["decode"] == "graphs"].iterrows() if len(costs) else []:
-        if "Qwen3-8B" not in row["target"]:
-            continue
-        eager = costs[(costs["decode"] == "eager") & (costs["draft"] == row["draft"])
-                      & (costs["target"] == row["target"])]
-        ran, eager_c = (row["graph replays"] or 0) > 0, f"{eager['c'].iloc[0]:.3f}" if len(eager) else "not measured"
-        pair = f"{row['target']} / {row['draft']} graphs"
-        goals.append(goal(f"{pair}: c (eager {eager_c}; {int(row['graph replays'] or 0)} replays)", row["c"], "<=",
-                          0.15, ran))
-        if row["draft"].endswith("0.6B") and row["roofline share"] == row["roofline share"] and row["roofline share"]:
-            goals.append(goal(f"{row['target']} step with graphs: roofline share", row["roofline share"], ">=", 0.7,
-                              ran))
-    e2e = e2e_table(read_rows(folder, GRAPHS))
-    if len(e2e):
-        best = e2e.loc[e2e["speedup"].idxmax()]
-        identical = bool(e2e["identical_to_ar"].all())
-        ran = bool((e2e["graph_replays"].fillna(0) > 0).all() or (e2e["pair_replays"].fillna(0) > 0).all())
-        goals.append(goal(f"CPU pair end to end ({best['decode']}): best speedup, identical to AR: {identical}",
-                          best["speedup"], ">=", 1.5, identical and ran))
-    lines = [decode_modes.goal_line(g) for g in goals] or ["no goal rows yet (parts eq5 and graphs measure them)"]
-    return lines + step_profile.diagnostic_lines(folder)
-
-
 def short_name(name: str) -> str:
     """A Hub model without its organisation (the CPU pair's names stay whole: ``target`` alone says nothing)."""
     return name if name.startswith("cpu-pair/") else name.split("/")[-1]
 
 
-def write_report_tables(profile: str) -> list[str]:
+def write_report_tables(profile: str) -> bool:
     """The window's rows as the report's tables, whatever notebook is still pending (``python -m helpers.run_all``,
     captions in report.tex): ``00_gpu_graphs`` (Eq. 5 terms), ``00_gpu_e2e`` (the CPU pair end to end),
     ``00_gpu_kernels`` (:mod:`~helpers.experiments.nb09.step_profile`) and ``00_gpu_decode`` (part ``decode``: the
-    model file's modes beside transformers'); returns the goal lines (empty without rows)."""
+    model file's modes beside transformers'); returns whether the folder held any of their rows."""
     from helpers import tables
     from helpers.experiments.nb09 import decode_modes, step_profile
     from helpers.paths import results_dir
@@ -287,7 +253,7 @@ def write_report_tables(profile: str) -> list[str]:
     if len(steps):
         tables.write_table(steps.drop(columns="matmul kernels").assign(model=steps["model"].map(short_name)),
                            "00_gpu_kernels", profile, float_format="{:.3g}")
-    return goal_lines(folder) if len(costs) or len(e2e) or len(steps) or decode_rows else []
+    return bool(len(costs) or len(e2e) or len(steps) or decode_rows)
 
 
 # ------------------------------------------------------------------------------------------ measuring (GPU window)

@@ -12,8 +12,9 @@ import torch
 
 from helpers.experiments.packages import TARGET, Part, notebook_part, step_record
 from helpers.experiments import common, gpu_costs
-from helpers.experiments.nb09 import decode_modes, step_profile
+from helpers.experiments.nb09 import decode_modes, goals, step_profile
 from helpers.experiments.common import check_budget, seed_and_threads
+from helpers.paths import results_dir
 from helpers.results import free_memory, run_metadata
 
 RESULT = "09_speedup_analysis"
@@ -67,10 +68,24 @@ def cost_row(params: dict, store, pair: Pair) -> dict:
     """T_T, T_D, T_V(gamma) on the cached first prompt (stored row, or measured)."""
     from helpers.experiments.specdec_costs import measure_costs
 
+    from helpers.experiments.nb09.costs import last_level_cache_bytes
+
     # the context tensor is built only where it measures (no GPU: meta)
-    return store.run(configs(params)["costs"], lambda: measure_costs(
+    return store.run(configs(params)["costs"], lambda: {**measure_costs(
         pair.target, pair.draft, torch.tensor(pair.prompts[:1], device=params["device"]), params["analysis_gammas"],
-        repeats=params["analysis_timing_repeats"]), meta=pair.meta)
+        repeats=params["analysis_timing_repeats"]), "llc_bytes": last_level_cache_bytes()
+        if params["device"] == "cpu" else None}, meta=pair.meta)
+
+
+def row_cache_bytes(row: dict) -> int | None:
+    """The last-level cache of the CPU that measured ``row``: the size it recorded, else this machine's where this
+    is the CPU the row names, else None (a GPU, or another machine's rows rendered here)."""
+    from helpers.experiments.nb09.costs import last_level_cache_bytes
+    from helpers.hardware import cpu_name
+
+    if row.get("llc_bytes"):
+        return int(row["llc_bytes"])
+    return last_level_cache_bytes() if row.get("device") == "cpu" and row.get("device_name") == cpu_name() else None
 
 
 def sweep_row(params: dict, store, pair: Pair) -> dict:
@@ -396,6 +411,12 @@ def kv_draft_ratio(gpu_name: str, context_len: int) -> float:
     return roofline_seconds(q06, gpu, 1, 1, context_len) / roofline_seconds(q8, gpu, 1, 1, context_len)
 
 
+def report_window(profile: str) -> list[str]:
+    """The window's cost tables for the report (:func:`~helpers.experiments.gpu_costs.write_report_tables`) and its
+    goal lines (:func:`~helpers.experiments.nb09.goals.goal_lines`; none without rows)."""
+    return goals.goal_lines(results_dir(profile, create=False)) if gpu_costs.write_report_tables(profile) else []
+
+
 FATAL = (common.BudgetExhausted,)  # a budget stop ends the window's part; any other failure is recorded in its row
 GPU_PARTS = (  # the window's parts of notebook 09 and the report: each handout model's decode step mode by mode,
     # transformers' own decoding beside it, Eq. 5's terms of the handout pairs, the CPU pair's terms and end-to-end
@@ -407,7 +428,7 @@ GPU_PARTS = (  # the window's parts of notebook 09 and the report: each handout 
     Part("eq5", (gpu_costs.COSTS,), lambda params, store, settings: gpu_costs.measure_eq5(
         params, store(gpu_costs.COSTS), settings, settings.pairs, "random", fatal=FATAL)),
     Part("graphs", (gpu_costs.GRAPHS,), lambda params, store, settings: gpu_costs.measure_graphs(
-        params, store, settings, fatal=FATAL), report=gpu_costs.write_report_tables),
+        params, store, settings, fatal=FATAL), report=report_window),
     Part("profile", (step_profile.STEP_PROFILE,), lambda params, store, settings: step_profile.measure_profiles(
         params, store, settings, fatal=FATAL)),
     notebook_part("09", (RESULT,), measure),

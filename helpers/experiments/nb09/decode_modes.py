@@ -146,15 +146,6 @@ def speed_against_peer(table: pd.DataFrame, mode: str = "compiled", peer: str = 
     return ratio.rename("ratio").reset_index()
 
 
-GOAL_SHARE = 0.70  # of the HBM roofline, for the 8B targets compiled
-GOAL_PEER_RATIO = 1.2  # faster than transformers' compiled static-cache decoding
-GOAL_C = 0.2  # T_D/T_T of the two pairs with a 1B-class draft
-GOAL_BREAK_EVEN = 0.35  # the lowest alpha at which a handout pair pays at its best gamma
-GOAL_COMPILE_S = 90.0
-TARGETS_8B = ("Qwen/Qwen3-8B", "meta-llama/Llama-3.1-8B")
-SMALL_DRAFT_PAIRS = (("Qwen/Qwen3-8B", "Qwen/Qwen3-0.6B"), ("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.2-1B"))
-
-
 def pair_terms(cost_rows: list[dict]) -> pd.DataFrame:
     """One line per (handout pair, decode mode) of the eq5 part's rows: c, and the break-even alpha at Eq. 5's
     optimal gamma (:func:`helpers.specdec.analysis.break_even_alpha`) with that gamma."""
@@ -168,40 +159,3 @@ def pair_terms(cost_rows: list[dict]) -> pd.DataFrame:
                       "c": float(row["c"]), "break-even alpha": alpha, "at gamma": gamma,
                       "T_T ms": row["T_T"] * 1e3, "T_D ms": row["T_D"] * 1e3})
     return pd.DataFrame(lines)
-
-
-def goal(name: str, value: float, op: str, bound: float, ran: bool = True) -> dict:
-    """One goal as a row: its label, the measured value, the bound (``op`` ``>=`` or ``<=``) and whether it is met
-    (never where ``ran`` is False: graphs claimed but not replayed, or an output not identical; nor for a NaN)."""
-    met = value >= bound if op == ">=" else value <= bound
-    return {"goal": name, "value": float(value), "bound": f"{op} {bound:g}", "met": bool(ran and met)}
-
-
-def goal_line(row: dict) -> str:
-    """A goal row (:func:`goal`) as one line: ``label: value (goal <bound>: met|missed)``."""
-    return f"{row['goal']}: {row['value']:.3g} (goal {row['bound']}: {'met' if row['met'] else 'missed'})"
-
-
-def goal_rows(steps: list[dict], cost_rows: list[dict]) -> list[dict]:
-    """The model-file issue's GPU goals as the ``decode`` and ``eq5`` parts' rows measure them (:func:`goal` rows):
-    each 8B target's compiled step as a share of its HBM roofline and its first call, transformers' compiled static
-    cache over our compiled step, and each pair's compiled c (1B-class drafts) and break-even alpha."""
-    rows = []
-    table = decode_table(steps) if steps else pd.DataFrame()
-    for target in TARGETS_8B:
-        mine = table[(table["model"] == target) & (table["mode"] == "compiled")] if len(table) else table
-        if len(mine):
-            row = mine.iloc[-1]
-            rows += [goal(f"{target} compiled step, roofline share", row["roofline share"], ">=", GOAL_SHARE,
-                          (row["graph replays"] or 0) > 0),
-                     goal(f"{target} compiled step, first call s", row["compile s"], "<=", GOAL_COMPILE_S)]
-    for _, row in speed_against_peer(table).iterrows() if len(table) else []:
-        rows.append(goal(f"{row['model']}: hf-static-compiled / compiled", row["ratio"], ">=", GOAL_PEER_RATIO))
-    terms = pair_terms(cost_rows) if cost_rows else pd.DataFrame()
-    for _, row in terms[terms["decode"] == "compiled"].iterrows() if len(terms) else []:
-        pair = f"{row['target']} / {row['draft']} compiled"
-        if (row["target"], row["draft"]) in SMALL_DRAFT_PAIRS:
-            rows.append(goal(f"{pair}: c", row["c"], "<=", GOAL_C))
-        rows.append(goal(f"{pair}: break-even alpha (gamma {row['at gamma']})", row["break-even alpha"], "<=",
-                         GOAL_BREAK_EVEN))
-    return rows

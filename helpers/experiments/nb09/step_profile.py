@@ -265,12 +265,10 @@ def report_numbers(rows: list[dict]) -> dict:
     return numbers
 
 
-def diagnostic_lines(folder: Path) -> list[str]:
-    """A line of labelled numbers per profiled width-1 step: wall, kernels, busy and matrix-product ms, and
-    :func:`gap_split` where there is an HBM floor."""
-    from helpers.results import latest_ok_rows
-
-    table = step_table(latest_ok_rows(Path(folder) / f"{STEP_PROFILE}.jsonl"))
+def diagnostic_lines(rows: list[dict]) -> list[str]:
+    """A line of labelled numbers per profiled width-1 step of the part's ``rows``: wall, kernels, busy and
+    matrix-product ms, and :func:`gap_split` where there is an HBM floor."""
+    table = step_table(rows)
     lines = []
     for _, row in table[table["width"] == 1].iterrows() if len(table) else []:
         parts = {"wall ms": row["wall ms"], "kernels": row["kernels"], "per layer": row["kernels/layer"],
