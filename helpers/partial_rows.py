@@ -27,7 +27,7 @@ MEASURES = ["time_s_median", "time_ms_std", "ms_per_step_median", "throughput_to
             "tokens_per_s", "peak_memory_gb"]
 FALLBACK_MEASURES = ["time_ms_mean", "time_s_mean"]
 SHOWN_ELSEWHERE = {"09_handout_costs", "09_compiled_decode", "09_step_profile"}  # gpu_costs' own tables
-HIDDEN_SETTINGS = {"device", "kind"}  # every row of a profile shares them, and the report's first page names them
+HIDDEN_SETTINGS = {"device"}  # every row of a profile shares it, and the report's first page names it
 
 
 def partial_name(notebook: str) -> str:

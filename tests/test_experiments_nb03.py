@@ -30,7 +30,7 @@ def test_measure_finds_every_committed_row_without_loading(params, monkeypatch):
     monkeypatch.setenv("WORKBOOK_RESULTS_ONLY", "1")  # a missing row would be an error, not a measurement
     monkeypatch.setattr(nb03, "load_for_sweep", no_load)
     rows = nb03.measure(params, lambda name: ResultStore("cpu", name), progress=False)
-    assert rows["cold_start"]["experiment"] == "cold_start"
+    assert rows["cold_start"]["kind"] == "cold_start"
     assert list(rows["sweep"]) == list(nb03.settings(params))
     assert {s: r["prompt_tokens"] for s, r in rows["sweep"].items()}["long prompt"] == params["kvb_long_prompt_tokens"]
     assert set(rows["matmul_share"]) == set(nb03.MATMUL_SETTINGS)

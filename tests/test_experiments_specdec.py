@@ -226,11 +226,11 @@ def test_tau_shortfall_against_omega():
 
 
 def test_nb07_verify_06_reads_notebook_06s_two_token_forward_over_its_one_token_one():
-    rows_06 = pd.DataFrame({"measure": ["verify", "verify", "verify", "other"], "model": ["m", "m", "n", "m"],
+    rows_06 = pd.DataFrame({"kind": ["verify", "verify", "verify", "other"], "model": ["m", "m", "n", "m"],
                             "new_tokens": [1, 2, 1, 2], "time_s_median": [2.0, 2.5, 1.0, 9.0],
                             "prefix_len": [256] * 4})
     assert nb07.verify_06(rows_06) == {"m": (1.25, 256)}  # n has no 2-token forward
-    assert nb07.verify_06(pd.DataFrame({"model": ["m"]})) == {}  # rows before the measure column
+    assert nb07.verify_06(pd.DataFrame({"model": ["m"]})) == {}  # rows without a kind
 
 
 def _optimum(shape_b="inside", tied_b=(5, 7), c_b=0.08, alpha_b=(0.78, 0.79)):

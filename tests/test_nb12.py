@@ -59,7 +59,7 @@ def test_measure_checks_the_window_budget_before_loading(params, tmp_path, monke
 
     store.budget = Budget()
     scale = nb12.configs(params)["scale"]
-    store(nb12.RESULTS).append(scale, {"rows": []}, {})
+    store(nb12.RESULTS).add_row(scale, {"rows": []}, {})
     with pytest.raises(Stop, match="loading cpu-pair/target"):
         nb12.measure(params, store, progress=False)
 

@@ -19,13 +19,13 @@ def output_root(tmp_path, monkeypatch):
 
 
 def test_partial_table_splits_varying_from_shared_settings():
-    rows = [{"config_key": '{"batch_size": 1, "dtype": "bf16", "measure": "forward", "seq_len": 256, "device": "cuda"}',
+    rows = [{"config_key": '{"batch_size": 1, "dtype": "bf16", "kind": "forward", "seq_len": 256, "device": "cuda"}',
              "status": "ok", "time_s_median": 0.06, "time_ms_mean": 78.0, "extra": [1, 2]},
-            {"config_key": '{"dtype": "bf16", "measure": "verify", "new_tokens": 2, "device": "cuda"}',
+            {"config_key": '{"dtype": "bf16", "kind": "verify", "new_tokens": 2, "device": "cuda"}',
              "status": "oom"}]
     table, shared = partial_rows.partial_table(rows)
     assert shared == {"dtype": "bf16"}  # device is on the report's first page; the rest differ or are absent somewhere
-    assert list(table.columns) == ["batch_size", "measure", "new_tokens", "seq_len", "status", "time_s_median"]
+    assert list(table.columns) == ["batch_size", "kind", "new_tokens", "seq_len", "status", "time_s_median"]
     assert table.iloc[1].tolist() == ["", "verify", 2, "", "oom", ""]  # a key a row lacks is blank, not a guess
     only_means = [{"config_key": '{"b": 1}', "status": "ok", "time_ms_mean": 5.0}]
     assert "time_ms_mean" in partial_rows.partial_table(only_means)[0].columns  # the mean where there is no median
@@ -70,6 +70,6 @@ def test_generation_rows_show_one_statistic_and_the_columns_recompute_from_each_
     bad = dict(row, throughput_tok_s_median=8 * 64 / 5.11)  # throughput from the mean beside the median time
     with pytest.raises(ValueError, match="throughput_tok_s_median"):
         partial_rows.partial_table([bad])
-    verify = {"config_key": '{"measure": "verify", "new_tokens": 4}', "status": "ok", "new_tokens": 4,
+    verify = {"config_key": '{"kind": "verify", "new_tokens": 4}', "status": "ok", "new_tokens": 4,
               "time_s_median": 0.07}  # one forward over 4 tokens: no per-step time to derive
     assert "ms_per_step_median" not in partial_rows.partial_table([verify])[0]

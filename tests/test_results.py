@@ -99,3 +99,20 @@ def test_measured_on_names_the_rows_machine_not_this_one():
     older = {"device_name": "AMD EPYC", "threads": 1}  # a row without the memory field
     assert measured_on(older)["memory_bytes"] is None
     assert measured_on(pd.DataFrame([{**older, "device_memory_bytes": float("nan")}]))["memory_bytes"] is None
+
+
+def test_every_committed_row_names_its_kind():
+    """One row schema (issue 42): every row of every profile says what it measured under ``kind``, in its row and in
+    its configuration, and no other key plays that part (rows once said ``experiment``, ``measure`` or ``check``)."""
+    import json
+
+    from helpers.paths import REPO_ROOT
+
+    files = sorted((REPO_ROOT / "results").glob("*/*.jsonl"))
+    assert files
+    for path in files:
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            config = json.loads(row["config_key"])
+            assert row.get("kind") and config.get("kind") == row["kind"], f"{path.name}: {row['config_key']}"
+            assert not {"experiment", "measure", "check"} & set(config), f"{path.name}: {row['config_key']}"

@@ -25,7 +25,7 @@ def profile(tmp_path, monkeypatch):
     write_rows(tmp_path, "10_tree_and_lookup_decoding", [
         {**common, "config_key": "c", "kind": "costs", "T_T": 0.011, "context_len": 7}])
     write_rows(tmp_path, "06_forward_pass_scaling", [
-        {**common, "config_key": "d", "measure": "verify", "model": TARGET, "new_tokens": 1,
+        {**common, "config_key": "d", "kind": "verify", "model": TARGET, "new_tokens": 1,
          "prefix_len": 256, "time_s_mean": 0.004}])
     return tmp_path
 
@@ -112,7 +112,7 @@ def test_every_notebook_that_times_the_step_is_listed_and_the_tolerance_comes_fr
         {**common, "config_key": f"e{i}", "target": TARGET, "draft": f"d{i}", "costs": {"T_T": t}}
         for i, t in enumerate((0.010, 0.0105))])
     write_rows(profile, "05_continuous_batching", [
-        {**common, "config_key": "f", "experiment": "step_time", "model": TARGET,
+        {**common, "config_key": "f", "kind": "step_time", "model": TARGET,
          "rows": [{"batch": 1, "step_s": 0.0101}, {"batch": 8, "step_s": 0.013}]}])
     write_rows(profile, "11_long_context_self_speculation", [
         {**common, "config_key": "g", "kind": "speedup", "model": "cpu-pair/target-long", "batch": 1,

@@ -7,9 +7,9 @@ schedule); :func:`gamma_rows` pools them into ONE ROW PER (pair, gamma) of ours,
 columns: the rows of ``results/<profile>/07_speculative_decoding.jsonl`` and ``python -m helpers.bench specdec``.
 Their columns, besides :func:`helpers.results.run_metadata`'s:
 
-- config (:func:`sweep_configs`): ``pair``, ``target``, ``draft``, ``gamma``, ``temperature``, ``max_new_tokens``,
-  ``prompt_ids``, ``repeats``, ``dtype``, ``device``, both models' weights; notebook 07 adds ``handout_gamma``
-  (gamma is one of the handout's Table 1: 2, 3, 5, 7), ``cost_prompt`` and ``context_len``;
+- config (:func:`sweep_configs`): ``kind`` (``e2e``), ``pair``, ``target``, ``draft``, ``gamma``, ``temperature``,
+  ``max_new_tokens``, ``prompt_ids``, ``repeats``, ``dtype``, ``device``, both models' weights; notebook 07 adds
+  ``handout_gamma`` (gamma is one of the handout's Table 1: 2, 3, 5, 7), ``cost_prompt`` and ``context_len``;
 - ours: ``alpha`` (pooled MLE: accepted / (accepted + rejections)), ``acceptance_rate`` (accepted / proposed),
   ``mean_accepted_per_round``, ``tokens_per_round``, the counts, ``time_s`` (summed over prompts, the fastest of
   ``repeats`` runs each), ``tokens_per_s``, the phase seconds, ``runtime`` and ``identical_to_ar``;
@@ -212,6 +212,6 @@ def sweep_configs(target: str, draft: str, gammas, *, prompt_ids: list, temperat
     """The result-store configurations of one pair's sweep, one per gamma (the config columns of the module
     docstring, with the weights of both models, :func:`weights_tag`)."""
     weights = {"target_weights": weights_tag(target), "draft_weights": weights_tag(draft)}
-    return [{"pair": f"{target} / {draft}", "target": target, "draft": draft, "gamma": int(g),
+    return [{"kind": "e2e", "pair": f"{target} / {draft}", "target": target, "draft": draft, "gamma": int(g),
              "temperature": temperature, "max_new_tokens": max_new_tokens, "prompt_ids": list(prompt_ids),
              "repeats": repeats, "dtype": dtype, "device": device, **weights} for g in gammas]

@@ -49,7 +49,7 @@ def measure(params: dict, store, progress: bool = True) -> pd.DataFrame:
                         device=params["device"], seed=0)
     rows = []
     for model_id in CHECK_MODELS:
-        config = {"check": "kv_bytes", "family_of": model_id, "batch": params["check_batch_size"],
+        config = {"kind": "kv_bytes", "family_of": model_id, "batch": params["check_batch_size"],
                   "tokens": cached_tokens(params)}
         found = results.run(config, lambda: held_bytes(model_id, params, resolve_device(params["device"])), meta=meta)
         shape = memory.miniature_config(model_id)

@@ -47,14 +47,14 @@ def setup(params: dict) -> torch.device:
 
 def cold_config(params: dict) -> dict:
     p = params
-    return {"experiment": "cold_start", "model": p["kvb_baseline_model"], "prompt": p["kvb_short_prompt"],
+    return {"kind": "cold_start", "model": p["kvb_baseline_model"], "prompt": p["kvb_short_prompt"],
             "dtype": p["kvb_dtype"], "repeats": p["kvb_cold_repeats"]}
 
 
 def sweep_config(params: dict, setting: str, prompt_tokens: int) -> dict:
     p = params
     model_id, long, cap = settings(p)[setting]
-    config = {"experiment": "sweep", "setting": setting, "model": model_id, "prompt_tokens": prompt_tokens,
+    config = {"kind": "sweep", "setting": setting, "model": model_id, "prompt_tokens": prompt_tokens,
               "max_new_tokens": p["kvb_max_new_tokens"], "no_cache_cap": cap, "repeats": p["kvb_repeats"],
               "max_repeats": p["kvb_max_repeats"], "max_spread": p["kvb_max_spread"], "dtype": p["kvb_dtype"]}
     if long and p.get("kvb_long_prompt_path"):  # the course's prompt file: rows of another prompt than the stand-in's
@@ -79,7 +79,7 @@ def long_prompt_text(params: dict) -> str | None:
 
 
 def matmul_config(params: dict, model_id: str) -> dict:
-    return {"experiment": "matmul_share", "model": model_id, "dtype": params["kvb_dtype"],
+    return {"kind": "matmul_share", "model": model_id, "dtype": params["kvb_dtype"],
             "new_tokens": MATMUL_NEW_TOKENS}
 
 

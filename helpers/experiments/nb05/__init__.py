@@ -11,4 +11,4 @@ def target_steps(rows: dict) -> list[dict]:
     return [step_record("05", f"step at batch {point['batch']}", point["step_s"], "minimal, ragged batch",
                         point["batch"], row.get("prompt_len", 64), row)
             for row in rows.get("05_continuous_batching", [])
-            if row.get("experiment") == "step_time" and row.get("model") == TARGET for point in row["rows"]]
+            if row.get("kind") == "step_time" and row.get("model") == TARGET for point in row["rows"]]

@@ -30,7 +30,7 @@ def forward_configs(params: dict, label: str | None = None) -> list[dict]:
     """One configuration per batch size of ``fp_batch_sizes`` (``label``: the loaded model's weights label)."""
     p = params
     label = label or gb.expected_weights_label(p["fp_model"], p["fp_weights"])
-    return [{"measure": "forward", "model": p["fp_model"], "weights": label, "dtype": p["fp_dtype"],
+    return [{"kind": "forward", "model": p["fp_model"], "weights": label, "dtype": p["fp_dtype"],
              "device": p["device"], "batch_size": b, "seq_len": p["fp_seq_len"], "warmup": p["fp_warmup"],
              "trials": p["fp_trials"]} for b in p["fp_batch_sizes"]]
 
@@ -39,7 +39,7 @@ def verify_configs(params: dict, label: str | None = None) -> list[dict]:
     """One configuration per verify size k of ``fp_verify_tokens``."""
     p = params
     label = label or gb.expected_weights_label(p["fp_verify_model"], p["fp_weights"])
-    return [{"measure": "verify", "model": p["fp_verify_model"], "weights": label, "dtype": p["fp_dtype"],
+    return [{"kind": "verify", "model": p["fp_verify_model"], "weights": label, "dtype": p["fp_dtype"],
              "device": p["device"], "prefix_len": p["fp_verify_prefix"], "new_tokens": k, "warmup": p["fp_warmup"],
              "trials": p["fp_trials"]} for k in p["fp_verify_tokens"]]
 
@@ -254,7 +254,7 @@ def gpu_forward_rows(config, seq_len: int) -> list[dict]:
     found = []
     for folder in gpu_result_folders(RESULT):
         rows = [r for r in latest_ok_rows(folder / f"{RESULT}.jsonl") if r.get("device") == "cuda"
-                and r.get("measure") == "forward" and r.get("seq_len") == seq_len and r.get("model") == ROOFLINE_MODEL]
+                and r.get("kind") == "forward" and r.get("seq_len") == seq_len and r.get("model") == ROOFLINE_MODEL]
         rows = current_rows(folder.name, rows)  # rows the profile marks for re-measuring are quoted nowhere
         if not rows:
             continue
@@ -347,4 +347,4 @@ def target_steps(rows: dict) -> list[dict]:
     return [step_record("06", "1-token forward (T_V(0))", row.get("time_s_median", row["time_s_mean"]), "transformers",
                         1, row["prefix_len"], row)
             for row in rows.get(RESULT, [])
-            if row.get("measure") == "verify" and row.get("model") == TARGET and row.get("new_tokens") == 1]
+            if row.get("kind") == "verify" and row.get("model") == TARGET and row.get("new_tokens") == 1]

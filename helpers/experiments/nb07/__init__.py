@@ -149,7 +149,7 @@ def measure_decode_mode(params: dict, store, target_name: str, draft_name: str, 
     speculative decoding against AR both in decode ``mode`` (``compile``: the generators' option), a synchronized
     phase run per gamma and :func:`~helpers.experiments.specdec_costs.graph_proof`; the rows ``store`` lacks."""
     prompt_rows, _ = prompt_sets(params)
-    configs = [{**c, "kind": "e2e", "decode": mode} for c in sweep_configs(
+    configs = [{**c, "decode": mode} for c in sweep_configs(
         target_name, draft_name, gammas, prompt_ids=[r["id"] for r in prompt_rows], **common_config(params))]
     if all(store.has(c) for c in configs):
         return
@@ -339,10 +339,10 @@ def tau_shortfall(frame: pd.DataFrame) -> dict:
 def verify_06(rows_06) -> dict:
     """Notebook 06's T_V(1)/T_T per model (its 2-token forward over its 1-token one, medians after a random prefix):
     ``{model: (ratio, prefix tokens)}``, empty where its rows lack it."""
-    if "measure" not in rows_06:
+    if "kind" not in rows_06:
         return {}
     out = {}
-    for model, group in rows_06[rows_06["measure"] == "verify"].groupby("model"):
+    for model, group in rows_06[rows_06["kind"] == "verify"].groupby("model"):
         medians = group.set_index("new_tokens")["time_s_median"]
         if {1, 2} <= set(medians.index):
             out[model] = (float(medians[2] / medians[1]), int(group["prefix_len"].iloc[0]))

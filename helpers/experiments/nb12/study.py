@@ -228,7 +228,7 @@ def scale_latency(config, depths, *, device="cpu", dtype=torch.float32, context:
 def draft_config(p: dict, draft: str, prompt_ids) -> dict:
     """The result-store configuration of one draft's measurement, from notebook 12's parameters ``p`` (shared by the
     notebook and ``python -m helpers.gpu_measure --only 12`` so that each finds the other's rows)."""
-    return {"target": p["design_target"], "gammas": [int(g) for g in p["design_gammas"]],
+    return {"kind": "draft", "target": p["design_target"], "gammas": [int(g) for g in p["design_gammas"]],
             "prompt_ids": list(prompt_ids), "new_tokens": p["design_new_tokens"], "repeats": p["design_repeats"],
             "dtype": p["design_dtype"], "device": p["device"], "draft": draft}
 

@@ -40,6 +40,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--long-context", type=int, help="tokens per long prompt")
     parser.add_argument("--drafter", choices=DRAFTERS, help="the short requests' drafter (default: params/cpu.yaml)")
     parser.add_argument("--draft", help="its draft: a model name for 'draft', a folder or 'cpu-pair/eagle' for 'feature'")
+    parser.add_argument("--gamma", type=int, help="the fixed policy's gamma, the largest the policy considers")
 
 
 def run(args) -> dict:
@@ -49,7 +50,7 @@ def run(args) -> dict:
                  "serving_new_tokens": args.new_tokens, "serving_repeats": args.repeats,
                  "serving_batch_sizes": args.batch_sizes, "serving_long_requests": args.long_requests,
                  "serving_long_context": args.long_context, "serving_drafter": args.drafter,
-                 "serving_draft": args.draft}
+                 "serving_draft": args.draft, "serving_gamma": args.gamma}
     params.update({k: v for k, v in overrides.items() if v is not None}, serving_threads=args.threads)
     torch.set_num_threads(args.threads)
     frames = nb14.measure(params, lambda name: MemoryStore(), progress=True)
