@@ -222,11 +222,11 @@ def test_linear_fit():
         gb.linear_fit([1], [1])
 
 
-def test_explains_ordering():
-    assert gb.explains_ordering([1, 5, 3], [0.1, 0.5, 0.3])
-    assert not gb.explains_ordering([1, 3, 5], [0.1, 0.5, 0.3])
-    assert not gb.explains_ordering([8, 8, 32], [0.2, 0.5, 0.48])  # a tie cannot explain different times
-    assert gb.explains_ordering([1, 2], [0.3, 0.3])
+def test_a_feature_explains_an_ordering_when_no_pair_violates_it():
+    assert gb.ordering_violation([1, 5, 3], [0.1, 0.5, 0.3]) is None
+    assert gb.ordering_violation([1, 3, 5], [0.1, 0.5, 0.3]) is not None
+    assert gb.ordering_violation([8, 8, 32], [0.2, 0.5, 0.48]) is not None  # a tie cannot explain different times
+    assert gb.ordering_violation([1, 2], [0.3, 0.3]) is None
     assert gb.ordering_violation([8, 8, 32], [0.2, 0.5, 0.48]) == (0, 1)
     assert gb.ordering_violation([1, 5, 3], [0.1, 0.5, 0.3]) is None
     # only the pairs ``comparable`` accepts count

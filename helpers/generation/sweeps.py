@@ -334,8 +334,3 @@ def non_monotone_noise(rows: list[dict], key: str) -> dict:
         if faster is not None:
             flagged[row[key]] = faster[key]
     return flagged
-
-
-def explains_ordering(feature, times) -> bool:
-    """True when ``feature`` orders every pair of models as ``times`` does (see :func:`ordering_violation`)."""
-    return ordering_violation(feature, times) is None
