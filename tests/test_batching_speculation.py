@@ -130,6 +130,29 @@ def test_cost_table_interpolates_between_measured_batches():
     assert calibration_batches(6) == [1, 2, 4, 6]
 
 
+def test_calibration_interleaves_the_gammas_so_drift_falls_on_all_of_them():
+    """Regression: γ = 0..γ_max were timed one after the other, so a burst of load (and the context growing with every
+    round) fell on one γ; the start-up tables came out non-monotone (at 2 threads, batch 4: γ = 0 dearer than 1)."""
+    from helpers.batching.policy import measure_costs
+
+    order, clock = [], iter(range(1000))
+
+    class Batch:
+        def add(self, requests, *prefilled):
+            self.rows = len(requests)
+
+        def advance(self, gammas):
+            order.append(gammas[0])
+            drift = next(clock)  # every round slower than the one before: a machine getting busier
+            return [[1]] * self.rows, {"draft_s": 0.0, "verify_s": 1.0 + gammas[0] + 0.1 * drift}
+
+    spec = SpecConfig(drafter="lookup", policy="adaptive", gamma=2, calibration_repeats=3)
+    table = measure_costs(Batch, lambda rows: ([0] * len(rows), [None] * len(rows)), spec, 1, 64)
+    assert order == [0, 1, 2, 2, 1, 0, 0, 1, 2, 2, 1, 0]  # a warm-up pass, then three, alternating direction
+    costs = [table.seconds[1, g] for g in range(3)]
+    assert costs == sorted(costs) and max(b - a for a, b in zip(costs, costs[1:])) < 1.2  # one after the other: 1.4
+
+
 def test_the_policy_speculates_when_eq5_says_so_and_stops_a_failing_request():
     spec = SpecConfig(drafter="lookup", policy="adaptive", gamma=4, alpha_prior=0.8, min_rounds=2, stop_below=0.3)
     cheap = CostTable({(1, g): 1.0 + 0.1 * g for g in range(5)})

@@ -197,7 +197,8 @@ def calibration_batches(max_batch: int) -> list[int]:
 
 def measure_costs(make_batch, prefill_rows, spec: SpecConfig, max_batch: int, vocab: int) -> CostTable:
     """Time a step at every calibration batch size and γ = 0..γ_max over synthetic rows of
-    ``spec.calibration_context`` tokens (a periodic sequence, so that prompt lookup always finds a match).
+    ``spec.calibration_context`` tokens (a periodic sequence, so that prompt lookup always finds a match): the γ
+    interleaved, the median of ``spec.calibration_repeats`` passes.
 
     ``make_batch()``: a fresh, empty :class:`~helpers.batching.speculation.SpecDecodeBatch`;
     ``prefill_rows(requests)``: their first tokens and KV (``helpers.batching.model_ops.prefill``)."""
@@ -211,13 +212,16 @@ def measure_costs(make_batch, prefill_rows, spec: SpecConfig, max_batch: int, vo
             request.generated.append(token)
         batch = make_batch()
         batch.add(requests, *prefilled)
-        for gamma in range(spec.gamma + 1):
-            times = []
-            for repeat in range(spec.calibration_repeats + 1):  # the first is a warm-up
+        times = {gamma: [] for gamma in range(spec.gamma + 1)}
+        gammas = list(times)
+        for repeat in range(spec.calibration_repeats + 1):  # the first pass is a warm-up
+            # every γ once per pass, the order reversed every pass: a burst of load, and the context that grows
+            # with every round, fall on all of them alike (one γ after the other timed larger γ at longer contexts)
+            for gamma in gammas if repeat % 2 == 0 else gammas[::-1]:
                 new, info = batch.advance([gamma] * size)
                 if repeat:
-                    times.append(info["draft_s"] + info["verify_s"])
+                    times[gamma].append(info["draft_s"] + info["verify_s"])
                 for request, tokens in zip(requests, new):
                     request.generated.extend(tokens)
-            seconds[size, gamma] = sorted(times)[len(times) // 2]
+        seconds.update({(size, gamma): sorted(t)[len(t) // 2] for gamma, t in times.items()})
     return CostTable(seconds)
