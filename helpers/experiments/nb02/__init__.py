@@ -33,8 +33,8 @@ def base_config(params: dict, threads: int, label: str | None = None) -> dict:
     """What every row records besides lengths (``label``: the loaded sweep model's weights)."""
     p = params
     label = label or gb.expected_weights_label(p["gen_sweep_model"], p["gen_weights"])
-    return {"kind": "generation", "model": p["gen_sweep_model"], "weights": label, "dtype": p["gen_dtype"], "device": p["device"],
-            "threads": threads, "batch_size": p["gen_batch_size"], "warmup": p["gen_warmup"],
+    return {"kind": "generation", "model": p["gen_sweep_model"], "weights": label, "dtype": p["gen_dtype"],
+            "device": p["device"], "threads": threads, "batch_size": p["gen_batch_size"], "warmup": p["gen_warmup"],
             "repeats": p["gen_repeats"]}
 
 

@@ -9,7 +9,6 @@ import pandas as pd
 
 from helpers.experiments import gpu_costs
 from helpers.experiments.nb09 import decode_modes, step_profile
-from helpers.results import latest_ok_rows
 
 GOAL_SHARE = 0.70  # of the HBM roofline, for the 8B targets compiled
 GOAL_PEER_RATIO = 1.2  # faster than transformers' compiled static-cache decoding
@@ -88,7 +87,7 @@ def graph_goals(costs: pd.DataFrame, e2e: pd.DataFrame) -> list[dict]:
 def goal_lines(folder: Path) -> list[str]:
     """Every goal the rows in ``folder`` measure, one line each (or :data:`NONE_YET`), then a diagnostic line per
     profiled step (:func:`~step_profile.diagnostic_lines`). No Eq. 5 term comes from a timing artefact."""
-    rows = {name: latest_ok_rows(Path(folder) / f"{name}.jsonl") for name in
+    rows = {name: gpu_costs.read_rows(folder, name) for name in
             (decode_modes.DECODE_STEPS, gpu_costs.COSTS, gpu_costs.GRAPHS, step_profile.STEP_PROFILE)}
     costs, e2e = gpu_costs.cost_table(rows[gpu_costs.COSTS]), gpu_costs.e2e_table(rows[gpu_costs.GRAPHS])
     trusted = [gpu_costs.without_artefacts(row) for row in rows[gpu_costs.COSTS]]
