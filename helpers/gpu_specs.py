@@ -152,7 +152,8 @@ def describe_ties(tied: pd.DataFrame, group: str = "draft", key: str = "gamma") 
     return "; ".join(parts)
 
 
-def run_to_run_spread(rows: pd.DataFrame, column: str = "T_T_s", by: str = "target", per: str = "draft") -> float:
+def run_to_run_spread(rows: pd.DataFrame, column: str = "target_step_s", by: str = "target",
+                      per: str = "draft") -> float:
     """The largest relative spread (max/min - 1) of one quantity timed once per ``per`` for the same ``by``: e.g. a
     target's T_T, timed once before each of its pairs' sweeps under the same conditions. Any difference between those
     timings is run-to-run variation, the noise floor of a single measurement; nan where no ``by`` has two ``per``."""

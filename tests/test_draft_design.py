@@ -37,7 +37,7 @@ CARD = {name: {"layers": layers, "hidden_size": width, "parameters": 1000, "held
 
 def test_measure_draft_row_is_json_and_lossless(measured):
     row = measured[0]
-    assert row["costs"]["T_T"] > 0 and [g for g, _ in row["costs"]["T_V"]] == [1, 3]
+    assert row["costs"]["target_step_s"] > 0 and [g for g, _ in row["costs"]["T_V"]] == [1, 3]
     assert [g["gamma"] for g in row["per_gamma"]] == [1, 3]
     for g in row["per_gamma"]:
         assert g["identical_to_ar"] and g["speedup"] > 0 and g["c_round"] > 0 and g["eq5"] > 0
@@ -112,7 +112,7 @@ def test_predictors_and_depth_latency_on_a_made_up_table():
 
 def test_noise_and_ties_of_the_draft_rows():
     def row(name, tt, ar, speedups):
-        return {"draft": name, "costs": {"T_T": tt},
+        return {"draft": name, "costs": {"target_step_s": tt},
                 "per_gamma": [{"gamma": g, "ar_time_s": ar, "speedup": s} for g, s in speedups.items()]}
     rows = [row("a", 0.0040, 3.0, {3: 1.40, 5: 1.38, 7: 1.20}), row("b", 0.0050, 3.2, {3: 1.30, 5: 1.50, 7: 1.49})]
     noise = timing_noise(rows)

@@ -106,11 +106,11 @@ def test_nb09_batch_trend_and_depths(capsys):
 
 
 def test_nb08_tie_tolerance_and_grid():
-    rows = pd.DataFrame({"status": ["ok"] * 2, "target": ["t", "t"], "draft": ["a", "b"], "T_T_s": [1.0, 1.1]})
+    rows = pd.DataFrame({"status": ["ok"] * 2, "target": ["t", "t"], "draft": ["a", "b"], "target_step_s": [1.0, 1.1]})
     assert nb08.tie_tolerance(rows) == pytest.approx(0.1)
     assert nb08.tie_tolerance(rows.iloc[:1]) == 0.0
     # regression: the pairs' AR baselines (the speedups' numerators) differed by 6.7% while only T_T's 5.2% counted
-    both = rows.assign(T_T_s=[5.0, 4.75], ar_tokens_per_s=[181.9, 194.0])
+    both = rows.assign(target_step_s=[5.0, 4.75], ar_tokens_per_s=[181.9, 194.0])
     assert nb08.tie_tolerance(both) == pytest.approx(194.0 / 181.9 - 1)
     assert nb08.column("H100 SXM", "roofline only") == "H100 SXM, roofline only (model)"
     grid = nb08.prediction_grid(lambda t, d, g, gpu, host: {"c": 0.1, "speedup": g + host[0]}, {"G": None},

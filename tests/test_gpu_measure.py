@@ -242,7 +242,7 @@ def test_notebook_renders_gpu_rows_on_a_machine_without_gpu(dry, monkeypatch, tm
 
 
 def _cost_row(target, draft, decode, t_t, t_d, target_mb, draft_mb, layers=(36, 28), weights="random"):
-    return {"target": target, "draft": draft, "decode": decode, "T_T": t_t, "T_D": t_d, "c": t_d / t_t,
+    return {"target": target, "draft": draft, "decode": decode, "target_step_s": t_t, "T_D": t_d, "c": t_d / t_t,
             "weights": weights, "target_layers": layers[0], "draft_layers": layers[1],
             "target_decode_bytes": target_mb * 1e6 * layers[0], "target_weight_bytes": target_mb * 1e6 * layers[0],
             "draft_decode_bytes": draft_mb * 1e6 * layers[1], "draft_weight_bytes": draft_mb * 1e6 * layers[1],
@@ -376,8 +376,8 @@ def test_goals_read_from_rows(tmp_path):
 
     base = {"status": "ok", "target": "Qwen/Qwen3-8B", "draft": "Qwen/Qwen3-0.6B", "device_name": "NVIDIA H100 80GB HBM3",
             "target_weight_bytes": 16.4e9}
-    lines = [dict(base, config_key="a", decode="eager", c=0.6, T_T=0.020, T_D=0.012, verify_ratio={"2": 1.1}),
-             dict(base, config_key="b", decode="graphs", c=0.12, T_T=0.0060, T_D=0.00072, verify_ratio={"2": 1.05},
+    lines = [dict(base, config_key="a", decode="eager", c=0.6, target_step_s=0.020, T_D=0.012, verify_ratio={"2": 1.1}),
+             dict(base, config_key="b", decode="graphs", c=0.12, target_step_s=0.0060, T_D=0.00072, verify_ratio={"2": 1.05},
                   graph_replays=300)]
     (tmp_path / "09_handout_costs.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
     text = "\n".join(gpu_window.goals(tmp_path))
@@ -406,12 +406,12 @@ def test_eager_rows_need_no_minimal_view_so_other_architectures_measure():
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=32, n_layer=1, n_head=2)).eval()
-    assert specdec_costs.graph_proof("eager", (gpt2, gpt2), lambda: {"T_T": 1.0}) == {"T_T": 1.0}
+    assert specdec_costs.graph_proof("eager", (gpt2, gpt2), lambda: {"target_step_s": 1.0}) == {"target_step_s": 1.0}
     with pytest.raises(ValueError, match="model_type='gpt2'"):
-        specdec_costs.graph_proof("graphs", (gpt2,), lambda: {"T_T": 1.0})
+        specdec_costs.graph_proof("graphs", (gpt2,), lambda: {"target_step_s": 1.0})
     llama = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                          num_attention_heads=2)).eval()
-    assert specdec_costs.graph_proof("eager", (llama,), lambda: {"T_T": 1.0}) == {"T_T": 1.0, "layer_kernels": 19}
+    assert specdec_costs.graph_proof("eager", (llama,), lambda: {"target_step_s": 1.0}) == {"target_step_s": 1.0, "layer_kernels": 19}
 
 
 def test_decode_goal_lines_judge_the_8b_steps_the_peer_and_the_pairs():
@@ -426,7 +426,7 @@ def test_decode_goal_lines_judge_the_8b_steps_the_peer_and_the_pairs():
     steps = [step("Qwen/Qwen3-8B", "compiled", 4.2), step("meta-llama/Llama-3.1-8B", "compiled", 6.0, compile_s=120),
              {"kind": "decode_peer", "model": "Qwen/Qwen3-8B", "peer": "hf-static-compiled", "wall_ms": 5.5,
               "device_name": "NVIDIA H200"}]
-    costs = [{"target": "Qwen/Qwen3-8B", "draft": "Qwen/Qwen3-0.6B", "decode": "compiled", "c": 0.15, "T_T": 0.0042,
+    costs = [{"target": "Qwen/Qwen3-8B", "draft": "Qwen/Qwen3-0.6B", "decode": "compiled", "c": 0.15, "target_step_s": 0.0042,
               "T_D": 0.00063, "verify_ratio": {"2": 1.02, "3": 1.03, "5": 1.05, "7": 1.1}}]
     decode = decode_modes.decode_table(steps)
     goals = {g["goal"]: g for g in nb09_goals.decode_goals(decode, decode_modes.speed_against_peer(decode),
@@ -468,7 +468,7 @@ def test_floor_captions_name_the_decode_bytes(tmp_path, monkeypatch):
     """The roofline's numerator is the decode bytes (untied input embedding excluded), and the captions say so."""
     report = " ".join((paths.REPO_ROOT / "report" / "report.tex").read_text().split())
     assert "every weight but an untied input embedding" in report  # \\wbdecodebytes, in every floor caption
-    row = {"device_name": "NVIDIA H200", "target_weight_bytes": 16.4e9, "target_decode_bytes": 15.2e9, "T_T": 0.007,
+    row = {"device_name": "NVIDIA H200", "target_weight_bytes": 16.4e9, "target_decode_bytes": 15.2e9, "target_step_s": 0.007,
            "T_D": 0.003, "c": 0.43, "target": "t", "draft": "d", "verify_ratio": {"2": 1.1}}
     share = gpu_costs.cost_table([row])["roofline share"].iloc[0]
     assert share == pytest.approx(15.2e9 / gpu_costs.memory_bandwidth("NVIDIA H200") / 0.007)

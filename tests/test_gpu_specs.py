@@ -100,7 +100,7 @@ def test_best_and_worst_name_near_ties_within_the_tolerance():
 
 def test_run_to_run_spread_compares_one_target_timed_for_two_drafts():
     rows = pd.DataFrame({"target": ["t"] * 4 + ["u"] * 2, "draft": ["a", "a", "b", "b", "c", "c"],
-                         "T_T_s": [5.0, 5.0, 4.0, 4.0, 9.0, 9.0]})
+                         "target_step_s": [5.0, 5.0, 4.0, 4.0, 9.0, 9.0]})
     assert run_to_run_spread(rows) == pytest.approx(0.25)
     assert run_to_run_spread(rows[rows["target"] == "u"]) != run_to_run_spread(rows[rows["target"] == "u"])  # nan
 
@@ -135,7 +135,7 @@ def test_eq5_prediction_roofline_only_does_not_depend_on_the_gpu_but_host_cost_d
     assert roof[0]["v"] == pytest.approx(1.0, abs=0.01)
     host = [eq5_prediction(target, draft, g, 3, 0.7, 256, host_per_layer_s=3e-4) for g in (h100, l40s)]
     assert host[0]["speedup"] < host[1]["speedup"] < roof[1]["speedup"]
-    assert host[0]["T_T_s"] == pytest.approx(3e-4 * target.num_hidden_layers)  # host-bound: max(), not a sum
+    assert host[0]["target_step_s"] == pytest.approx(3e-4 * target.num_hidden_layers)  # host-bound: max(), not a sum
 
 
 def test_collect_results_reads_a_given_root_latest_row_per_config(tmp_path):

@@ -104,7 +104,7 @@ def test_a_verify_ratio_below_one_is_an_artefact_kept_out_of_eq5(tmp_path, monke
     folder = tmp_path / "results" / "gpu-x"
     folder.mkdir(parents=True)
     row = {"status": "ok", "config_key": "g", "device": "cuda", "device_name": "NVIDIA H100 80GB HBM3",
-           "target": "Qwen/Qwen3-8B", "draft": "Qwen/Qwen3-0.6B", "decode": "eager", "c": 0.666, "T_T": 0.049,
+           "target": "Qwen/Qwen3-8B", "draft": "Qwen/Qwen3-0.6B", "decode": "eager", "c": 0.666, "target_step_s": 0.049,
            "T_D": 0.033, "target_weight_bytes": 16e9, "verify_ratio": {"2": 1.017, "3": 0.741, "5": 0.819, "7": 0.833}}
     assert verify_artefacts(row) == [3, 5, 7] and trusted_verify_ratios(row) == {2: 1.017}
     assert cost_table([row])["T_V<T_T at gamma"].iloc[0] == "3, 5, 7"
@@ -127,7 +127,7 @@ def test_break_even_alphas_use_no_artefact():
     from helpers.experiments.nb09 import decode_modes
     from helpers.experiments.gpu_costs import without_artefacts
 
-    row = {"target": "t", "draft": "d", "c": 0.5, "T_T": 0.01, "T_D": 0.005,
+    row = {"target": "t", "draft": "d", "c": 0.5, "target_step_s": 0.01, "T_D": 0.005,
            "verify_ratio": {"2": 1.05, "3": 0.7, "7": 0.8}}
     assert without_artefacts(row)["verify_ratio"] == {"2": 1.05}
     assert decode_modes.pair_terms([without_artefacts(row)])["at gamma"].iloc[0] == 2  # the only trusted gamma

@@ -18,7 +18,7 @@ class _Tokenizer:
 
 
 def _rows_07(T_T, T_D, prompt="missing", run_id="r1"):
-    return pd.DataFrame([{"draft": "d", "T_T_s": T_T, "T_D_s": T_D, "c": T_D / T_T, "cost_prompt": prompt,
+    return pd.DataFrame([{"draft": "d", "target_step_s": T_T, "T_D_s": T_D, "c": T_D / T_T, "cost_prompt": prompt,
                           "runtime": "minimal", "run_id": run_id}])
 
 

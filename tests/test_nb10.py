@@ -49,13 +49,13 @@ def test_measure_returns_costs_with_int_keys_and_runs_per_workload(study):
 def test_cost_summary_and_figure(study):
     found = nb10.cost_summary(study["costs"])
     assert found["tv_max_nodes"] == max(study["costs"]["T_V"]) and found["tv_grows"] in (0, 1)
-    assert found["T_T_ms"] == 1e3 * study["costs"]["T_T"]
+    assert found["T_T_ms"] == 1e3 * study["costs"]["target_step_s"]
     assert forward_costs_figure(study["costs"]).axes
 
 
 def test_cost_summary_names_t_v_by_drafted_tokens_as_eq5_does():
     # regression: T_V's argument was the positions here and the drafted tokens in notebook 09 (Eq. 5's T_V(gamma))
-    costs = {"T_T": 1.0, "T_V": {1: 1.0, 8: 1.5, 32: 2.0}, "T_D": {1: 0.1, 16: 0.3}}
+    costs = {"target_step_s": 1.0, "T_V": {1: 1.0, 8: 1.5, 32: 2.0}, "T_D": {1: 0.1, 16: 0.3}}
     found = nb10.cost_summary(costs)
     assert found["tv_max_nodes"] == 32 and found["tv_max_ratio"] == 2.0 and found["tv_one"] == 1.0
     # the notebook names the widest forward by the drafted tokens it verifies, one less than its positions

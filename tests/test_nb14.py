@@ -94,7 +94,7 @@ def test_closed_batch_is_lossless_and_measures_the_terms():
     prompts = [[5, 6, 7, 8, 9], [11, 12, 13], [3, 4, 5, 6, 7, 8, 9, 10]]
     row = closed_batch(target, make, prompts, new_tokens=12, gamma=3, repeats=1)
     assert row["identical"]
-    assert 0 <= row["alpha"] <= 1 and row["T_T_s"] > 0 and row["verify_ratio"] > 0 and row["eq5_speedup"] > 0
+    assert 0 <= row["alpha"] <= 1 and row["target_step_s"] > 0 and row["verify_ratio"] > 0 and row["eq5_speedup"] > 0
 
 
 def test_the_cpu_pairs_feature_draft_drafts_in_a_closed_batch_and_is_lossless():

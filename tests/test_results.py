@@ -116,3 +116,30 @@ def test_every_committed_row_names_its_kind():
             config = json.loads(row["config_key"])
             assert row.get("kind") and config.get("kind") == row["kind"], f"{path.name}: {row['config_key']}"
             assert not {"experiment", "measure", "check"} & set(config), f"{path.name}: {row['config_key']}"
+
+
+def test_every_committed_row_names_the_target_step_one_way():
+    """One row schema (issue 42): the target's step time is ``target_step_s`` at any depth of any committed row (rows
+    once said ``T_T``, ``T_T_s`` or ``ar_step_s``), and every such value is a positive number of seconds."""
+    import json
+
+    from helpers.paths import REPO_ROOT
+
+    def keys(value):
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                yield key, inner
+                yield from keys(inner)
+        elif isinstance(value, list):
+            for inner in value:
+                yield from keys(inner)
+
+    steps = 0
+    for path in sorted((REPO_ROOT / "results").glob("*/*.jsonl")):
+        for line in path.read_text().splitlines():
+            for key, value in keys(json.loads(line)):
+                assert key not in {"T_T", "T_T_s", "ar_step_s"}, f"{path.name}: {key}"
+                if key == "target_step_s" and value is not None:
+                    assert 0 < value < 60, f"{path.name}: {value}"
+                    steps += 1
+    assert steps > 100  # 07, 09-14 and both GPUs' 09 rows

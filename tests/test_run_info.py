@@ -19,11 +19,11 @@ def profile(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBOOK_OUTPUT_ROOT", str(tmp_path))
     common = {"threads": 1, "run_id": "r1", "device_name": "CPU X", "timestamp": "2026-11-26T07:00:00+00:00"}
     write_rows(tmp_path, "09_speedup_analysis", [
-        {**common, "config_key": "a", "kind": "costs", "target": TARGET, "T_T": 0.010, "context_len": 64},
-        {**common, "config_key": "b", "kind": "batched", "target": TARGET, "T_T": 0.030, "batch_size": 8,
+        {**common, "config_key": "a", "kind": "costs", "target": TARGET, "target_step_s": 0.010, "context_len": 64},
+        {**common, "config_key": "b", "kind": "batched", "target": TARGET, "target_step_s": 0.030, "batch_size": 8,
          "prompt_len": 64}])
     write_rows(tmp_path, "10_tree_and_lookup_decoding", [
-        {**common, "config_key": "c", "kind": "costs", "T_T": 0.011, "context_len": 7}])
+        {**common, "config_key": "c", "kind": "costs", "target_step_s": 0.011, "context_len": 7}])
     write_rows(tmp_path, "06_forward_pass_scaling", [
         {**common, "config_key": "d", "kind": "verify", "model": TARGET, "new_tokens": 1,
          "prefix_len": 256, "time_s_mean": 0.004}])
@@ -109,16 +109,16 @@ def test_every_notebook_that_times_the_step_is_listed_and_the_tolerance_comes_fr
     +-35% band called a real batch-8 cost "agrees"."""
     common = {"threads": 1, "run_id": "r1", "device_name": "CPU X"}
     write_rows(profile, "12_draft_design", [  # one notebook times the same step twice: 10 and 10.5 ms
-        {**common, "config_key": f"e{i}", "target": TARGET, "draft": f"d{i}", "costs": {"T_T": t}}
+        {**common, "config_key": f"e{i}", "target": TARGET, "draft": f"d{i}", "costs": {"target_step_s": t}}
         for i, t in enumerate((0.010, 0.0105))])
     write_rows(profile, "05_continuous_batching", [
         {**common, "config_key": "f", "kind": "step_time", "model": TARGET,
          "rows": [{"batch": 1, "step_s": 0.0101}, {"batch": 8, "step_s": 0.013}]}])
     write_rows(profile, "11_long_context_self_speculation", [
         {**common, "config_key": "g", "kind": "speedup", "model": "cpu-pair/target-long", "batch": 1,
-         "context": 4096, "ar_step_s": 0.019}])
+         "context": 4096, "target_step_s": 0.019}])
     write_rows(profile, "13_drafting_from_the_target", [
-        {**common, "config_key": "h", "kind": "costs", "target": TARGET, "T_T": 0.0099}])
+        {**common, "config_key": "h", "kind": "costs", "target": TARGET, "target_step_s": 0.0099}])
     steps = run_info.explain(run_info.target_step_times(run_info.read_all("p")))
     assert steps.attrs["tolerance"] == pytest.approx(1.05)
     why = steps.set_index("what")["why"]

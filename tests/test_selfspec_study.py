@@ -38,7 +38,7 @@ def test_compare_at_rows(model):
     assert [r["window"] for r in rows] == [4, 16]
     for row in rows:
         assert row["identical"] and row["repeats"] == 2
-        assert row["speedup"] > 0 and row["eq5_speedup"] > 0 and row["ar_step_s"] > 0 and row["full_batch_speedup"] > 0
+        assert row["speedup"] > 0 and row["eq5_speedup"] > 0 and row["target_step_s"] > 0 and row["full_batch_speedup"] > 0
         assert 1 <= row["full_batch_rounds"] and row["straggler"] >= 1
         assert 0 <= row["alpha_low"] <= row["alpha"] <= row["alpha_high"] <= 1
         assert row["draft_ratio"] > 0 and row["verify_ratio"] > 0 and 1 <= row["tau"] <= 4

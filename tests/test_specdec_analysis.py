@@ -211,7 +211,7 @@ def test_magicdec_trend_reads_first_and_last_batch():
 
 
 def test_batch_accounting_one_row_per_batch_with_bracket_flags():
-    by_batch = pd.DataFrame([{"batch_size": 1, "alpha": 0.7, "T_T": 1.0, "T_D": 0.1, "T_V": 1.2, "ar_decode_s": 32.0,
+    by_batch = pd.DataFrame([{"batch_size": 1, "alpha": 0.7, "target_step_s": 1.0, "T_D": 0.1, "T_V": 1.2, "ar_decode_s": 32.0,
                               "ar_steps": 32, "sd_decode_s": 16.0, "rounds": 10, "rounds_per_row_mean": 10.0,
                               "phase_seconds": {"draft": 3.0, "verify": 12.0, "bookkeeping": 1.0}}])
     out = batch_accounting(by_batch, 3)

@@ -55,7 +55,7 @@ def test_measure_pair_rows(rows, cases):
 
 
 def test_gamma_rows_pool_counts_and_compare(rows, cases):
-    costs = {"T_T": 2.0, "T_D": 0.5, "T_V": {2: 2.2, 3: 2.4}}
+    costs = {"target_step_s": 2.0, "T_D": 0.5, "T_V": {2: 2.2, 3: 2.4}}
     per_gamma = gamma_rows(rows, costs)
     assert [r["gamma"] for r in per_gamma] == [2, 3]
     for row in per_gamma:
@@ -78,7 +78,7 @@ def test_benchmark_table_and_headline(rows, capsys):
     peer_time = sum(r["time_s"] for r in rows if r["method"] == "assisted" and r["gamma"] == 2)
     assert summary["speedup"].iloc[3] == pytest.approx(ar_time / peer_time)  # same tokens: the ratio of times
     assert summary["identical_to_ar"].all() and summary["speedup"].iloc[0] == 1.0
-    costs = {"T_T": 2.0, "T_D": 0.2, "T_V": {2: 2.2, 3: 2.4}, "T_D_round": {2: 0.4, 3: 0.3}, "runtime": "minimal"}
+    costs = {"target_step_s": 2.0, "T_D": 0.2, "T_V": {2: 2.2, 3: 2.4}, "T_D_round": {2: 0.4, 3: 0.3}, "runtime": "minimal"}
     print_table(summary, costs)
     figures = pair_figures(summary, costs, "draft")
     printed = capsys.readouterr().out
@@ -245,7 +245,7 @@ def _cost_frame(tt_a=0.010, tt_b=0.014):
                                        ("U / C", "C", 0.02, (1.2, 1.2))):
         for gamma, speedup in zip((1, 3), speedups):
             rows.append({"pair": pair, "target": pair[0], "draft": draft, "gamma": gamma, "runtime": "minimal",
-                         "prompt_ids": ["p0", "p1"], "timestamp": f"t-{pair}", "T_T_s": tt, "T_D_s": 0.1 * tt,
+                         "prompt_ids": ["p0", "p1"], "timestamp": f"t-{pair}", "target_step_s": tt, "T_D_s": 0.1 * tt,
                          "T_V_s": 0.015, "c": 0.1, "verify_ratio": 0.015 / tt, "ar_tokens_per_s": 60.0,
                          "speedup": speedup, "eq5": 1.15})
     return pd.DataFrame(rows)

@@ -14,7 +14,7 @@ from tiny_models import RAGGED_PROMPTS as PROMPTS
 def test_measure_costs_shapes(float64_pair):
     target, draft = float64_pair
     costs = measure_costs(target, draft, torch.tensor([PROMPTS[0]]), [1, 3], warmup=1, repeats=2)
-    assert costs["T_T"] > 0 and costs["T_D"] > 0 and set(costs["T_V"]) == {1, 3}
+    assert costs["target_step_s"] > 0 and costs["T_D"] > 0 and set(costs["T_V"]) == {1, 3}
     assert set(costs["T_D_round"]) == {1, 3} and min(costs["T_D_round"].values()) > 0
     assert costs["runtime"] == "minimal"  # tiny Qwen3 models: the runtime speculative decoding picks
     batched = measure_costs(target, draft, torch.tensor([PROMPTS[0], PROMPTS[0]]), [2], warmup=0, repeats=1,
@@ -83,21 +83,21 @@ def test_draft_summary_and_alpha_by_source():
 
 
 def test_cost_terms_from_a_stored_row():
-    terms = cost_terms({"T_T": 2.0, "T_D": 0.2, "T_V": {"1": 2.2, "3": 2.6}, "T_D_round": {"1": 0.3, "3": 0.4}})
+    terms = cost_terms({"target_step_s": 2.0, "T_D": 0.2, "T_V": {"1": 2.2, "3": 2.6}, "T_D_round": {"1": 0.3, "3": 0.4}})
     assert terms["c"] == pytest.approx(0.1) and terms["T_V"] == {1: 2.2, 3: 2.6}
     assert terms["verify_ratio"] == {1: pytest.approx(1.1), 3: pytest.approx(1.3)}
     assert terms["c_round"] == {1: pytest.approx(0.15), 3: pytest.approx(0.2)}
     table = terms["table"]
     assert list(table["gamma"]) == [1, 3] and list(table["gamma*c"]) == pytest.approx([0.1, 0.3])
     # without an in-round measurement c_round is c
-    assert cost_terms({"T_T": 2.0, "T_D": 0.2, "T_V": {"2": 2.4}})["c_round"] == {2: pytest.approx(0.1)}
+    assert cost_terms({"target_step_s": 2.0, "T_D": 0.2, "T_V": {"2": 2.4}})["c_round"] == {2: pytest.approx(0.1)}
 
 
 def test_batch_table_adds_ratios_and_prediction():
     row = {column: 1.0 for column in ("ar_tokens_per_s", "sd_tokens_per_s", "speedup", "decode_speedup",
                                       "mean_accepted_per_round", "rows_identical", "rounds", "ar_steps", "ar_decode_s",
                                       "sd_decode_s")}
-    rows = [{**row, "batch_size": b, "alpha": 0.7, "rounds_per_row_mean": 8.0, "rounds_per_row_max": 10.0, "T_T": 2.0,
+    rows = [{**row, "batch_size": b, "alpha": 0.7, "rounds_per_row_mean": 8.0, "rounds_per_row_max": 10.0, "target_step_s": 2.0,
              "T_D": 0.2, "T_V": 2.4, "phase_seconds": {}, "extra": "dropped"} for b in (1, 2)]
     out = batch_table(rows, 3)
     assert "extra" not in out and list(out["straggler"]) == [1.25, 1.25]

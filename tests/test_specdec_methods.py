@@ -105,7 +105,7 @@ def test_a_new_method_is_lossless_and_summarised_with_the_others(registered, tar
     assert list(summary.method) == ["ar", "linear", "repeat"] and bool(summary.lossless.all())
     assert summary.set_index("label").drafter["repeat n2"] == "repeat"
     # notebook 10's cost model and figure take it too (no draft forwards: its round costs one verify forward)
-    costs = {"T_T": 1.0, "T_V": {1: 1.0, 2: 1.1, 4: 1.2, 8: 1.5}, "T_D": {1: 0.1}}
+    costs = {"target_step_s": 1.0, "T_V": {1: 1.0, 2: 1.1, 4: 1.2, 8: 1.5}, "T_D": {1: 0.1}}
     model = cost_model(rows, costs).set_index("label")
     assert model.draft_cost["repeat n2"] == 0 and model.verify_cost["repeat n2"] >= 1
     assert sweep_figure(summary).axes

@@ -135,7 +135,7 @@ def test_rows_of_an_older_model_file_are_outdated():
 
     configs = {mode: {"kind": "eq5_terms", "target": "Qwen/Qwen3-8B", "decode": mode} for mode in ("eager", "graphs")}
     graphs = config_key(configs["graphs"])
-    assert gpu_costs.outdated(_Store({graphs: {"T_T": 1.0}}), configs)  # recorded no count: before the count existed
+    assert gpu_costs.outdated(_Store({graphs: {"target_step_s": 1.0}}), configs)  # recorded no count: before the count existed
     assert gpu_costs.outdated(_Store({graphs: {"layer_kernels": 56}}), configs)
     assert not gpu_costs.outdated(_Store({graphs: {"layer_kernels": QWEN3_KERNELS}}), configs)
     assert not gpu_costs.outdated(_Store({}), configs)  # nothing measured yet: measured anyway, nothing superseded

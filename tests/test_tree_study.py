@@ -75,7 +75,7 @@ def test_tau_from_depth_acceptance_is_eq4_generalised():
 
 
 def test_round_costs_in_target_steps():
-    costs = {"T_T": 10.0, "T_V": {1: 10.0, 5: 14.0, 9: 16.0}, "T_D": {1: 1.0, 2: 1.5, 4: 2.0}}
+    costs = {"target_step_s": 10.0, "T_V": {1: 10.0, 5: 14.0, 9: 16.0}, "T_D": {1: 1.0, 2: 1.5, 4: 2.0}}
     assert round_cost({"method": "linear", "gamma": 4}, costs, 4) == pytest.approx((0.4, 1.4))
     assert round_cost({"method": "static", "topk": [2, 2, 1]}, costs, 10) == pytest.approx(((1 + 1.5 + 2) / 10, 1.6))
     assert round_cost({"method": "dynamic", "depth": 3, "topk": 4, "budget": 8}, costs, 8)[0] == pytest.approx(0.5)
@@ -84,7 +84,7 @@ def test_round_costs_in_target_steps():
 
 
 def test_cost_model_table(rows):
-    costs = {"T_T": 1.0, "T_V": {1: 1.0, 16: 2.0}, "T_D": {1: 0.1, 4: 0.2}}
+    costs = {"target_step_s": 1.0, "T_V": {1: 1.0, 16: 2.0}, "T_D": {1: 0.1, 4: 0.2}}
     table = cost_model(rows, costs)
     assert set(table.method) == {"linear", "adaptive", "static", "dynamic", "lookup"}
     # Eq. 4 generalised with the measured a_d IS the measured tau (no EOS), so the table feeds the measured tau

@@ -74,14 +74,14 @@ def cost_table(rows: list[dict]) -> pd.DataFrame:
         lines.append({
             "device_name": row.get("device_name"), "target": row["target"], "draft": row["draft"],
             "target_layers": row.get("target_layers"), "decode": row.get("decode", "eager"),
-            "T_T ms": row["T_T"] * 1e3, "T_D ms": row["T_D"] * 1e3, "c": row["c"],
+            "T_T ms": row["target_step_s"] * 1e3, "T_D ms": row["T_D"] * 1e3, "c": row["c"],
             "T_V/T_T (lowest gamma)": row["verify_ratio"][gammas[0]] if gammas else None,
             "T_V/T_T (highest gamma)": row["verify_ratio"][gammas[-1]] if gammas else None,
             "T_V<T_T at gamma": ", ".join(map(str, verify_artefacts(row))) or "none",  # artefacts: no Eq. 5 from them
             "graph replays": row.get("graph_replays"),
             "kernels per layer": row.get("layer_kernels"),  # rows measured before the model file recorded it: None
             "HBM floor ms": floor * 1e3 if floor else None,
-            "roofline share": floor / row["T_T"] if floor else None,
+            "roofline share": floor / row["target_step_s"] if floor else None,
         })
     return pd.DataFrame(lines)
 
@@ -102,7 +102,8 @@ def report_numbers(rows: list[dict]) -> dict:
     numbers = {}
     seen = [{"model": row[role], "ms": row[time] * 1e3 / row[f"{role}_layers"],
              "mb": read_bytes(row, role) / 1e6 / row[f"{role}_layers"]}
-            for row in eager for role, time in (("target", "T_T"), ("draft", "T_D")) if row.get(f"{role}_layers")]
+            for row in eager for role, time in (("target", "target_step_s"), ("draft", "T_D"))
+            if row.get(f"{role}_layers")]
     layers = pd.DataFrame(seen).groupby("model").median() if seen else pd.DataFrame(columns=["ms", "mb"])
     handout_c = [row["c"] for row in eager if row.get("weights") == "random"]
     if len(layers) >= 2 and handout_c:
@@ -118,9 +119,10 @@ def report_numbers(rows: list[dict]) -> dict:
         twin = [e for e in eager if (e["target"], e["draft"]) == (row["target"], row["draft"])]
         floor = hbm_floor_s(row)
         handout = floor and row.get("weights") == "random"
-        steps.append({"target": row["target"], "speedup": twin[0]["T_T"] / row["T_T"] if twin else None,
-                      "share_pct": 100 * floor / row["T_T"] if handout else None,
-                      "above_us": (row["T_T"] - floor) * 1e6 / row["target_layers"] if floor else None,
+        speedup = twin[0]["target_step_s"] / row["target_step_s"] if twin else None
+        steps.append({"target": row["target"], "speedup": speedup,
+                      "share_pct": 100 * floor / row["target_step_s"] if handout else None,
+                      "above_us": (row["target_step_s"] - floor) * 1e6 / row["target_layers"] if floor else None,
                       "mb": read_bytes(row) / 1e6 / row["target_layers"]})
     steps = pd.DataFrame(steps)
     for key in ("speedup", "share_pct", "above_us") if len(steps) else ():
@@ -140,17 +142,17 @@ def repeat_spread(rows: list[dict]) -> dict:
     """How far one target's step moved between the pairs' runs (each pair times its target again): the target with
     the largest eager spread (max over min of its T_T, a host timing) with its graph spread beside it
     (``gpu_repeat_*``; empty without a target timed twice in both modes)."""
-    times = pd.DataFrame([{"target": row["target"], "decode": row.get("decode", "eager"), "T_T": row["T_T"] * 1e3}
-                          for row in rows])
+    times = pd.DataFrame([{"target": row["target"], "decode": row.get("decode", "eager"),
+                           "ms": row["target_step_s"] * 1e3} for row in rows])
     if not len(times):
         return {}
-    spread = times.groupby(["target", "decode"])["T_T"].agg(["min", "max", "count"])
+    spread = times.groupby(["target", "decode"])["ms"].agg(["min", "max", "count"])
     spread = spread[spread["count"] >= 2].assign(ratio=lambda f: f["max"] / f["min"])["ratio"].unstack()
     both = spread[["eager", "graphs"]].dropna() if {"eager", "graphs"} <= set(spread.columns) else spread.iloc[:0]
     if both.empty:
         return {}
     target = both["eager"].idxmax()
-    eager = times[(times["target"] == target) & (times["decode"] == "eager")]["T_T"]
+    eager = times[(times["target"] == target) & (times["decode"] == "eager")]["ms"]
     return {"gpu_repeat_target": short_name(target), "gpu_repeat_eager_min_ms": float(eager.min()),
             "gpu_repeat_eager_max_ms": float(eager.max()), "gpu_repeat_eager_spread": float(both.loc[target, "eager"]),
             "gpu_repeat_graphs_pct": 100 * float(both.loc[target, "graphs"] - 1)}
@@ -307,11 +309,11 @@ def eq5_row(costs: dict, target, draft, eq5: dict) -> dict:
     an artefact) and the weight bytes a decode step reads (the HBM roofline)."""
     from helpers.specdec.analysis import predicted_speedup
 
-    c = costs["T_D"] / costs["T_T"]
-    return {**{k: v for k, v in costs.items() if k != "compiled"}, "c": c,
-            "verify_ratio": {g: t / costs["T_T"] for g, t in costs["T_V"].items()},
-            "eq5_prediction": {f"{a:g}": {g: float(predicted_speedup(int(g), a, c, costs["T_V"][g] / costs["T_T"]))
-                                          if costs["T_V"][g] / costs["T_T"] >= VERIFY_FLOOR or int(g) < 1 else None
+    c = costs["T_D"] / costs["target_step_s"]
+    verify = {g: t / costs["target_step_s"] for g, t in costs["T_V"].items()}
+    return {**{k: v for k, v in costs.items() if k != "compiled"}, "c": c, "verify_ratio": verify,
+            "eq5_prediction": {f"{a:g}": {g: float(predicted_speedup(int(g), a, c, verify[g]))
+                                          if verify[g] >= VERIFY_FLOOR or int(g) < 1 else None
                                           for g in costs["T_V"]} for a in eq5.alphas},
             "eq5_note": "prediction from the measured terms at an assumed alpha (random weights: no real alpha)",
             "target_weight_bytes": sum(t.numel() * t.element_size() for t in target.parameters()),

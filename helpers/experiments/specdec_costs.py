@@ -75,7 +75,7 @@ def measure_costs(target, draft, context: torch.Tensor, gammas, *, warmup: int =
     runtime = resolve_runtime(runtime, target, draft)
     timing = dict(warmup=warmup, repeats=repeats, runtime=runtime, compile=compile)
     return {
-        "T_T": forward_time(target, context, 1, **timing).mean,
+        "target_step_s": forward_time(target, context, 1, **timing).mean,
         "T_D": forward_time(draft, context, 1, **timing).mean,
         "T_V": {int(g): forward_time(target, context, int(g) + 1, all_logits=True, **timing).mean for g in gammas},
         "T_D_round": {int(g): draft_time_in_round(target, draft, context, int(g), **timing) for g in gammas},

@@ -18,7 +18,7 @@ Their columns, besides :func:`helpers.results.run_metadata`'s:
 - peer, where it ran at that gamma: ``assisted_time_s``, ``assisted_tokens_per_s`` (constant
   ``num_assistant_tokens = gamma``), ``assisted_identical_to_ar``, ``speedup_vs_assisted``, and its default
   schedule's ``assisted_default_tokens_per_s`` and ``assisted_default_identical_to_ar``;
-- Eq. 5 terms (:func:`helpers.experiments.specdec_costs.measure_costs`): ``T_T_s``, ``T_D_s``, ``c`` = T_D/T_T,
+- Eq. 5 terms (:func:`helpers.experiments.specdec_costs.measure_costs`): ``target_step_s``, ``T_D_s``, ``c`` = T_D/T_T,
   ``T_V_s`` and ``verify_ratio`` = T_V(gamma)/T_T;
 - ``per_prompt``: one dict per prompt (its counts and times) for per-source breakdowns
   (:func:`helpers.experiments.nb07.study.source_breakdown`).
@@ -194,8 +194,9 @@ def gamma_rows(rows: list[dict], costs: dict | None = None) -> list[dict]:
                                                            / peer_default["time_s"].sum()),
                        assisted_default_identical_to_ar=bool(peer_default["identical_to_ar"].all()))
         if costs is not None:
-            row.update(T_T_s=costs["T_T"], T_D_s=costs["T_D"], c=costs["T_D"] / costs["T_T"],
-                       T_V_s=costs["T_V"].get(gamma), verify_ratio=costs["T_V"].get(gamma, float("nan")) / costs["T_T"])
+            step = costs["target_step_s"]
+            row.update(target_step_s=step, T_D_s=costs["T_D"], c=costs["T_D"] / step, T_V_s=costs["T_V"].get(gamma),
+                       verify_ratio=costs["T_V"].get(gamma, float("nan")) / step)
         row["per_prompt"] = [
             {"prompt_id": pid, "source": run["source"], "prompt_tokens": int(run["prompt_tokens"]),
              "new_tokens": int(run["new_tokens"]), "ar_time_s": float(ar.loc[pid, "time_s"]),

@@ -238,7 +238,7 @@ def eq5_prediction(target_config, draft_config, gpu: pd.Series, gamma: int, alph
 
     t_t, t_d, t_v = step(target_config, 1), step(draft_config, 1), step(target_config, gamma + 1)
     c, v = t_d / t_t, t_v / t_t
-    return {"T_T_s": float(t_t), "T_D_s": float(t_d), "T_V_s": float(t_v), "c": float(c), "v": float(v),
+    return {"target_step_s": float(t_t), "T_D_s": float(t_d), "T_V_s": float(t_v), "c": float(c), "v": float(v),
             "speedup": float(predicted_speedup(gamma, alpha, c, v))}
 
 
@@ -325,7 +325,7 @@ def batch_accounting(by_batch, gamma: int):
     ``phase_seconds``): one row per batch size ``B`` with the factors, and the flags ``below_eq5`` (measured <= Eq. 5)
     and ``above_eq5_over_straggler`` (measured >= Eq. 5 / straggler)."""
     accounting = pd.DataFrame([{"B": int(r.batch_size), **batched_speedup_accounting(
-        gamma, r.alpha, r.T_T, r.T_D, r.T_V, ar_step_s=r.ar_decode_s / r.ar_steps, ar_steps=int(r.ar_steps),
+        gamma, r.alpha, r.target_step_s, r.T_D, r.T_V, ar_step_s=r.ar_decode_s / r.ar_steps, ar_steps=int(r.ar_steps),
         round_s=r.sd_decode_s / r.rounds, rounds=int(r.rounds), rounds_per_row_mean=r.rounds_per_row_mean,
         round_phase_shares=r.phase_seconds)} for r in by_batch.itertuples()])
     accounting["below_eq5"] = accounting["measured"] <= accounting["eq5"]

@@ -70,7 +70,7 @@ def _measure_pair(params: dict, store, models: LoadedModels, configs: list[dict]
         row["cost_prompt"] = cost_case["id"]
         row["context_len"] = int(cost_case["input_ids"].shape[1])  # the cached context Eq. 5's terms were timed at
         store.add_row(config, {k: v for k, v in row.items() if k not in config}, meta)
-    return costs["T_D"] / costs["T_T"]
+    return costs["T_D"] / costs["target_step_s"]
 
 
 def measure_sweep(params: dict, store, models: LoadedModels, prompt_rows: list[dict], *, rerun: bool = False,
@@ -378,7 +378,7 @@ GPU_PARTS = (notebook_part("07", (RESULT, BY_SOURCE, SAMPLED), measure),)  # the
 def target_steps(rows: dict) -> list[dict]:
     """T_T of each pair at its lowest gamma (run-info page)."""
     sweep = rows.get(RESULT, [])
-    return [step_record("07", f"T_T (pair with {row['draft'].split('/')[-1]})", row["T_T_s"],
+    return [step_record("07", f"T_T (pair with {row['draft'].split('/')[-1]})", row["target_step_s"],
                         row.get("runtime", "minimal"), 1, row.get("context_len"), row)
-            for row in sweep if row.get("target") == TARGET and row.get("T_T_s")
+            for row in sweep if row.get("target") == TARGET and row.get("target_step_s")
             and row.get("gamma") == min(r["gamma"] for r in sweep if r.get("draft") == row.get("draft"))]

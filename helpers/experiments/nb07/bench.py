@@ -47,12 +47,12 @@ def method_rows(per_gamma: list[dict]) -> pd.DataFrame:
 
 def print_table(summary, costs: dict) -> None:
     """The comparison, with the terms of Eq. 5 and its prediction next to each measured speedup."""
-    c = costs["T_D"] / costs["T_T"]
+    c = costs["T_D"] / costs["target_step_s"]
 
     def per_gamma(terms: dict, digits: int) -> str:
-        return ", ".join(f"{g}: {t / costs['T_T']:.{digits}f}" for g, t in sorted(terms.items()))
+        return ", ".join(f"{g}: {t / costs['target_step_s']:.{digits}f}" for g, t in sorted(terms.items()))
 
-    print(f"\nT_T = {costs['T_T'] * 1e3:.2f} ms, T_D = {costs['T_D'] * 1e3:.3f} ms, c = T_D/T_T = {c:.3f}")
+    print(f"\nT_T = {costs['target_step_s'] * 1e3:.2f} ms, T_D = {costs['T_D'] * 1e3:.3f} ms, c = T_D/T_T = {c:.3f}")
     print(f"T_V(gamma)/T_T = {per_gamma(costs['T_V'], 2)}")
     print(f"c_round = T_D_round/T_T, a draft forward inside a round = {per_gamma(costs['T_D_round'], 3)}")
     print("Eq.5: with c; Eq.5r: with c_round, the draft's cost as the round pays it")
@@ -61,8 +61,8 @@ def print_table(summary, costs: dict) -> None:
     for row in summary.itertuples():
         gamma = "-" if row.gamma is None or row.gamma != row.gamma else int(row.gamma)
         sd = row.method == "sd"
-        verify = costs["T_V"].get(gamma, float("nan")) / costs["T_T"] if sd else float("nan")
-        c_round = costs["T_D_round"].get(gamma, float("nan")) / costs["T_T"] if sd else float("nan")
+        verify = costs["T_V"].get(gamma, float("nan")) / costs["target_step_s"] if sd else float("nan")
+        c_round = costs["T_D_round"].get(gamma, float("nan")) / costs["target_step_s"] if sd else float("nan")
         predicted = float(predicted_speedup(gamma, row.alpha, c, verify)) if sd else float("nan")
         predicted_round = float(predicted_speedup(gamma, row.alpha, c_round, verify)) if sd else float("nan")
         cost_ratio = c if row.method != "ar" else float("nan")
@@ -77,8 +77,8 @@ def pair_figures(summary, costs: dict, draft_name: str) -> dict:
     sd = summary[summary["method"] == "sd"]
     best = sd.loc[sd["speedup"].idxmax()]
     gamma = int(best["gamma"])
-    c = costs["T_D"] / costs["T_T"]
-    verify_ratio = costs["T_V"][gamma] / costs["T_T"]
+    c = costs["T_D"] / costs["target_step_s"]
+    verify_ratio = costs["T_V"][gamma] / costs["target_step_s"]
     figures = {
         "pair": f"cpu-pair/target / cpu-pair/{draft_name}", "best_gamma": gamma,
         "speedup_vs_ar": float(best["speedup"]), "tokens_per_s_sd": float(best["tokens_per_s"]),
@@ -87,7 +87,7 @@ def pair_figures(summary, costs: dict, draft_name: str) -> dict:
         "acceptance_rate": float(best["acceptance_rate"]),
         "mean_accepted_per_round": float(best["mean_accepted_per_round"]), "c": c, "verify_ratio": verify_ratio,
         "eq5_predicted_speedup": float(predicted_speedup(gamma, float(best["alpha"]), c, verify_ratio)),
-        "c_round": costs["T_D_round"][gamma] / costs["T_T"],
+        "c_round": costs["T_D_round"][gamma] / costs["target_step_s"],
     }
     figures["eq5_round_predicted_speedup"] = float(predicted_speedup(gamma, figures["alpha"], figures["c_round"],
                                                                      verify_ratio))

@@ -212,7 +212,7 @@ def cost_check(frame) -> tuple[pd.DataFrame, dict]:
             "cost prompt": first["cost_prompt"] if isinstance(first.get("cost_prompt"), str)
             else list(first["prompt_ids"])[0],  # rows before the cost_prompt column: the sweep's first prompt
             "stored at": str(group["timestamp"].min()) if "timestamp" in group else None,
-            "T_T (ms)": 1e3 * first["T_T_s"], "T_D (ms)": 1e3 * first["T_D_s"], "gamma": int(first["gamma"]),
+            "T_T (ms)": 1e3 * first["target_step_s"], "T_D (ms)": 1e3 * first["T_D_s"], "gamma": int(first["gamma"]),
             "T_V (ms)": 1e3 * first["T_V_s"], "c": first["c"], "T_V/T_T": first["verify_ratio"],
             "AR ms/token": 1e3 / first["ar_tokens_per_s"],
             "above Eq. 5": int((group["speedup"] > group["eq5"]).sum()),

@@ -47,7 +47,8 @@ def tie_tolerance(own: pd.DataFrame) -> float:
     """The run-to-run spread of the timings: the larger of T_T's and AR tokens/s's (the numerator of every speedup); 0
     where nothing was timed twice."""
     ok = own[own["status"] == "ok"]
-    return _spread((run_to_run_spread(ok, column) for column in ("T_T_s", "ar_tokens_per_s") if column in ok), 0.0)
+    columns = [column for column in ("target_step_s", "ar_tokens_per_s") if column in ok]
+    return _spread((run_to_run_spread(ok, column) for column in columns), 0.0)
 
 
 def print_best_worst(own: pd.DataFrame, tolerance: float) -> pd.DataFrame:
@@ -242,7 +243,8 @@ def print_fit_a(ok_rows: pd.DataFrame, context_len: int) -> tuple[pd.DataFrame, 
     """Fit A: host time per forward (a + b * layers) over notebook 07's models' median T_T and T_D (on a GPU, what the
     roofline leaves). Printed; the per-model frame and the fit."""
     timings = pd.concat([ok_rows[[model, seconds]].set_axis(["model", "seconds"], axis=1)
-                         for model, seconds in (("target", "T_T_s"), ("draft", "T_D_s"))]).groupby("model")["seconds"]
+                         for model, seconds in (("target", "target_step_s"), ("draft", "T_D_s"))])
+    timings = timings.groupby("model")["seconds"]
     costs = timings.median()  # a target timed once per pair: the median of its pairs' timings
     fit = pd.DataFrame({"layers": [model_config(m).num_hidden_layers for m in costs.index],
                         "hidden": [model_config(m).hidden_size for m in costs.index], "measured (ms)": costs * 1e3,

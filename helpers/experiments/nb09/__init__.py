@@ -278,7 +278,7 @@ def compare_costs_with_07(rows_07, draft_name: str, tokenizer, T_T: float, T_D: 
     text_07 = next((p["prompt"] for p in load_prompts() if p["id"] == r07.get("cost_prompt")), None)
     context_07 = len(tokenizer(text_07)["input_ids"]) if text_07 is not None else float("nan")
     conditions = pd.DataFrame({
-        "notebook": ["07", "09"], "T_T (ms)": [1e3 * r07["T_T_s"], 1e3 * T_T],
+        "notebook": ["07", "09"], "T_T (ms)": [1e3 * r07["target_step_s"], 1e3 * T_T],
         "T_D (ms)": [1e3 * r07["T_D_s"], 1e3 * T_D],
         "c": [r07["c"], c], "context (tokens)": [context_07, cost_row["context_len"]],
         "runtime": [r07.get("runtime"), cost_row.get("runtime")],
@@ -288,8 +288,8 @@ def compare_costs_with_07(rows_07, draft_name: str, tokenizer, T_T: float, T_D: 
     known = bool(conditions["context (tokens)"].notna().all())
     longer = conditions["context (tokens)"].idxmax() if known else None
     numbers = {"c07_same": float(r07["c"]), "c07_ctx": context_07 if text_07 is None else int(context_07),
-               "c09_ctx": int(cost_row["context_len"]), "c07_tt_ms": 1e3 * float(r07["T_T_s"]), "c07_available": 1,
-               "c07_ctx_known": int(known),
+               "c09_ctx": int(cost_row["context_len"]), "c07_tt_ms": 1e3 * float(r07["target_step_s"]),
+               "c07_available": 1, "c07_ctx_known": int(known),
                "c07_dearer": sum(int(conditions[k].idxmax() == longer) for k in ("T_T (ms)", "T_D (ms)"))
                if known else 2,
                "c07_same_run": int(bool(r07.get("run_id")) and r07.get("run_id") == cost_row.get("run_id")),
@@ -440,9 +440,9 @@ def target_steps(rows: dict) -> list[dict]:
     found = []
     for row in rows.get(RESULT, []):
         if row.get("target") == TARGET and row.get("kind") == "costs":
-            found.append(step_record("09", "T_T", row["T_T"], row.get("runtime", "minimal"), 1, row["context_len"],
-                                     row))
+            found.append(step_record("09", "T_T", row["target_step_s"], row.get("runtime", "minimal"), 1,
+                                     row["context_len"], row))
         if row.get("target") == TARGET and row.get("kind") == "batched":
-            found.append(step_record("09", f"T_T at batch {row['batch_size']}", row["T_T"], "minimal, ragged batch",
-                                     row["batch_size"], row["prompt_len"], row))
+            found.append(step_record("09", f"T_T at batch {row['batch_size']}", row["target_step_s"],
+                                     "minimal, ragged batch", row["batch_size"], row["prompt_len"], row))
     return found

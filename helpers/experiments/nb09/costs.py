@@ -157,7 +157,7 @@ def alpha_by_source(rows) -> "pd.DataFrame":
 def cost_terms(cost_row: dict) -> dict:
     """The Eq. 5 terms of a stored :func:`measure_costs` row: T_T, T_D, c, and per gamma T_V, T_V/T_T and
     ``c_round`` (T_D_round/T_T, else c), with a ``table`` of them per gamma."""
-    T_T, T_D = cost_row["T_T"], cost_row["T_D"]
+    T_T, T_D = cost_row["target_step_s"], cost_row["T_D"]
     c = T_D / T_T
     T_V = {int(g): t for g, t in cost_row["T_V"].items()}  # JSON keys come back as strings
     verify_ratio = {g: t / T_T for g, t in T_V.items()}
@@ -167,7 +167,7 @@ def cost_terms(cost_row: dict) -> dict:
     T_D_round = {int(g): t for g, t in cost_row.get("T_D_round", {}).items()} or {g: T_D for g in T_V}
     c_round = {g: t / T_T for g, t in T_D_round.items()}
     table["c_round"] = table["gamma"].map(c_round)
-    return {"T_T": T_T, "T_D": T_D, "c": c, "T_V": T_V, "verify_ratio": verify_ratio, "c_round": c_round,
+    return {"target_step_s": T_T, "T_D": T_D, "c": c, "T_V": T_V, "verify_ratio": verify_ratio, "c_round": c_round,
             "table": table}
 
 
@@ -181,20 +181,21 @@ def batched_point(target, draft, prompts, max_new_tokens: int, gamma: int, *, re
     run = compare_batched(target, draft, prompts, max_new_tokens, gamma, repeats=repeats)
     cost = measure_costs(target, draft, torch.tensor(prompts, device=device), [gamma], repeats=timing_repeats,
                          runtime=runtime)
-    return {**run, "T_T": cost["T_T"], "T_D": cost["T_D"], "T_V": cost["T_V"][gamma], "runtime": runtime}
+    return {**run, "target_step_s": cost["target_step_s"], "T_D": cost["T_D"], "T_V": cost["T_V"][gamma],
+            "runtime": runtime}
 
 
 BATCH_COLUMNS = ["batch_size", "ar_tokens_per_s", "sd_tokens_per_s", "speedup", "decode_speedup", "alpha",
-                 "mean_accepted_per_round", "rows_identical", "rounds_per_row_mean", "rounds_per_row_max", "T_T", "T_D",
-                 "T_V", "rounds", "ar_steps", "ar_decode_s", "sd_decode_s", "phase_seconds"]
+                 "mean_accepted_per_round", "rows_identical", "rounds_per_row_mean", "rounds_per_row_max",
+                 "target_step_s", "T_D", "T_V", "rounds", "ar_steps", "ar_decode_s", "sd_decode_s", "phase_seconds"]
 
 
 def batch_table(batch_rows: list[dict], gamma: int):
     """Notebook 09's batched rows with the straggler factor (max / mean rounds per row), c, T_V/T_T and Eq. 5."""
     by_batch = pd.DataFrame(batch_rows)[BATCH_COLUMNS]
     by_batch["straggler"] = by_batch["rounds_per_row_max"] / by_batch["rounds_per_row_mean"]
-    by_batch["c"] = by_batch["T_D"] / by_batch["T_T"]
-    by_batch["T_V/T_T"] = by_batch["T_V"] / by_batch["T_T"]
+    by_batch["c"] = by_batch["T_D"] / by_batch["target_step_s"]
+    by_batch["T_V/T_T"] = by_batch["T_V"] / by_batch["target_step_s"]
     by_batch["predicted"] = predicted_speedup(gamma, by_batch["alpha"].to_numpy(), by_batch["c"].to_numpy(),
                                               by_batch["T_V/T_T"].to_numpy())
     by_batch["predicted / straggler"] = by_batch["predicted"] / by_batch["straggler"]

@@ -157,5 +157,5 @@ def pair_terms(cost_rows: list[dict]) -> pd.DataFrame:
         alpha, gamma = break_even_alpha(float(row["c"]), verify) if verify else (float("nan"), None)
         lines.append({"target": row["target"], "draft": row["draft"], "decode": row.get("decode", "eager"),
                       "c": float(row["c"]), "break-even alpha": alpha, "at gamma": gamma,
-                      "T_T ms": row["T_T"] * 1e3, "T_D ms": row["T_D"] * 1e3})
+                      "T_T ms": row["target_step_s"] * 1e3, "T_D ms": row["T_D"] * 1e3})
     return pd.DataFrame(lines)

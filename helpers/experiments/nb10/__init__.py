@@ -148,7 +148,7 @@ def cost_summary(costs: dict) -> dict:
     """Section 2's numbers: T_T, a target forward over one, eight and the most positions (``tv_max_nodes``) in target
     steps (``tv_grows``: does it grow?), T_D(1)/T_T. ``costs["T_V"]`` is keyed by the positions, so the widest
     verifies ``tv_max_nodes - 1`` drafted tokens (Eq. 5's T_V argument)."""
-    tt, tv, td = costs["T_T"], costs["T_V"], costs["T_D"]
+    tt, tv, td = costs["target_step_s"], costs["T_V"], costs["T_D"]
     nodes_max = max(tv)
     tv_one, tv_max = tv[min(tv)] / tt, tv[nodes_max] / tt
     tv_eight = float(np.interp(8, sorted(tv), [tv[n] for n in sorted(tv)])) / tt
@@ -373,5 +373,5 @@ GPU_PARTS = (notebook_part("10", (RESULTS,), measure),)  # what the GPU window m
 
 def target_steps(rows: dict) -> list[dict]:
     """T_T of the cost rows (run-info page)."""
-    return [step_record("10", "T_T", row["T_T"], row.get("runtime", "minimal"), 1, row["context_len"], row)
-            for row in rows.get(RESULTS, []) if row.get("kind") == "costs" and row.get("T_T")]
+    return [step_record("10", "T_T", row["target_step_s"], row.get("runtime", "minimal"), 1, row["context_len"], row)
+            for row in rows.get(RESULTS, []) if row.get("kind") == "costs" and row.get("target_step_s")]

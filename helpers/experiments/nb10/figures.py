@@ -102,7 +102,8 @@ def forward_costs_figure(costs: dict):
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
     for key, style, label in (("T_V", "o-", r"target forward over $p$ positions, $T_V(p-1)/T_T$"),
                               ("T_D", "s-", r"draft forward over $k = p$ nodes, $T_D(k)/T_T$")):
-        ax.plot(sorted(costs[key]), [costs[key][n] / costs["T_T"] for n in sorted(costs[key])], style, label=label)
+        positions = sorted(costs[key])
+        ax.plot(positions, [costs[key][n] / costs["target_step_s"] for n in positions], style, label=label)
     ax.set_xlabel("positions in the forward ($p$)")
     ax.set_ylabel("cost in target decode steps")
     ax.legend(fontsize=8)

@@ -23,7 +23,7 @@ def forward_costs(target, draft, context: torch.Tensor, node_counts, draft_width
     """Median seconds of the forwards a round is made of, after a cached ``context``: ``T_T`` (one target token),
     ``T_V[n]`` (the target over n positions, Eq. 5's T_V(n - 1)) and ``T_D[k]`` (the draft over k nodes of one tree
     level). Causal forwards: a tree mask costs the same to these timers' rounding (built once per forward)."""
-    return {"T_T": median_forward(target, context, 1, repeats),
+    return {"target_step_s": median_forward(target, context, 1, repeats),
             "T_V": {int(n): median_forward(target, context, int(n), repeats) for n in node_counts},
             "T_D": {int(k): median_forward(draft, context, int(k), repeats) for k in draft_widths}}
 
@@ -47,7 +47,7 @@ def round_cost(spec: dict, costs: dict, nodes: float) -> tuple[float, float]:
         draft = step(1) + (spec["depth"] - 1) * step(topk)
     else:
         draft = nodes * step(1)
-    return draft / costs["T_T"], _interp(costs["T_V"], nodes + 1) / costs["T_T"]
+    return draft / costs["target_step_s"], _interp(costs["T_V"], nodes + 1) / costs["target_step_s"]
 
 
 def method_specs(gammas, adaptive, static_shapes, dynamic, *, ngram: int, num_draft: int) -> list[dict]:

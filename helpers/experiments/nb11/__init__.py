@@ -99,9 +99,9 @@ def _sweep_frames(sweep: pd.DataFrame, contexts, gamma: int) -> tuple:
     # what holds the speedup back: a full step of the same batch at the shortest context, over T_T, is what the draft
     # would cost if the KV it reads did not matter. Not a floor: the draft reads window + sinks tokens, fewer than the
     # shortest context, so it may cost a little less; near it, reading less KV has little left to save
-    short_step = sweep[sweep.context == min(contexts)].set_index("batch").ar_step_s
+    short_step = sweep[sweep.context == min(contexts)].set_index("batch").target_step_s
     sweep = sweep.assign(eq5_error_pct=100 * (sweep.eq5_speedup / sweep.full_batch_speedup - 1),
-                         c_short_step=sweep.batch.map(short_step).values / sweep.ar_step_s,
+                         c_short_step=sweep.batch.map(short_step).values / sweep.target_step_s,
                          eq5_if_v1=predicted_speedup(gamma, sweep.alpha, sweep.draft_ratio, 1.0))
     region = sweep[(sweep.context >= 2048) & (sweep.batch >= 8)].copy()
     # against 1, beyond each point's own repeat spread ((max - min) / median of its per-repeat ratios): a speedup
@@ -204,6 +204,6 @@ GPU_PARTS = (notebook_part("11", (RESULTS,), measure),)  # what the GPU window m
 
 def target_steps(rows: dict) -> list[dict]:
     """The AR step at batch 1 of the target and target-long (the same shape) (run-info page)."""
-    return [step_record("11", f"AR step of {row['model'].split('/')[-1]}", row["ar_step_s"], "minimal", 1,
+    return [step_record("11", f"AR step of {row['model'].split('/')[-1]}", row["target_step_s"], "minimal", 1,
                         row["context"], row) for row in rows.get(RESULTS, [])
             if row.get("kind") == "speedup" and row.get("model") in SAME_SHAPE and row.get("batch") == 1]

@@ -48,7 +48,7 @@ def run(args) -> dict:
             row.update(context=context, batch=batch, **byte_terms(model, context, batch))
             rows.append(row)
             bar.update()
-            tqdm.write(f"{context:>8}{batch:>6}{row['kv_weight_ratio']:>7.2f}{row['ar_step_s'] * 1e3:>8.1f}"
+            tqdm.write(f"{context:>8}{batch:>6}{row['kv_weight_ratio']:>7.2f}{row['target_step_s'] * 1e3:>8.1f}"
                        f"{row['full_batch_speedup']:>7.2f}x{row['full_batch_spread']:>8.2f}{row['eq5_speedup']:>7.2f}"
                        f"{row['speedup']:>6.2f}x{row['alpha']:>7.3f}{row['tau']:>6.2f}{row['draft_ratio']:>7.3f}"
                        f"{row['verify_ratio']:>7.2f}{'yes' if row['identical'] else 'NO':>6}")

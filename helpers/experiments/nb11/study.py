@@ -66,7 +66,7 @@ def compare_at(state: Prefilled, *, max_new_tokens: int, gamma: int, window: int
             "speedup": statistics.median(ratios), "speedup_spread": range_spread(ratios),
             "full_batch_speedup": statistics.median(full_ratios), "full_batch_spread": range_spread(full_ratios),
             "full_batch_rounds": full, "ar_decode_s": statistics.median(a.stats.decode_s for a in ar),
-            "selfspec_decode_s": med("decode_s"), "ar_step_s": statistics.median(a.stats.target_step_s for a in ar),
+            "selfspec_decode_s": med("decode_s"), "target_step_s": statistics.median(a.stats.target_step_s for a in ar),
             "identical": all(s.tokens == ar[0].tokens for s in spec) and all(a.tokens == ar[0].tokens for a in ar),
             "alpha": alpha, "alpha_low": low, "alpha_high": high, "tau": med("tau"),
             "draft_ratio": c, "verify_ratio": v, "eq5_speedup": float(predicted_speedup(gamma, alpha, c, v)),

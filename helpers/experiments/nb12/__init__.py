@@ -247,7 +247,7 @@ GPU_PARTS = (notebook_part("12", (RESULTS,), measure),)  # what the GPU window m
 
 def target_steps(rows: dict) -> list[dict]:
     """T_T measured beside each draft (run-info page)."""
-    return [step_record("12", f"T_T (with {str(row.get('draft', '')).split('/')[-1]})", row["costs"]["T_T"],
+    return [step_record("12", f"T_T (with {str(row.get('draft', '')).split('/')[-1]})", row["costs"]["target_step_s"],
                         row["costs"].get("runtime", "minimal"), 1, row.get("context_len"), row)
             for row in rows.get(RESULTS, [])
-            if row.get("target") == TARGET and isinstance(row.get("costs"), dict) and row["costs"].get("T_T")]
+            if row.get("target") == TARGET and isinstance(row.get("costs"), dict) and row["costs"].get("target_step_s")]

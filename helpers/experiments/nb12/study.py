@@ -30,9 +30,9 @@ def measure_draft(target, draft, cases: list[dict], gammas, max_new_tokens: int,
     rows = measure_pair(target, draft, cases, gammas, max_new_tokens, repeats=repeats, peer=False)
     per_gamma = gamma_rows(rows, costs)
     for row in per_gamma:
-        row["c_round"] = costs["T_D_round"][row["gamma"]] / costs["T_T"]
+        row["c_round"] = costs["T_D_round"][row["gamma"]] / costs["target_step_s"]
         row["eq5"] = float(predicted_speedup(row["gamma"], row["alpha"], row["c_round"], row["verify_ratio"]))
-    return {"costs": {"T_T": costs["T_T"], "T_D": costs["T_D"], "runtime": costs["runtime"],
+    return {"costs": {"target_step_s": costs["target_step_s"], "T_D": costs["T_D"], "runtime": costs["runtime"],
                       "T_V": [[int(g), t] for g, t in sorted(costs["T_V"].items())],
                       "T_D_round": [[int(g), t] for g, t in sorted(costs["T_D_round"].items())]},
             "per_gamma": per_gamma}
@@ -92,7 +92,7 @@ def design_table(rows, card_models: dict, *, eq5_gammas=range(1, 13)) -> pd.Data
         card = card_models[name]
         best = max(per_gamma, key=lambda g: g["speedup"])
         alpha = _alpha_with_interval(per_gamma)
-        T_T = costs["T_T"]
+        T_T = costs["target_step_s"]
         d_round = dict((int(g), t) for g, t in costs["T_D_round"])
         verify = dict((int(g), t / T_T) for g, t in costs["T_V"])
         c_round = float(np.mean(list(d_round.values()))) / T_T
@@ -254,7 +254,7 @@ def timing_noise(rows) -> dict:
     target on the same prompts): ``T_T`` (ms) of each draft's cost run with its min, max and (max - min) / median
     (``tt_rel_range``: c values closer than that do not rank), and the AR time of the same prompts in each sweep with
     its relative standard deviation ``ar_rel_std`` (twice it: the tolerance below which two speedups do not rank)."""
-    tt = np.array([1e3 * row["costs"]["T_T"] for row in rows], dtype=float)
+    tt = np.array([1e3 * row["costs"]["target_step_s"] for row in rows], dtype=float)
     ar = np.array([row["per_gamma"][0]["ar_time_s"] for row in rows], dtype=float)
     if len(rows) < 2:
         raise ValueError("need at least two drafts' rows to see the run's noise")

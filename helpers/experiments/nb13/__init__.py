@@ -114,7 +114,7 @@ def step_costs(target, drafters: dict, context, gammas, repeats: int) -> dict:
     """Median seconds of each drafter's step alone and of the target's forwards, after a cached ``context``:
     ``T_T``, ``T_V[n]`` (n target positions: Eq. 5's T_V(n - 1)), ``T_D_<drafter>`` (one step of the distilled
     draft, of the Medusa heads, all K guesses, and of the feature draft) and ``c[drafter]`` = its step / T_T."""
-    costs = {"T_T": median_forward(target, context, 1, repeats),
+    costs = {"target_step_s": median_forward(target, context, 1, repeats),
              "T_V": {int(n): median_forward(target, context, int(n), repeats) for n in range(1, max(gammas) + 2)},
              "T_D_draft": median_forward(drafters["draft"], context, 1, repeats)}
     with torch.inference_mode():
@@ -130,7 +130,7 @@ def step_costs(target, drafters: dict, context, gammas, repeats: int) -> dict:
         cache = eagle.new_cache(context.shape[1] + 4)
         eagle(hidden[:, :-1], context[:, 1:], cache, last_only=True)
         costs["T_D_eagle"] = time_it(feature_step, warmup=2, repeats=repeats, device=device).median
-    costs["c"] = {name: costs[f"T_D_{name}"] / costs["T_T"] for name in DRAFTERS}
+    costs["c"] = {name: costs[f"T_D_{name}"] / costs["target_step_s"] for name in DRAFTERS}
     return costs
 
 
@@ -218,7 +218,7 @@ def eq5_table(rows: list[dict], costs: dict, summary: pd.DataFrame) -> pd.DataFr
         rates = depth_acceptance([n for per_round in group.accepted_per_round for n in per_round])[:gamma]
         name = methods.get(spec["method"]).drafter
         c = costs["c"][name] / (gamma if name == "medusa" else 1)  # the heads' one step drafts all γ guesses
-        verify = costs["T_V"][gamma + 1] / costs["T_T"]
+        verify = costs["T_V"][gamma + 1] / costs["target_step_s"]
         tau = expected_tau(rates)
         out.append({"label": label, "gamma": gamma, "c": c, "T_V/T_T": verify, "tau_from_a": tau,
                     "tau_measured": summary[summary.label == label].iloc[0].tau,
@@ -443,6 +443,7 @@ GPU_PARTS = (notebook_part("13", (RESULTS,), measure),)  # what the GPU window m
 
 def target_steps(rows: dict) -> list[dict]:
     """T_T of the cost rows (run-info page)."""
-    return [step_record("13", "T_T", row["T_T"], row.get("runtime", "minimal"), 1, row.get("context_len"), row)
+    return [step_record("13", "T_T", row["target_step_s"], row.get("runtime", "minimal"), 1, row.get("context_len"),
+                        row)
             for row in rows.get(RESULTS, [])
-            if row.get("kind") == "costs" and row.get("target") == TARGET and row.get("T_T")]
+            if row.get("kind") == "costs" and row.get("target") == TARGET and row.get("target_step_s")]

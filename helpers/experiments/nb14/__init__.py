@@ -129,12 +129,12 @@ def measure(params: dict, store, progress: bool = True) -> dict:
     for size in params["serving_batch_sizes"]:
         batch_rows.append(results.run(batch_config(params, size), lambda: batch_row(size), meta=meta, rerun=rerun))
         bar.update()
-    step_1 = next((r["T_T_s"] for r in batch_rows if r["batch"] == 1), None)
+    step_1 = next((r["target_step_s"] for r in batch_rows if r["batch"] == 1), None)
     load_rows = []
     for load in params["serving_loads"]:
         config = load_config(params, load)
         if (rerun or not results.has(config)) and not results_only():
-            service = new * (step_1 if step_1 is not None else batch_row(1)["T_T_s"])
+            service = new * (step_1 if step_1 is not None else batch_row(1)["target_step_s"])
             config_metrics = lambda: _load_runs(params, requests(), cache["references"], load, service)  # noqa: E731
         else:
             config_metrics = None
@@ -310,4 +310,4 @@ def closed_table(batch: pd.DataFrame) -> pd.DataFrame:
     """The closed-batch rows as the report prints them."""
     columns = {"batch": "B", "speedup": "speedup", "eq5_speedup": "Eq. 5", "alpha": "alpha", "draft_ratio": "c",
                "verify_ratio": "T_V/T_T", "T_T_ms": "T_T (ms)"}
-    return batch.sort_values("batch").assign(T_T_ms=1e3 * batch.T_T_s)[list(columns)].rename(columns=columns)
+    return batch.sort_values("batch").assign(T_T_ms=1e3 * batch.target_step_s)[list(columns)].rename(columns=columns)

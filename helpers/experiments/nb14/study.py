@@ -87,7 +87,7 @@ def closed_batch(target, make, prompts: list[list[int]], *, new_tokens: int, gam
     plain_tokens = runs["plain"][0]["tokens"]
     identical = all(a[:len(b)] == b[:len(a)] for out in spec for a, b in zip(out["tokens"], plain_tokens))
     return {"speedup": statistics.median(ratios), "spread": range_spread(ratios),
-            "T_T_s": step_s, "T_D_s": draft_s / gamma, "T_V_s": verify_s, "draft_ratio": c, "verify_ratio": v,
+            "target_step_s": step_s, "T_D_s": draft_s / gamma, "T_V_s": verify_s, "draft_ratio": c, "verify_ratio": v,
             "alpha": alpha, "tau": spec[0]["committed"] / spec[0]["rounds"] / len(prompts),
             "eq5_speedup": float(predicted_speedup(gamma, min(alpha, 0.999), c, v)), "identical": identical}
 
