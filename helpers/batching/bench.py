@@ -35,7 +35,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--prefill-batch", type=int, default=4, help="most prompts per prefill forward")
     parser.add_argument("--kv-blocks", type=int, default=256, help="decode worker KV memory in blocks")
     parser.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per worker process")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads of the decode worker (the prefill worker: as many, or the cores left)")
     parser.add_argument("--static-threads", type=int, default=1,
                         help="torch threads of the single-process static baseline (default: as one engine worker)")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated: " + ", ".join(WORKLOADS))

@@ -55,7 +55,7 @@ class EngineConfig:
     max_prefill_batch: int = 4  # most prompts in one prefill forward
     bucket_width: int = 16  # prompt-length bucket width of the queue (tokens)
     eos_token_id: int | None = None  # stop token; None: stop on length only
-    threads_per_worker: int = 1  # torch threads in each worker process
+    threads_per_worker: int = 1  # torch threads of the decode worker; the prefill worker's: prefill_threads
     device: str = "cpu"
     timeout_s: float = 300.0  # longest a worker waits on a live but silent peer (a dead one is noticed at once)
     crash_worker: str | None = None  # testing hook: "prefill" or "decode" kills itself (SIGKILL) mid-run ...
@@ -77,6 +77,14 @@ class EngineConfig:
     def sends_features(self) -> bool:
         """Whether a prompt's features travel with its KV (the feature drafter drafts from them)."""
         return self.speculation is not None and self.speculation.reads_features
+
+    @property
+    def prefill_threads(self) -> int:
+        """The prefill worker's torch threads: ``threads_per_worker`` where the cores hold both workers' threads, else
+        the cores the decode worker leaves (at least one). Two OpenMP pools on the same cores stall each other: a
+        thread descheduled at a barrier holds up its whole pool (2 threads per worker on 2 cores ran slower than 1)."""
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return max(1, min(self.threads_per_worker, cores - self.threads_per_worker))
 
     def memory(self) -> PagedKVMemory:
         return PagedKVMemory(self.kv_capacity_blocks, self.block_size, self.max_seq_len, self.headroom)
@@ -303,7 +311,7 @@ def worker_main(rank: int, port: int, model_source, requests: list[Request], cfg
     """Entry point of one worker process: join the process group, load the model, run its loop, report."""
     role = ROLES[rank]
     try:
-        torch.set_num_threads(cfg.threads_per_worker)
+        torch.set_num_threads(cfg.threads_per_worker if rank == DECODE_RANK else cfg.prefill_threads)
         device = torch.device(cfg.device)
         backend = "nccl" if device.type == "cuda" and torch.cuda.device_count() >= 2 else "gloo"
         if device.type == "cuda" and backend == "nccl":

@@ -30,7 +30,8 @@ class MemoryStore:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per engine worker and in process")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the decode worker and in process "
+                        "(the prefill worker: as many, or the cores left)")
     parser.add_argument("--loads", type=float, nargs="+", help="offered loads (default: params/cpu.yaml)")
     parser.add_argument("--requests", type=int, help="requests per load")
     parser.add_argument("--new-tokens", type=int, help="output tokens per request")
