@@ -116,6 +116,8 @@ def test_every_committed_row_names_its_kind():
             config = json.loads(row["config_key"])
             assert row.get("kind") and config.get("kind") == row["kind"], f"{path.name}: {row['config_key']}"
             assert not {"experiment", "measure", "check"} & set(config), f"{path.name}: {row['config_key']}"
+            shared = {"status", "model_id", "weights", "dtype", "device", "threads", "seed", "run_id"}
+            assert shared <= set(row), f"{path.name}: lacks {sorted(shared - set(row))}"
 
 
 def test_every_committed_row_names_the_target_step_one_way():
