@@ -5,6 +5,7 @@ import copy
 import socket
 import time
 from dataclasses import dataclass, field
+from multiprocessing import connection
 
 import numpy as np
 import torch.multiprocessing as mp
@@ -69,13 +70,14 @@ def run_continuous(model_source, requests: list[Request], cfg: EngineConfig, *, 
     reports, first_failure = {}, None
     try:
         while len(reports) < 2:
-            for role, (conn, _) in pipes.items():
-                if role not in reports and conn.poll(0.05):
-                    try:
-                        reports[role] = conn.recv()[1:]
-                    except EOFError:  # died without a word (killed, segfault)
-                        procs[role].join(timeout=5)
-                        reports[role] = ("died", f"exited with code {procs[role].exitcode} without reporting")
+            waiting = {pipes[role][0]: role for role in pipes if role not in reports}
+            for conn in connection.wait(list(waiting), timeout=0.5):  # sleeps: no polling beside the workers
+                role = waiting[conn]
+                try:
+                    reports[role] = conn.recv()[1:]
+                except EOFError:  # died without a word (killed, segfault)
+                    procs[role].join(timeout=5)
+                    reports[role] = ("died", f"exited with code {procs[role].exitcode} without reporting")
             if first_failure is None and any(status != "ok" for status, _ in reports.values()):
                 first_failure = time.monotonic()
             if first_failure is not None and time.monotonic() - first_failure > grace_s:

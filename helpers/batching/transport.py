@@ -84,10 +84,11 @@ class Channel:
             raise item
         return item
 
-    def poll(self) -> tuple[list[int], list[torch.Tensor]] | None:
-        """The next message (header, payload tensors) if one has arrived, else None; never blocks."""
+    def poll(self, timeout: float = 0.0) -> tuple[list[int], list[torch.Tensor]] | None:
+        """The next message (header, payload tensors) if one arrives within ``timeout`` seconds, else None; with
+        the default 0, whether one has arrived (never blocks)."""
         try:
-            return self._unpack(self._inbox.get_nowait())
+            return self._unpack(self._inbox.get(timeout=timeout) if timeout > 0 else self._inbox.get_nowait())
         except queue.Empty:
             return None
 

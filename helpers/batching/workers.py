@@ -124,8 +124,9 @@ def prefill_loop(model, requests: list[Request], cfg: EngineConfig, channel: Cha
             note_freed(message)
         while arriving and arriving[0].arrival_s <= clock():
             queue.put(arriving.popleft())
-        if not queue:  # nothing has arrived yet: wait for the next arrival, reading FREED messages meanwhile
-            time.sleep(min(max(arriving[0].arrival_s - clock(), 0.0), 0.002))
+        if not queue:  # nothing has arrived yet: sleep until the next arrival, woken at once by a FREED message
+            if (message := channel.poll(timeout=max(arriving[0].arrival_s - clock(), 0.0))) is not None:
+                note_freed(message)
             continue
         first = queue.constrained_get(fits)
         if first is None:  # decode memory is full: wait until a request finishes
