@@ -152,8 +152,10 @@ def mark_pending(notebook: Path, profile: str, message: str = "") -> None:
     partial_rows.write_partial(notebook.stem, profile, partial_rows.missing_config(message))
 
 
-def report_pdf_path(profile: str) -> Path:
-    return paths.output_root() / "report" / ("report.pdf" if profile == "cpu" else f"report-{profile}.pdf")
+def report_pdf_path(profile: str, report_dir: Path | None = None) -> Path:
+    """Where :func:`build_report` puts a profile's PDF: report.pdf for cpu, report-<profile>.pdf for the others."""
+    report_dir = report_dir or paths.output_root() / "report"
+    return report_dir / ("report.pdf" if profile == "cpu" else f"report-{profile}.pdf")
 
 
 def texlive_install_command() -> str:
@@ -242,7 +244,7 @@ def build_report(profile: str, report_dir: Path | None = None) -> Path | None:
         log = (build_dir / f"{jobname}.log")
         tail = log.read_text(errors="replace").splitlines()[-30:] if log.exists() else result.stdout.splitlines()[-30:]
         raise SystemExit("LaTeX failed:\n" + "\n".join(tail))
-    pdf = report_dir / ("report.pdf" if profile == "cpu" else f"report-{profile}.pdf")
+    pdf = report_pdf_path(profile, report_dir)
     shutil.copyfile(build_dir / f"{jobname}.pdf", pdf)
     return pdf
 

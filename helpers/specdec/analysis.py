@@ -173,12 +173,6 @@ def estimate_alpha(accepted_counts, gammas) -> float:
     return alpha
 
 
-def naive_acceptance_rate(accepted_counts, gammas) -> float:
-    """accepted drafts / drafted tokens (what many write-ups call alpha; see ``estimate_alpha``)."""
-    counts = np.asarray(accepted_counts, dtype=int)
-    return float(counts.sum() / np.broadcast_to(np.asarray(gammas), counts.shape).sum())
-
-
 def batched_speedup_accounting(gamma: int, alpha: float, T_T: float, T_D: float, T_V: float, *, ar_step_s: float,
                                ar_steps: int, round_s: float, rounds: int, rounds_per_row_mean: float,
                                round_phase_shares: Mapping[str, float] | None = None) -> dict:
