@@ -101,32 +101,27 @@ def test_measured_on_names_the_rows_machine_not_this_one():
     assert measured_on(pd.DataFrame([{**older, "device_memory_bytes": float("nan")}]))["memory_bytes"] is None
 
 
+def committed_rows() -> list[tuple[str, dict]]:
+    """(file name, row) for every row committed under results/ (every profile)."""
+    files = sorted((paths.REPO_ROOT / "results").glob("*/*.jsonl"))
+    assert files
+    return [(path.name, json.loads(line)) for path in files for line in path.read_text().splitlines()]
+
+
 def test_every_committed_row_names_its_kind():
     """One row schema (issue 42): every row of every profile says what it measured under ``kind``, in its row and in
     its configuration, and no other key plays that part (rows once said ``experiment``, ``measure`` or ``check``)."""
-    import json
-
-    from helpers.paths import REPO_ROOT
-
-    files = sorted((REPO_ROOT / "results").glob("*/*.jsonl"))
-    assert files
-    for path in files:
-        for line in path.read_text().splitlines():
-            row = json.loads(line)
-            config = json.loads(row["config_key"])
-            assert row.get("kind") and config.get("kind") == row["kind"], f"{path.name}: {row['config_key']}"
-            assert not {"experiment", "measure", "check"} & set(config), f"{path.name}: {row['config_key']}"
-            shared = {"status", "model_id", "weights", "dtype", "device", "threads", "seed", "run_id"}
-            assert shared <= set(row), f"{path.name}: lacks {sorted(shared - set(row))}"
+    shared = {"status", "model_id", "weights", "dtype", "device", "threads", "seed", "run_id"}
+    for name, row in committed_rows():
+        config = json.loads(row["config_key"])
+        assert row.get("kind") and config.get("kind") == row["kind"], f"{name}: {row['config_key']}"
+        assert not {"experiment", "measure", "check"} & set(config), f"{name}: {row['config_key']}"
+        assert shared <= set(row), f"{name}: lacks {sorted(shared - set(row))}"
 
 
 def test_every_committed_row_names_the_target_step_one_way():
     """One row schema (issue 42): the target's step time is ``target_step_s`` at any depth of any committed row (rows
     once said ``T_T``, ``T_T_s`` or ``ar_step_s``), and every such value is a positive number of seconds."""
-    import json
-
-    from helpers.paths import REPO_ROOT
-
     def keys(value):
         if isinstance(value, dict):
             for key, inner in value.items():
@@ -137,11 +132,10 @@ def test_every_committed_row_names_the_target_step_one_way():
                 yield from keys(inner)
 
     steps = 0
-    for path in sorted((REPO_ROOT / "results").glob("*/*.jsonl")):
-        for line in path.read_text().splitlines():
-            for key, value in keys(json.loads(line)):
-                assert key not in {"T_T", "T_T_s", "ar_step_s"}, f"{path.name}: {key}"
-                if key == "target_step_s" and value is not None:
-                    assert 0 < value < 60, f"{path.name}: {value}"
-                    steps += 1
+    for name, row in committed_rows():
+        for key, value in keys(row):
+            assert key not in {"T_T", "T_T_s", "ar_step_s"}, f"{name}: {key}"
+            if key == "target_step_s" and value is not None:
+                assert 0 < value < 60, f"{name}: {value}"
+                steps += 1
     assert steps > 100  # 07, 09-14 and both GPUs' 09 rows
