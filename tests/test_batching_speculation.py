@@ -10,7 +10,7 @@ from tiny_models import perturbed_copy, tiny_qwen3
 
 from helpers.batching.engine import WorkerFailed, busy_seconds, run_continuous, summarize
 from helpers.batching.model_ops import PretrainedDir, generate_alone, prefill
-from helpers.batching.policy import CostTable, GammaPolicy, SpecConfig, calibration_batches
+from helpers.batching.policy import CostTable, GammaPolicy, RunningAlpha, SpecConfig, calibration_batches
 from helpers.batching.request import Request
 from helpers.batching.speculation import DRAFTERS, SpecDecodeBatch, extend_ragged, make_drafter
 from helpers.batching.workers import EngineConfig
@@ -168,6 +168,39 @@ def test_the_policy_speculates_when_eq5_says_so_and_stops_a_failing_request():
     near_end = Request(1, [1, 2], 3)
     near_end.generated += [4, 5]
     assert GammaPolicy(SpecConfig(drafter="lookup", policy="fixed"), None, 512).choose([near_end]) == [0]
+
+
+def test_early_rejections_do_not_lock_the_engine_out_of_speculating():
+    """Regression: a row that Eq. 5 sets to γ = 0 learns nothing, so one request's early rejections once became
+    every later request's prior and the engine decoded plainly for good (684 of 688 steps in one run)."""
+    table = CostTable({(1, 0): 5.4, (1, 1): 6.7, (1, 2): 7.7, (1, 3): 9.0, (1, 4): 9.8})  # the CPU pair's, in ms
+
+    def run(optimism: float) -> tuple[list[int], list[int]]:
+        spec = SpecConfig(drafter="lookup", policy="adaptive", gamma=4, alpha_prior=0.6, optimism=optimism)
+        policy, first = GammaPolicy(spec, table, 512), Request(0, [1, 2], 50)
+        first.generated.append(3)
+        for drafted in (1, 1, 2, 2, 2):  # five rounds, every first draft rejected
+            policy.observe([first], {"drafted": [drafted], "accepted": [0], "gamma": drafted,
+                                     "draft_s": 0.0, "verify_s": table.cost(1, drafted)})
+        second = Request(1, [1, 2], 50)
+        second.generated.append(3)
+        return policy.choose([first]), policy.choose([second])
+
+    assert run(optimism=0.0) == ([0], [0])  # the rate alone: α = 2.4 / 9 and no request drafts again
+    first, second = run(optimism=1.0)
+    assert first[0] > 0 and second[0] > 0  # five tests prove little: both keep drafting
+
+
+def test_optimism_fades_as_a_rows_tests_pile_up():
+    alpha = RunningAlpha(prior=0.6, weight=4)
+    few = alpha.upper(1.0) - alpha.value
+    for _ in range(40):
+        alpha.add(drafted=4, accepted=4)
+        alpha.add(drafted=4, accepted=0)
+    assert alpha.value == pytest.approx(162.4 / 204) and 0 < alpha.upper(1.0) - alpha.value < few / 3
+    assert alpha.upper(0.0) == alpha.value and RunningAlpha(0.98, 1000).upper(3.0) == 0.99
+    with pytest.raises(ValueError, match="optimism"):
+        SpecConfig(drafter="lookup", optimism=-1.0)
 
 
 def test_busy_seconds_is_the_union_of_the_requests_lifetimes():
