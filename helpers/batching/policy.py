@@ -27,7 +27,6 @@ from helpers.batching.request import Request
 from helpers.batching.speculation import DRAFTERS
 
 POLICIES = ("none", "fixed", "adaptive")
-OPTIMISM = 1.0  # standard errors the policy adds to a row's α (result rows name it: rows of an earlier rule lack it)
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ class SpecConfig:
     stop_below: float = 0.25  # running α under which a request stops speculating ...
     min_rounds: int = 6  # ... once it has run this many rounds
     margin: float = 0.03  # speculate only when Eq. 5 predicts at least this gain
-    optimism: float = OPTIMISM  # standard errors added to a row's α in Eq. 5 (0: the running rate itself)
+    optimism: float = 1.0  # standard errors added to a row's α in Eq. 5 (0: the running rate itself)
     calibration_context: int = 64  # tokens per synthetic row when the costs are measured at start-up
     calibration_repeats: int = 3
 

@@ -12,7 +12,6 @@ import torch
 from tqdm.auto import tqdm
 
 from helpers.batching.model_ops import generate_alone, model_source
-from helpers.batching.policy import OPTIMISM
 from helpers.batching.request import Request
 from helpers.batching.workers import EngineConfig
 from helpers.batching.workload import make_workload, prompt_token_stream
@@ -52,7 +51,7 @@ def batch_config(params: dict, batch: int) -> dict:
 def load_config(params: dict, load: float) -> dict:
     """The engine at one offered load (arrival rate x one request's service time alone), every policy."""
     return {"kind": "load", **_base(params), "requests": params["serving_requests"], "max_batch": params["serving_batch"],
-            "load": load, "repeats": params["serving_repeats"], "policies": list(POLICIES), "optimism": OPTIMISM}
+            "load": load, "repeats": params["serving_repeats"], "policies": list(POLICIES)}
 
 
 def long_config(params: dict) -> dict:
