@@ -93,7 +93,8 @@ class CostTable:
 
     def __init__(self, seconds: dict[tuple[int, int], float], smoothing: float = 0.2) -> None:
         self.seconds = dict(seconds)
-        self.sizes = {g: sorted(b for b, gamma in self.seconds if gamma == g) for _, g in self.seconds}
+        gammas = {gamma for _, gamma in self.seconds}
+        self.sizes = {g: sorted(b for b, gamma in self.seconds if gamma == g) for g in gammas}
         self.smoothing = smoothing
         self.batch_factor: dict[int, float] = {}
         self.entry_factor: dict[tuple[int, int], float] = {}
