@@ -13,7 +13,7 @@ from helpers.batching.model_ops import PretrainedDir, generate_alone, prefill
 from helpers.batching.policy import CostTable, GammaPolicy, RunningAlpha, SpecConfig, calibration_batches
 from helpers.batching.request import Request
 from helpers.batching.speculation import DRAFTERS, SpecDecodeBatch, extend_ragged, make_drafter
-from helpers.batching.workers import EngineConfig
+from helpers.batching.workers import EngineConfig, prepare_decoder, warm_up
 from helpers.specdec.drafter_files import save_drafter
 from helpers.specdec.feature_draft import FeatureDraft
 
@@ -229,6 +229,22 @@ def test_a_drafters_folder_is_named_or_shipped():
     assert drafter_dir(None, FEATURE_DRAFT_DIR) == FEATURE_DRAFT_DIR
     assert drafter_dir("cpu-pair/eagle", FEATURE_DRAFT_DIR) == CPU_PAIR_DIR / "eagle" == FEATURE_DRAFT_DIR
     assert str(drafter_dir("/some/folder", FEATURE_DRAFT_DIR)) == "/some/folder"
+
+
+@pytest.mark.parametrize("policy", ["none", "fixed", "adaptive"])
+def test_workers_warm_up_before_the_clock_and_keep_nothing_of_it(saved_pair, policy):
+    """The first forwards are cold; every policy's decode worker (and the prefill worker) runs a synthetic request
+    first, so that no policy pays for it, and starts with an empty batch and a policy that never saw that row."""
+    target, _, draft_dir = saved_pair
+    spec = None if policy == "none" else SpecConfig(drafter="draft", draft=draft_dir, policy=policy, gamma=3,
+                                                    calibration_context=16, calibration_repeats=1)
+    cfg = EngineConfig(kv_capacity_blocks=40, block_size=8, max_seq_len=MAX_LEN - 3, speculation=spec,
+                       temperature=0.7)
+    warm_up(target, cfg)  # the prefill worker's: prefill only
+    decoder = prepare_decoder(target, cfg)
+    assert len(decoder.batch) == 0
+    if policy != "none":
+        assert not decoder.policy.alphas and decoder.batch.generator is not None  # warmed up greedy, sampled after
 
 
 @pytest.mark.parametrize("drafter, policy", [("draft", "adaptive"), ("draft", "fixed"), ("feature", "fixed")])
