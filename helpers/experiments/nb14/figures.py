@@ -45,7 +45,7 @@ def batch_figure(batch: pd.DataFrame):
     axes[0].plot(rows.batch, rows.speedup, "o-", label="measured")
     axes[0].plot(rows.batch, rows.eq5_speedup, "--", label="Eq. 5")
     axes[0].axhline(1.0, color="grey", lw=0.8)
-    axes[0].set_ylabel("speedup over plain decoding")
+    axes[0].set_ylabel("speedup (x plain)")  # short: the panel is low
     axes[0].legend()
     axes[1].plot(rows.batch, rows.verify_ratio, "s-", label=r"$T_V(\gamma)/T_T$")
     axes[1].plot(rows.batch, rows.draft_ratio, "o--", label=r"$c = T_D/T_T$")
