@@ -65,12 +65,14 @@ def prefill(model, requests: list[Request], temperature: float = 0.0, generator=
 
 
 class DecodeBatch:
-    """A ragged batch of sequences decoding together, one token per step."""
+    """A ragged batch of sequences decoding together, one token per step. ``headroom``: KV slots a step may write
+    past a row's last token (a speculative round's drafts)."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, *, headroom: int = 0) -> None:
         self.model = _engine_model(model)
         self.requests: list[Request] = []
         self.cache = self.model.new_cache(0, 1)
+        self.headroom = headroom
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -79,7 +81,10 @@ class DecodeBatch:
         """Join rows whose prompts are prefilled: ``kvs[i]`` is ``[layers, 2, kv_heads, len, head_dim]`` (plain
         decoding reads no ``features``)."""
         if requests:
-            self.cache.append_rows(kvs)
+            # room for the joining rows' whole outputs now: growing later copies every row's KV mid-decode (a
+            # 16 x 4096-token batch took 1.4 s to double); a row of unknown output length grows by doubling
+            known = [r.prompt_len + r.output_length + self.headroom for r in requests if r.output_length]
+            self.cache.append_rows(kvs, capacity=min(max(known, default=0), self.model.config.max_seq_len))
             self.requests.extend(requests)
 
     @torch.inference_mode()

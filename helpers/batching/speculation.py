@@ -259,8 +259,8 @@ DRAFTERS = ("draft", "self", "lookup", "feature")
 class SpecDecodeBatch(DecodeBatch):
     """A ragged decode batch whose ``advance(gammas)`` is one speculative round (greedy or sampled)."""
 
-    def __init__(self, model, drafter, *, temperature: float = 0.0, generator=None) -> None:
-        super().__init__(model)
+    def __init__(self, model, drafter, *, temperature: float = 0.0, generator=None, headroom: int = 0) -> None:
+        super().__init__(model, headroom=headroom)
         self.drafter, self.temperature, self.generator = drafter, temperature, generator
         self.limit = self.model.config.max_seq_len
 

@@ -232,7 +232,8 @@ def prepare_decoder(model, cfg: EngineConfig) -> Decoder:
     def make_batch(temperature: float = cfg.temperature) -> SpecDecodeBatch:
         drafter = make_drafter(spec.drafter, draft_model=draft, limit=limit, window=spec.window, sinks=spec.sinks,
                                ngram=spec.ngram)
-        return SpecDecodeBatch(model, drafter, temperature=temperature, generator=generator if temperature else None)
+        return SpecDecodeBatch(model, drafter, temperature=temperature, generator=generator if temperature else None,
+                               headroom=spec.headroom)
 
     warm_up(model, cfg, lambda: make_batch(0.0))  # greedy: the sampled requests' random stream stays untouched
 

@@ -303,11 +303,12 @@ class KVCache:
             if self.valid is not None:
                 self.valid = F.pad(self.valid, (0, capacity - self.valid.shape[1]), value=True)
 
-    def append_rows(self, rows: list[torch.Tensor]) -> None:
+    def append_rows(self, rows: list[torch.Tensor], capacity: int = 0) -> None:
         """New rows join the batch with their cached keys/values, ``rows[i]`` shaped
-        ``(layers, 2, kv_heads, length_i, head_dim)`` (what a prefill worker sends); each starts at slot 0."""
+        ``(layers, 2, kv_heads, length_i, head_dim)`` (what a prefill worker sends); each starts at slot 0. Every
+        row gets room for at least ``capacity`` slots."""
         lengths = [row.shape[3] for row in rows]
-        self.reserve(max(lengths))
+        self.reserve(max(lengths + [capacity]))
         shape = (len(rows),) + self.keys[0].shape[1:]
         for layer in range(len(self.keys)):
             new_keys, new_values = self.keys[layer].new_zeros(shape), self.values[layer].new_zeros(shape)
