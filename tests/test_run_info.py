@@ -74,9 +74,9 @@ def test_rows_record_the_run(monkeypatch):
 
 # result files holding rows of two runs of their own notebook on the same machine, with the reason (each row keeps its
 # run_id; the configurations differ, so no row of one run stands for the other's)
-TWO_RUNS = {"14_speculative_serving": "the long-context rows (16 x 4096-token prompts, about 20 minutes) kept from the "
-                                      "first run, whose configuration they still match, when the short requests moved "
-                                      "to the feature drafter"}
+TWO_RUNS = {"14_speculative_serving": "the first run's rows of the configuration before the short requests moved to "
+                                      "the feature drafter (draft-2l), kept as measured; every row of today's "
+                                      "configurations comes from the later run"}
 OWN_RUN = {"13": "added after the others", "14": "added after the others",
            "09": "measured again whole once its batched costs were timed on the runtime its batched decoders run on"}
 
