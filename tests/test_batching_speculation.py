@@ -260,10 +260,14 @@ def test_a_joining_row_gets_room_for_its_whole_output_and_the_cache_never_grows_
 
 
 @pytest.mark.parametrize("policy", ["none", "fixed", "adaptive"])
-def test_workers_warm_up_before_the_clock_and_keep_nothing_of_it(saved_pair, policy):
+def test_workers_warm_up_before_the_clock_and_keep_nothing_of_it(saved_pair, policy, monkeypatch):
     """The first forwards are cold; every policy's decode worker (and the prefill worker) runs a synthetic request
-    first, so that no policy pays for it, and starts with an empty batch and a policy that never saw that row."""
+    first, so that no policy pays for it, and starts with an empty batch and a policy that never saw that row.
+    Regression: a speculating worker's warm-up ran plain steps (a SpecDecodeBatch is a DecodeBatch), never a round."""
     target, _, draft_dir = saved_pair
+    rounds = []
+    advance = SpecDecodeBatch.advance
+    monkeypatch.setattr(SpecDecodeBatch, "advance", lambda self, gammas: rounds.append(gammas) or advance(self, gammas))
     spec = None if policy == "none" else SpecConfig(drafter="draft", draft=draft_dir, policy=policy, gamma=3,
                                                     calibration_context=16, calibration_repeats=1)
     cfg = EngineConfig(kv_capacity_blocks=40, block_size=8, max_seq_len=MAX_LEN - 3, speculation=spec,
@@ -273,6 +277,7 @@ def test_workers_warm_up_before_the_clock_and_keep_nothing_of_it(saved_pair, pol
     assert len(decoder.batch) == 0
     if policy != "none":
         assert not decoder.policy.alphas and decoder.batch.generator is not None  # warmed up greedy, sampled after
+    assert bool(rounds) == (policy != "none")  # fixed γ: only the warm-up runs rounds before the clock
 
 
 @pytest.mark.parametrize("drafter, policy", [("draft", "adaptive"), ("draft", "fixed"), ("feature", "fixed")])

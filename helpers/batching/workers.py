@@ -206,8 +206,12 @@ def warm_up(model, cfg: EngineConfig, make_batch=None) -> None:
         return
     batch = make_batch()
     batch.add([request], *prefilled)
-    for _ in range(WARM_UP_STEPS):
-        batch.step() if isinstance(batch, DecodeBatch) else batch.advance([cfg.speculation.gamma])
+    for _ in range(WARM_UP_STEPS):  # each step commits its tokens, as the decode loop does: the next reads them
+        if isinstance(batch, SpecDecodeBatch):  # (a SpecDecodeBatch is a DecodeBatch too: test it first)
+            new, _ = batch.advance([cfg.speculation.gamma])
+        else:
+            new = [[token] for token in batch.step()]
+        request.generated.extend(new[0])
 
 
 def prepare_decoder(model, cfg: EngineConfig) -> Decoder:
