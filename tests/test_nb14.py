@@ -52,7 +52,8 @@ def test_summary_pairs_repeats_and_finds_the_crossovers():
                        (32.0, "none"): 400.0, (32.0, "fixed"): 360.0, (32.0, "adaptive"): 396.0})
     batch = pd.DataFrame({"batch": [1, 2, 4, 8], "speedup": [1.9, 1.5, 1.1, 0.9], "eq5_speedup": [1.8, 1.4, 0.95, 0.8],
                           "verify_ratio": [1.2, 1.4, 1.7, 2.2], "draft_ratio": [0.2] * 4, "alpha": [0.7] * 4,
-                          "identical": [True] * 4, "gamma": [4] * 4})
+                          "identical": [True] * 4, "gamma": [4] * 4, "target_step_s": [0.010, 0.012, 0.015, 0.020],
+                          "T_V_s": [0.012, 0.0168, 0.0255, 0.044]})
     long = pd.DataFrame([{"context": 4096, "requests": 16, "policy": p, "repeat": r, "decode_tok_s": v,
                           "goodput_tok_s": v / 2, "mean_rows": 16.0, "alpha": 0.8, "lossless": True}
                          for r in (0, 1) for p, v in (("none", 100.0), ("fixed", 130.0))])
@@ -67,6 +68,10 @@ def test_summary_pairs_repeats_and_finds_the_crossovers():
     assert (n["crossover_measured"], n["crossover_eq5"]) == (8, 4)
     assert n["long_context_ratio"] == pytest.approx(1.3) and n["long_batch"] == 16
     assert n["low_alpha"] == 0.7 and n["low_eq5"] == pytest.approx(float(predicted_speedup(4, 0.7, 0.2, 1.2)))
+    assert (n["batch_peak"], n["batch_peak_inside"], n["batch_tt_ms_first"]) == (1, 0, pytest.approx(10.0))
+    peaked = nb14.summary({"batch": batch.assign(speedup=[1.5, 1.8, 1.1, 0.9]), "load": load, "long": long})["numbers"]
+    assert (peaked["batch_peak"], peaked["batch_speedup_peak"], peaked["batch_peak_inside"]) == (2, 1.8, 1)
+    assert peaked["batch_tv_ms_peak"] == pytest.approx(16.8) and peaked["batch_v_peak"] == 1.4
     assert nb14.summary({"batch": batch.assign(speedup=2.0), "load": load, "long": long.iloc[:0]}
                         )["numbers"]["crossover_measured"] == 0  # none below 1 in the sweep
 

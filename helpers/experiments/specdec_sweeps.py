@@ -34,7 +34,8 @@ from tqdm.auto import tqdm
 
 from helpers.experiments.specdec_costs import graph_counts
 from helpers.models import CPU_PAIR_DIR, PAIR_PREFIX
-from helpers.models.runtime import minimal_view, prepare_graphs
+from helpers.models.graphs import capture_steps
+from helpers.models.runtime import minimal_view
 from helpers.specdec.analysis import pooled_alpha, pooled_speedup
 from helpers.specdec.divergence import greedy_divergence, greedy_lossless, near_ties
 from helpers.specdec.linear import autoregressive_generate, speculative_generate
@@ -105,12 +106,12 @@ def measure_pair(target, draft, cases: list[dict], gammas, max_new_tokens: int, 
                                        time_phases=time_phases, compile=compile))
         return result.tokens, result.stats
 
-    if compile:  # every graph the runs will replay, compiled and captured before anything is timed
-        capacity = max(case["input_ids"].shape[1] for case in cases) + max_new_tokens
-        prepare_graphs({target: range(1, max(gammas) + 2), draft: (1, 2)}, capacity, compile=compile)
+    views = [minimal_view(target), minimal_view(draft)] if compile else []
+    capacity = max(case["input_ids"].shape[1] for case in cases) + max_new_tokens
+    for view, widths in zip(views, (range(1, max(gammas) + 2), (1, 2))):  # the target verifies, the draft drafts
+        capture_steps(view, capacity, widths, compiled=compile == "compiled")  # before anything is timed
     for method, gamma in methods:  # warm-up: allocator, kernels, lazy imports of generate()
         call(method, gamma, cases[0]["input_ids"], min(8, max_new_tokens))
-    views = [minimal_view(target), minimal_view(draft)] if compile else []
     rows = []
     for case in tqdm(cases, desc="prompts", disable=not progress):
         ids, counted = case["input_ids"], dict.fromkeys(methods, 0)

@@ -194,17 +194,13 @@ class GraphedSteps:
         start = time.perf_counter()
         tokens = torch.zeros(self.cache.batch_size, k, dtype=torch.long, device=self.cache.device)
         saved = self.lengths.clone()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                self._body(tokens)
-                self.lengths.copy_(saved)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = self._body(tokens)
-        self.lengths.copy_(saved)  # capture records the increment without running it; keep the buffers exact
+        stream, graph = torch.cuda.Stream(), torch.cuda.CUDAGraph()
+        for warm_up in (True, True, False):  # two runs on a side stream, then the capture of the same body
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream) if warm_up else torch.cuda.graph(graph):
+                out = self._body(tokens)
+            torch.cuda.current_stream().wait_stream(stream)
+            self.lengths.copy_(saved)  # a capture records the increment without running it: keep the buffers exact
         self.graphs[k] = (graph, tokens, out)
         self.captures += 1
         torch.cuda.synchronize()
@@ -234,13 +230,13 @@ def graphed_steps(model: MiniDecoder, batch_size: int, capacity: int, owner, *, 
     free = [s for s in pool if s.owner() is None and s.cache.capacity >= capacity]
     if free:
         steps = min(free, key=lambda s: s.cache.capacity)
+        steps.reset()  # a new one starts empty
     else:
         steps = GraphedSteps(model, batch_size,
                              min(max(256, 1 << (capacity - 1).bit_length()), model.config.max_seq_len),
                              compiled=compiled)
         pool.append(steps)
     steps.owner = weakref.ref(owner)
-    steps.reset()
     return steps
 
 

@@ -181,16 +181,6 @@ def resolve_runtime(runtime: str, *models) -> str:
     return runtime
 
 
-def prepare_graphs(models_widths: dict, capacity: int, batch_size: int = 1, *, compile="graphs") -> None:
-    """Capture, before anything is timed, the CUDA graphs ``compile="graphs"`` (or ``"compiled"``) generations will
-    replay: ``{model: widths}`` (a no-op on a CPU). See :func:`helpers.models.graphs.capture_steps`."""
-    from helpers.models.graphs import capture_steps
-
-    check_compile(compile)
-    for model, widths in models_widths.items():
-        capture_steps(minimal_view(model), capacity, widths, batch_size, compiled=compile == "compiled")
-
-
 COMPILE_MODES = (False, "graphs", "compiled")  # the generators' ``compile=``: eager, graphs, compiled layer + graphs
 
 

@@ -230,6 +230,7 @@ def summary(frames: dict) -> dict:
     noise), the long-context regime, and ``lossless`` over every run; flags are 0/1 (the report's ``\\ifnum``).
     The benchmark's JSON keys are among them."""
     batch = frames["batch"].sort_values("batch")
+    first, peak = batch.iloc[0], batch.loc[batch.speedup.idxmax()]
     numbers = {
         "batch_sizes": len(batch), "batch_first": int(batch.batch.iloc[0]), "batch_last": int(batch.batch.iloc[-1]),
         "batch_speedup_first": batch.speedup.iloc[0], "batch_speedup_last": batch.speedup.iloc[-1],
@@ -240,6 +241,11 @@ def summary(frames: dict) -> dict:
         "verify_dominates": int(batch.verify_ratio.iloc[-1] - batch.verify_ratio.iloc[0]
                                 > batch.gamma.iloc[0] * (batch.draft_ratio.iloc[-1] - batch.draft_ratio.iloc[0])),
         "batch_alpha_min": batch.alpha.min(), "batch_alpha_max": batch.alpha.max(),
+        # the fastest batch, and what a plain step and a verify forward cost there and at the smallest batch
+        "batch_peak": int(peak.batch), "batch_speedup_peak": peak.speedup, "batch_v_peak": peak.verify_ratio,
+        "batch_peak_inside": int(peak.batch != first.batch),
+        **{f"batch_{name}_ms_{where}": 1e3 * row[column] for where, row in (("first", first), ("peak", peak))
+           for name, column in (("tt", "target_step_s"), ("tv", "T_V_s"))},
         "crossover_measured": _first_below_one(batch, "speedup"), "crossover_eq5": _first_below_one(batch, "eq5_speedup"),
         "eq5_max_error_pct": 100 * (batch.eq5_speedup / batch.speedup - 1).abs().max()}
     table = load_table(frames["load"]) if len(frames["load"]) else pd.DataFrame()
