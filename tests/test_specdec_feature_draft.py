@@ -61,7 +61,9 @@ def test_bad_draft_vocabularies_are_named(target):
 DRAFTING = {"g3": dict(gamma=3), "g5-stop": dict(gamma=5, stop_below=0.6), "g1": dict(gamma=1),
             "backoff": dict(gamma=4, stop_below=0.3, backoff=4),
             "dynamic": dict(tree="dynamic", depth=4, topk=3, budget=8),
-            "depth1": dict(tree="dynamic", depth=1, topk=2, budget=2), "static": dict(tree="static", topk=(2, 2, 1))}
+            "depth1": dict(tree="dynamic", depth=1, topk=2, budget=2), "static": dict(tree="static", topk=(2, 2, 1)),
+            # a budget under what the draft writes in a round (5 levels x 3): its cache needs that room, not the budget's
+            "deep-small-budget": dict(tree="dynamic", depth=6, topk=3, budget=4)}
 
 
 @pytest.mark.parametrize("seed", range(5))

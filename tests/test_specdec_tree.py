@@ -12,7 +12,7 @@ from transformers import MistralConfig, MistralForCausalLM
 
 from helpers.models.runtime import minimal_view
 from helpers.specdec import autoregressive_generate, speculative_generate
-from helpers.specdec.tree import AcceptanceTable, tree_generate, tree_shape
+from helpers.specdec.tree import AcceptanceTable, stored_nodes, tree_generate, tree_shape
 from distribution_checks import chi_square_pvalue, exact_joint, pooled, tv_tolerance
 from tiny_models import PEAK, perturbed_copy, tiny_qwen3
 
@@ -67,6 +67,18 @@ def test_budget_caps_the_nodes_verified(pair):
     for tree in result.rounds:  # every kept node's parent is kept; the path follows parent links
         assert all(0 <= p < n for n, p in enumerate(tree.parents) if n)
         assert all(tree.parents[b] == a for a, b in zip(tree.path, tree.path[1:]))
+
+
+def test_a_budget_under_the_drafts_own_nodes_fits_its_cache(pair):
+    """Regression: depth 6 x top-3 writes 15 frontier nodes into the draft's cache each round while a budget of 5
+    verifies 5; the draft's cache was sized for the budget and overflowed a few rounds in."""
+    target, draft = pair
+    for ids in prompts(3):
+        expected = autoregressive_generate(target, ids, 30, eos_token_id=-1).tokens
+        result = tree_generate(target, draft, ids, 30, tree="dynamic", depth=6, topk=3, budget=5, eos_token_id=-1)
+        assert torch.equal(result.tokens, expected)
+    assert stored_nodes(6, (3,) * 6, "dynamic") == 15 and stored_nodes(3, (3, 2, 1), "static") == 3 + 6
+    assert stored_nodes(1, (4,), "static") == stored_nodes(1, (4,), "dynamic") == 0  # one level: nothing fed back
 
 
 def test_draft_sees_only_its_ancestors(pair):

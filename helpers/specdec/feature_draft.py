@@ -29,8 +29,8 @@ from helpers.models.runtime import resolve_runtime
 from helpers.specdec.chain import Drafter, generate_chain
 from helpers.specdec.methods import Method, register
 from helpers.specdec.core import GenerationResult, GenerationStats, check_positive_int, sample
-from helpers.specdec.tree import (AcceptanceTable, TreeDrafter, TreeStats, _children, _Tree, draft_tree,
-                                  generate_tree, max_nodes, tree_runtime, tree_shape)
+from helpers.specdec.tree import (AcceptanceTable, TreeDrafter, TreeStats, _children, _Tree, draft_tree, generate_tree,
+                                  max_nodes, stored_nodes, tree_runtime, tree_shape)
 
 __all__ = ["FeatureDraft", "eagle_generate"]
 
@@ -247,6 +247,7 @@ class FeatureTreeDrafter(TreeDrafter):
     def __init__(self, draft: "FeatureDraft", tree: str, depth: int, widths: tuple[int, ...], budget: int | None):
         self.draft, self.tree, self.depth, self.widths, self.budget = draft, tree, depth, widths, budget
         self.nodes_room = max_nodes(depth, widths, budget, tree)
+        self.stored_room = stored_nodes(depth, widths, tree)
         self.table, self.greedy = AcceptanceTable(max(widths)), True
         self.pairs, self.forwards = None, 0
 

@@ -204,6 +204,15 @@ def max_nodes(depth: int, widths: tuple[int, ...], budget: int | None, tree: str
     return drafted if budget is None else min(budget, drafted)
 
 
+def stored_nodes(depth: int, widths: tuple[int, ...], tree: str) -> int:
+    """The most nodes a drafter writes into its own cache in one round: every level's expanded frontier (the last
+    level is drafted, never fed). A budget prunes only what the target verifies, so this can exceed
+    :func:`max_nodes`."""
+    if tree == "static":
+        return max_nodes(depth - 1, widths[:-1], None, tree)
+    return (depth - 1) * widths[0]
+
+
 def _check_tree_pair(target, draft) -> str:
     check_draft(target, draft)
     return tree_runtime(target, draft)
@@ -231,15 +240,18 @@ def _cache_capacity(target, input_ids: torch.Tensor, max_new_tokens: int, nodes_
 
 class TreeDrafter:
     """What the tree verifier needs from a drafting method (a base class, as :class:`~helpers.specdec.chain.Drafter`
-    is for chains): ``depth`` (the most levels a round drafts) and ``nodes_room`` (the most nodes); ``start`` sees
-    the prompt; ``propose_tree`` returns the round's :class:`_Tree` under the pending token, with, when sampling,
-    the draft distribution each expanded node's children were drawn from (``draft_probs``); ``commit_tree`` hears
-    the accepted path and the next token (and the target's hidden states at every node, with ``needs_hidden``)."""
+    is for chains): ``depth`` (the most levels a round drafts), ``nodes_room`` (the most nodes the target verifies)
+    and ``stored_room`` (the most its own cache writes in a round, :func:`stored_nodes`); ``start`` sees the prompt
+    and the room its cache needs; ``propose_tree`` returns the round's :class:`_Tree` under the pending token, with,
+    when sampling, the draft distribution each expanded node's children were drawn from (``draft_probs``);
+    ``commit_tree`` hears the accepted path and the next token (and the target's hidden states at every node, with
+    ``needs_hidden``)."""
 
     needs_hidden = False
     forwards = 0
     depth = 0
     nodes_room = 0
+    stored_room = 0
 
     def start(self, input_ids: torch.Tensor, capacity: int, hidden: torch.Tensor | None = None) -> None:
         pass
@@ -259,6 +271,7 @@ class ModelTreeDrafter(TreeDrafter):
         self.draft, self.runtime, self.tree, self.depth, self.widths, self.budget = (draft, runtime, tree, depth,
                                                                                      widths, budget)
         self.nodes_room = max_nodes(depth, widths, budget, tree)
+        self.stored_room = stored_nodes(depth, widths, tree)
         self.table = AcceptanceTable(max(widths))
         self.cache = self.pending = self.start_length = None
         self.forwards, self.greedy = 0, True
@@ -342,7 +355,9 @@ def generate_tree(target, drafter: TreeDrafter, input_ids: torch.Tensor, max_new
     clock = PhaseClock(input_ids.device, time_phases)
     capacity = _cache_capacity(target, input_ids, max_new_tokens, drafter.nodes_room)
     target_cache = cached_decoder(target, tree_runtime(target), capacity)
-    drafter.start(input_ids, capacity, prefill_target(target_cache, input_ids, stats, drafter.needs_hidden))
+    # the drafter's cache: the committed tokens and the nodes it writes in a round (a budget may verify fewer)
+    drafter.start(input_ids, input_ids.shape[1] + max_new_tokens + drafter.stored_room,
+                  prefill_target(target_cache, input_ids, stats, drafter.needs_hidden))
     pending = int(input_ids[0, -1])
     stats.time_prefill_s = clock.lap()
 
