@@ -151,6 +151,22 @@ def test_bad_inputs_are_named(target):
         eagle_generate(target, draft, torch.tensor([[1.0, 2.0]]), 4)
 
 
+def test_a_target_without_the_layer_sizes_is_refused_with_the_reason():
+    """Regression: a GPT-2 target (no intermediate_size) raised an AttributeError from inside the config copy."""
+    from transformers import GPT2Config, GPT2LMHeadModel, MistralConfig, MistralForCausalLM
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=48, n_embd=32, n_layer=1, n_head=2, n_positions=64)).eval()
+    with pytest.raises(ValueError, match="has no intermediate_size: use a Qwen3, Llama or OLMo target"):
+        FeatureDraft(gpt2)
+    torch.manual_seed(0)  # a config that names the sizes drafts through the transformers runtime, losslessly
+    mistral = MistralForCausalLM(MistralConfig(vocab_size=48, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                               num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                               max_position_embeddings=64)).eval()
+    prompt = torch.tensor([[3, 1, 4, 1, 5]])
+    assert torch.equal(eagle_generate(mistral, FeatureDraft(mistral), prompt, 12, eos_token_id=-1).tokens,
+                       autoregressive_generate(mistral, prompt, 12, eos_token_id=-1).tokens)
+
+
 @torch.inference_mode()
 def test_the_tree_drafter_state_is_built_from_true_features_only(target):
     from helpers.specdec.feature_draft import FeatureTreeDrafter

@@ -36,8 +36,15 @@ __all__ = ["FeatureDraft", "eagle_generate"]
 
 
 def _layer_config(target) -> DecoderConfig:
-    """One Qwen3-style layer of the target's width and attention shape (any Qwen3, Llama or OLMo config)."""
+    """One Qwen3-style layer of the target's width and attention shape (a Qwen3, Llama or OLMo config, or any config
+    that names the same sizes, as Mistral's or Qwen2's do)."""
     config = target.config
+    missing = [name for name in ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads",
+                                 "max_position_embeddings") if getattr(config, name, None) is None]
+    if missing:
+        raise ValueError(f"a feature draft copies the target's layer sizes, and this {type(config).__name__} has no "
+                         f"{', '.join(missing)}: use a Qwen3, Llama or OLMo target (or another config that names "
+                         "them), or draft with a draft model or Medusa heads")
     heads = config.num_attention_heads
     return DecoderConfig(
         vocab_size=config.vocab_size, hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
