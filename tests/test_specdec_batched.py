@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers.specdec import autoregressive_generate
 from helpers.specdec.analysis import estimate_alpha
 from helpers.specdec.batched import RaggedBatch, batched_autoregressive_generate, batched_speculative_generate
 from tiny_models import RAGGED_PROMPTS as PROMPTS
@@ -124,9 +125,22 @@ def test_both_runtimes_give_each_row_its_own_greedy_decoding(target, drafts, ref
     assert result.tokens == [references[i][:12] for i in range(len(PROMPTS))]
 
 
+@pytest.mark.parametrize("runtime", ["minimal", "transformers"])
+def test_one_token_prompts_decode_beside_longer_ones(target, runtime):
+    """Regression: one-token prompts were refused ("prepend a BOS token"); round one feeds the draft the last prompt
+    token alone, later rounds the last two committed tokens, so a row needs no token before its first."""
+    draft = perturbed_copy(target, 0.02)
+    prompts = [[3], [1, 2], [5, 9, 4, 7], [8]]
+    alone = [autoregressive_generate(target, torch.tensor([p]), 14, eos_token_id=-1).tokens.tolist() for p in prompts]
+    for gamma in (1, 3):
+        assert batched_speculative_generate(target, draft, prompts, 14, gamma, runtime=runtime).tokens == alone
+    assert batched_speculative_generate(target, draft, [[3], [8]], 14, 2, runtime=runtime).tokens == [alone[0],
+                                                                                                      alone[3]]
+
+
 def test_invalid_arguments_raise(target):
-    with pytest.raises(ValueError, match="at least 2 tokens"):
-        batched_speculative_generate(target, target, [[1, 2], [3]], 4, gamma=2)
+    with pytest.raises(ValueError, match="empty prompt: every prompt needs at least one token"):
+        batched_speculative_generate(target, target, [[1, 2], []], 4, gamma=2)
     with pytest.raises(ValueError, match="gamma"):
         batched_speculative_generate(target, target, PROMPTS, 4, gamma=0)
     with pytest.raises(ValueError, match="temperature"):

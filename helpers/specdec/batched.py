@@ -16,7 +16,8 @@ the target cache holds the first N_b - 1 tokens and the draft cache the first N_
 the draft the last two committed tokens (one of them is the "catch-up" token: the last accepted draft, or
 the token before a correction, whose draft KV is missing or stale) and the target the last committed token
 plus the gamma drafts, so every row feeds the same number of tokens and no inner padding is ever needed.
-This is why prompts need at least two tokens.
+The first round alone starts from N_b - 1 in both caches and feeds the draft the last prompt token, so that a
+one-token prompt needs no token before it.
 
 What is guaranteed: in exact arithmetic each row's output is that row's own greedy (argmax) continuation
 under the target model, token for token, whatever the other rows do. In floating point, a padded batched
@@ -110,17 +111,17 @@ class RaggedBatch:
         self.decoder.rollback([n - k for n, k in zip(self.decoder.lengths, keep_lengths.tolist())])
 
 
-def _check_prompts(model, prompts, max_new_tokens: int, min_length: int) -> list[list[int]]:
+def _check_prompts(model, prompts, max_new_tokens: int) -> list[list[int]]:
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     rows = [torch.as_tensor(p).reshape(-1) for p in prompts]
     if not rows:
         raise ValueError("no prompts given: pass a list of token-id sequences, one per batch row")
+    if any(row.numel() == 0 for row in rows):
+        raise ValueError("an empty prompt: every prompt needs at least one token (a BOS token, if nothing else)")
     if any(row.is_floating_point() or row.dtype == torch.bool for row in rows):
         raise ValueError("prompts must hold integer token ids; cast them with .long() or pass lists of ints")
     rows = [row.tolist() for row in rows]
-    if min(len(r) for r in rows) < min_length:
-        raise ValueError(f"every prompt needs at least {min_length} tokens (prepend a BOS token to shorter ones)")
     vocab = vocab_size(model)
     bad = [t for r in rows for t in r if not 0 <= t < vocab]
     if bad:
@@ -161,7 +162,7 @@ def decode_batch(step, retain, pending: torch.Tensor, max_new_tokens: int, eos: 
 def batched_autoregressive_generate(model, prompts, max_new_tokens: int, eos_token_id: int | None = None, *,
                                     runtime: str = "auto") -> BatchedGeneration:
     """Greedy decoding of a batch of prompts (different lengths allowed), one target forward per token."""
-    rows = _check_prompts(model, prompts, max_new_tokens, min_length=1)
+    rows = _check_prompts(model, prompts, max_new_tokens)
     device = next(model.parameters()).device
     start = time.perf_counter()
     runtime = resolve_runtime(runtime, model)
@@ -184,7 +185,7 @@ def batched_autoregressive_generate(model, prompts, max_new_tokens: int, eos_tok
 def _draft_rows(draft_cache: RaggedBatch, tails: torch.Tensor, gamma: int, temperature: float = 0.0,
                 generator=None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """γ draft tokens per row (B, γ), greedy or drawn at ``temperature``, and the distributions they were drawn from
-    (B, γ, V; None when greedy); the first forward feeds each row's last two committed tokens."""
+    (B, γ, V; None when greedy); the first forward feeds ``tails``, each row's committed tokens the draft lacks."""
     drafts, distributions = [], []
     logits = draft_cache.extend(tails, logits_to_keep=1)
     for i in range(gamma):
@@ -203,8 +204,8 @@ def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, ga
                                  runtime: str = "auto") -> BatchedGeneration:
     """Speculative decoding of a batch of prompts with per-row acceptance and per-row rollback.
 
-    Each round: gamma draft forwards (the first feeds two tokens per row), ONE target forward verifying
-    gamma + 1 positions per row, one host sync for the accepted counts. Each row runs Algorithm 2's test on its
+    Each round: gamma draft forwards (the first feeds two tokens per row, one in round one), ONE target forward
+    verifying gamma + 1 positions per row, one host sync for the accepted counts. Each row runs Algorithm 2's test on its
     own drafts (:func:`helpers.specdec.core.accept`): greedy (``temperature`` 0), it accepts the longest prefix
     that matches the target's argmax and takes the target's own next token; sampling, it keeps draft i with
     probability min(1, q/p) and draws its next token from norm(max(0, q - p)) at its first rejection, so that
@@ -220,7 +221,7 @@ def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, ga
         raise ValueError(f"gamma (draft tokens per round) must be an int >= 1, got {gamma!r}")
     if not temperature >= 0:
         raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature!r}")
-    rows = _check_prompts(target, prompts, max_new_tokens, min_length=2)
+    rows = _check_prompts(target, prompts, max_new_tokens)
     device = next(target.parameters()).device
     generator = None if seed is None else torch.Generator(device=device).manual_seed(seed)
     eos = set() if eos_token_id is None else {eos_token_id}
@@ -233,17 +234,17 @@ def batched_speculative_generate(target, draft, prompts, max_new_tokens: int, ga
     target_cache = RaggedBatch(target, runtime, len(rows), capacity)
     draft_cache = RaggedBatch(draft, runtime, len(rows), capacity)
     target_cache.prefill([r[:-1] for r in rows])
-    draft_cache.prefill([r[:-2] for r in rows])
+    draft_cache.prefill([r[:-1] for r in rows])  # round one feeds the last prompt token; later rounds two
     sync(device)
     prefill_seconds, rounds = time.perf_counter() - start, 0
     phases = dict.fromkeys(("draft", "verify", "bookkeeping", "rollback"), 0.0)
     clock = PhaseClock(device, sync_phases=time_phases and device.type == "cuda")
     while active:
         clock.mark()
-        tails = torch.tensor([sequences[b][-2:] for b in active], device=device)
+        tails = torch.tensor([sequences[b][-(2 if rounds else 1):] for b in active], device=device)
         drafts, draft_probs = _draft_rows(draft_cache, tails, gamma, temperature, generator)
         phases["draft"] += clock.lap()
-        n_accepted, next_tokens = accept(target_cache.extend(torch.cat([tails[:, 1:], drafts], dim=1)), drafts,
+        n_accepted, next_tokens = accept(target_cache.extend(torch.cat([tails[:, -1:], drafts], dim=1)), drafts,
                                          draft_probs, temperature, generator)
         rounds += 1
         host = torch.cat([n_accepted[:, None], drafts, next_tokens[:, None]], dim=1).tolist()  # the one host sync
