@@ -325,9 +325,16 @@ def test_a_killed_speculating_worker_is_reported_and_a_rerun_completes(saved_pai
         assert request.generated == generate_alone(target, request.input_tokens, request.output_length)
 
 
-def test_a_model_too_short_for_the_rounds_is_refused(saved_pair):
-    _, source, draft_dir = saved_pair
+def test_a_model_too_short_for_the_rounds_is_refused_before_any_worker_starts(saved_pair, monkeypatch):
+    """Regression: the refusal came from inside the decode worker, after both processes had started, followed by
+    the prefill worker's 'connection reset'; a source that can read its config is now checked first."""
+    import helpers.batching.engine as engine
+
+    target, source, draft_dir = saved_pair
     spec = SpecConfig(drafter="draft", draft=draft_dir, policy="fixed", gamma=3)
     cfg = EngineConfig(kv_capacity_blocks=40, block_size=8, max_seq_len=MAX_LEN, speculation=spec)
-    with pytest.raises(WorkerFailed, match="lower max_seq_len to 157"):
+    monkeypatch.setattr(engine.mp, "get_context", lambda *a: pytest.fail("a worker process was started"))
+    with pytest.raises(ValueError, match="lower max_seq_len to 157"):
         run_continuous(source, mixed_requests(5, count=2), cfg, grace_s=20)
+    with pytest.raises(ValueError, match="lower max_seq_len to 157"):  # the worker's own check, for other sources
+        prepare_decoder(target, cfg)

@@ -15,10 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from helpers.batching.request import Request
-from helpers.models.registry import load_model
+from helpers.models.registry import load_model, model_config
 from helpers.models.runtime import minimal_supported, minimal_view
 from helpers.specdec.batched import batched_autoregressive_generate
 from helpers.specdec.core import sample
@@ -135,6 +135,9 @@ class PretrainedDir:
     def __call__(self):
         return AutoModelForCausalLM.from_pretrained(self.path, dtype=torch.float32).eval()
 
+    def config(self):
+        return AutoConfig.from_pretrained(self.path)
+
 
 class NamedModel:
     """A picklable model source: any name ``helpers.models.load_model`` knows (e.g. ``"cpu-pair/target"``)."""
@@ -144,6 +147,9 @@ class NamedModel:
 
     def __call__(self):
         return load_model(self.name, dtype=self.dtype)[0].eval()
+
+    def config(self):
+        return model_config(self.name)
 
 
 def model_source(name: str, dtype: torch.dtype | None = None):

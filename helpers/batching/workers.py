@@ -73,6 +73,13 @@ class EngineConfig:
         """KV slots a speculative round may hold past a request's committed tokens."""
         return self.speculation.headroom if self.speculation is not None else 0
 
+    def check_context(self, limit: int) -> None:
+        """Raise if a speculative round could write past the model's ``limit`` positions."""
+        if self.max_seq_len + self.headroom > limit:
+            raise ValueError(f"max_seq_len {self.max_seq_len} + gamma {self.speculation.gamma} exceeds the model's "
+                             f"{limit} positions: a round writes gamma tokens past a request's last; lower "
+                             f"max_seq_len to {limit - self.headroom}")
+
     @property
     def sends_features(self) -> bool:
         """Whether a prompt's features travel with its KV (the feature drafter drafts from them)."""
@@ -222,10 +229,7 @@ def prepare_decoder(model, cfg: EngineConfig) -> Decoder:
         warm_up(model, cfg, lambda: DecodeBatch(model))
         return Decoder(DecodeBatch(model))
     limit = int(model.config.max_position_embeddings)
-    if cfg.max_seq_len + spec.headroom > limit:
-        raise ValueError(f"max_seq_len {cfg.max_seq_len} + gamma {spec.gamma} exceeds the model's {limit} positions: "
-                         f"a round writes gamma tokens past a request's last; lower max_seq_len to "
-                         f"{limit - spec.headroom}")
+    cfg.check_context(limit)
     draft = None
     if spec.drafter == "draft" and spec.draft:
         draft = model_source(spec.draft)().to(model.device).eval()
