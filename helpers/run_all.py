@@ -39,10 +39,10 @@ class Pending(Exception):
 
 
 class ClaimContradicted(Pending):
-    """Under results-only rendering (another profile's rows, a GPU's say), a notebook's check of its own prose (an
-    assert beside a sentence) failed: the sentence was written from other rows and needs revising for these. The
-    notebook is pending like one missing rows, so the rest still renders and the report still builds; ``main`` then
-    exits non-zero, naming the claim."""
+    """A notebook's check of its own prose (an assert beside a sentence) failed: the sentence was written from other
+    rows (another profile's, another machine's, other parameters') and needs revising for these. The notebook is
+    pending like one missing rows, its measured rows kept, so the rest still runs and the report still builds;
+    ``main`` then exits non-zero, naming the claim."""
 
 
 def load_params(profile: str, params_file: str | Path | None = None) -> dict:
@@ -112,7 +112,7 @@ def execute(notebook: Path, params: dict, out_dir: Path, progress: bool = True) 
     except PapermillExecutionError as err:
         if err.ename == "MissingResultError" and results_only():
             raise Pending(f"{notebook.name}: {err.evalue}") from None
-        if err.ename == "AssertionError" and results_only():
+        if err.ename == "AssertionError":
             raise ClaimContradicted(f"{notebook.name}, cell {err.exec_count}: {err.evalue or 'an assert failed'} "
                                     f"(see {out_dir / notebook.name})") from None
         raise SystemExit(
