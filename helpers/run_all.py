@@ -291,8 +291,11 @@ def main(argv: list[str] | None = None) -> None:
 
             clear_partial(notebook.stem, profile)  # rendered in full: its section replaces the rows-so-far table
             print(f"    done in {seconds:.0f} s -> {out_dir / notebook.name}", flush=True)
+        unmeasured = [stem for stem in pending if not any(claim.startswith(stem) for claim in contradicted)]
+        claimed = [stem for stem in pending if stem not in unmeasured]
         print(f"{len(selected) - len(pending)} of {len(selected)} notebooks ran in {time.perf_counter() - total:.0f} s"
-              + (f"; pending, their rows not measured yet: {', '.join(pending)}" if pending else ""))
+              + (f"; pending, their rows not measured yet: {', '.join(unmeasured)}" if unmeasured else "")
+              + (f"; pending, a claim of their prose contradicted: {', '.join(claimed)}" if claimed else ""))
     info = run_info.write(profile)
     print(f"results of {profile}: {info['rows']} rows from {', '.join(info['devices'])}, threads "
           f"{info['threads']}, {info['runs_text']}"

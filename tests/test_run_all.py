@@ -70,7 +70,10 @@ def test_a_claim_other_rows_contradict_is_pending_and_the_rest_runs(tmp_path, mo
     ran = _stop_notebook_07(monkeypatch, lambda name: run_all.ClaimContradicted(f"{name}, cell 3: the prose says so"))
     with pytest.raises(SystemExit, match="07_speculative_decoding.ipynb, cell 3: the prose says so"):
         run_all.main(["--profile", "gpu-h100", "--only", "06", "07", "08", "--no-report"])
-    assert ran == ["06", "08"] and "a claim of its prose does not hold" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert ran == ["06", "08"] and "a claim of its prose does not hold" in out
+    assert "pending, a claim of their prose contradicted: 07_speculative_decoding" in out
+    assert "rows not measured yet" not in out  # its rows were there: a claim, not a missing row
     assert (paths.generated_dir("gpu-h100") / "00_run_info.numbers.tex").exists()  # the run went on to the end
 
 
