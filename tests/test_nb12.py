@@ -38,6 +38,15 @@ def test_configs_are_the_scale_timing_and_one_per_draft(params):
     assert len(configs[params["design_drafts"][0]]["prompt_ids"]) == len(nb12.prompt_rows(params))
 
 
+def test_a_draft_list_without_two_family_depths_is_refused_before_measuring(params):
+    """Regression: design_drafts with one family draft measured every draft, then failed in section 4 with 'a line
+    needs at least two distinct x'."""
+    for drafts in (["cpu-pair/draft-4x144", "cpu-pair/draft-2l"], ["cpu-pair/draft-2x192", "cpu-pair/draft-2x192-shared"]):
+        with pytest.raises(ValueError, match="design_drafts needs drafts of at least two depths"):
+            nb12.configs({**params, "design_drafts": drafts})
+    nb12.check_drafts(["cpu-pair/draft-4x144", "cpu-pair/draft-1x240"])
+
+
 def test_measure_finds_every_committed_row_in_draft_order(params, measured):
     assert [row["draft"] for row in measured["rows"]] == params["design_drafts"]
     assert [row["layers"] for row in measured["scale"]] == params["scale_depths"]

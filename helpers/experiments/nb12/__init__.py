@@ -5,6 +5,7 @@ the report quotes; the computations live in :mod:`helpers.experiments.nb12.study
 from __future__ import annotations
 
 import os
+import re
 
 import pandas as pd
 import torch
@@ -14,6 +15,7 @@ from helpers.experiments.packages import TARGET, notebook_part, step_record
 from helpers.experiments.nb12.study import (depth_latency, draft_config, eq5_agrees, gamma_ties, leave_one_out,
                                               measure_draft, measure_scale, predictors, scale_config, timing_noise)
 from helpers.models import load_model
+from helpers.models.registry import DRAFT_FAMILY
 from helpers.prompts import encode_prompts, load_prompts, select_prompts
 from helpers.results import config_key, free_memory, measured_on, run_metadata
 from helpers.stats import tied_with_best
@@ -35,8 +37,21 @@ def prompt_rows(params: dict) -> list[dict]:
     return select_prompts(load_prompts("cpu"), params["design_prompts"])
 
 
+FAMILY_NAME = re.compile(r"draft-(\d+)x\d+$")  # the equal-size family's own-embedding drafts: draft-<layers>x<width>
+
+
+def check_drafts(drafts: list[str]) -> None:
+    """Section 4 fits T_D over depth across the equal-size family: refuse fewer than two of its depths up front."""
+    depths = {int(match.group(1)) for name in drafts if (match := FAMILY_NAME.search(name))}
+    if len(depths) < 2:
+        raise ValueError(f"design_drafts needs drafts of at least two depths from the equal-size family "
+                         f"(draft-<layers>x<width>, e.g. cpu-pair/{DRAFT_FAMILY[0]} and cpu-pair/{DRAFT_FAMILY[1]}) "
+                         f"for section 4's line of draft latency over depth; got {drafts}")
+
+
 def configs(params: dict) -> dict:
     """Every result-store configuration of the notebook: ``"scale"`` and one per draft (by name)."""
+    check_drafts(params["design_drafts"])
     ids = [row["id"] for row in prompt_rows(params)]
     return {"scale": scale_config(params), **{name: draft_config(params, name, ids)
                                                for name in params["design_drafts"]}}
