@@ -40,13 +40,21 @@ def prompt_rows(params: dict) -> list[dict]:
 FAMILY_NAME = re.compile(r"draft-(\d+)x\d+$")  # the equal-size family's own-embedding drafts: draft-<layers>x<width>
 
 
+COMPARED = ("draft-2x192", "draft-2x192-shared", "draft-2l")  # section 5: sharing the embedding, and the recipe
+
+
 def check_drafts(drafts: list[str]) -> None:
-    """Section 4 fits T_D over depth across the equal-size family: refuse fewer than two of its depths up front."""
+    """Refuse up front what the sections cannot use: section 4 fits T_D over depth across the equal-size family (two
+    of its depths at least), section 5 compares :data:`COMPARED`."""
     depths = {int(match.group(1)) for name in drafts if (match := FAMILY_NAME.search(name))}
     if len(depths) < 2:
         raise ValueError(f"design_drafts needs drafts of at least two depths from the equal-size family "
                          f"(draft-<layers>x<width>, e.g. cpu-pair/{DRAFT_FAMILY[0]} and cpu-pair/{DRAFT_FAMILY[1]}) "
                          f"for section 4's line of draft latency over depth; got {drafts}")
+    missing = [name for name in COMPARED if name not in {short(d) for d in drafts}]
+    if missing:
+        raise ValueError(f"design_drafts lacks {', '.join('cpu-pair/' + m for m in missing)}: section 5 compares "
+                         f"{', '.join(COMPARED)}; got {drafts}")
 
 
 def configs(params: dict) -> dict:
@@ -231,7 +239,8 @@ def embedding_sharing(by: pd.DataFrame, tolerance: float = 0.1) -> dict:
     indexed by short name): what a round adds to each draft forward (in-round minus alone, ms), and whether sharing
     cuts (``sharing_helps``) or raises (``sharing_hurts``) it by more than ``tolerance`` (the cost runs' T_T spread)."""
     missing = {"draft-2x192-shared", "draft-2x192"} - set(by.index)
-    assert not missing, f"this comparison needs {sorted(missing)} in design_drafts"
+    if missing:
+        raise ValueError(f"this comparison needs {sorted(missing)} in design_drafts")
     pair = {"shared": by.loc["draft-2x192-shared"], "own": by.loc["draft-2x192"]}
     added = {name: row.T_D_round_ms - row.T_D_ms for name, row in pair.items()}
     return {**{f"{name}_round_penalty": row.T_D_round_ms / row.T_D_ms for name, row in pair.items()},
