@@ -78,9 +78,12 @@ def test_transformers_cache_bytes_match_the_formula(tiny_hf):
 
 
 def test_output_lengths():
-    assert kv_sweep.output_lengths(16) == [1, 2, 4, 8, 16]
-    with pytest.raises(ValueError, match="power of two"):
-        kv_sweep.output_lengths(12)
+    assert kv_sweep.output_lengths(16) == [1, 2, 4, 8, 16] and kv_sweep.output_lengths(1) == [1]
+    # regression: any other maximum was refused ("a power of two"), late in notebooks 03 and 04
+    assert kv_sweep.output_lengths(24) == [1, 2, 4, 8, 16, 24] and kv_sweep.output_lengths(3) == [1, 2, 3]
+    for bad in (0, 2.0, True):
+        with pytest.raises(ValueError, match="an int >= 1"):
+            kv_sweep.output_lengths(bad)
 
 
 def test_fit_recovers_a_quadratic_and_extrapolates():

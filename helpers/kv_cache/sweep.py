@@ -120,10 +120,11 @@ def make_prompt(tokenizer, prompt_len: int, batch_size: int, vocab_size: int, de
 
 
 def output_lengths(max_new_tokens: int) -> list[int]:
-    """1, 2, 4, ... up to ``max_new_tokens`` (a power of two)."""
-    if max_new_tokens < 1 or max_new_tokens & (max_new_tokens - 1):
-        raise ValueError(f"max_new_tokens must be a power of two >= 1, got {max_new_tokens}")
-    return [1 << k for k in range(max_new_tokens.bit_length())]
+    """1, 2, 4, ... below ``max_new_tokens``, then ``max_new_tokens`` itself (the powers of two up to it when it is
+    one)."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    return [1 << k for k in range((max_new_tokens - 1).bit_length())] + [max_new_tokens]
 
 
 def paired_sweep(generate_fns: dict, lengths, *, repeats: int, device, caps: dict | None = None, progress=None,
