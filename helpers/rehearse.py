@@ -27,7 +27,6 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -196,10 +195,6 @@ def prepare(root: Path = ROOT) -> tuple[Path, list[str]]:
     startup.mkdir(parents=True, exist_ok=True)
     (startup / "00-workbook-claims.py").write_text(_STARTUP, encoding="utf-8")
     (root / CLAIMS_FILE).unlink(missing_ok=True)
-    report = root / "out" / "report"  # the report's sources beside the generated tables, as run_all builds it
-    (report / "sections").mkdir(parents=True, exist_ok=True)
-    shutil.copy(paths.REPORT_DIR / "report.tex", report / "report.tex")
-    shutil.copytree(paths.REPORT_DIR / "sections", report / "sections", dirs_exist_ok=True)
     params_file = root / "params.yaml"
     params_file.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
     return params_file, ids

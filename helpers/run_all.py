@@ -220,6 +220,10 @@ def write_section_list(report_dir: Path) -> Path:
 def build_report(profile: str, report_dir: Path | None = None) -> Path | None:
     """latexmk the report for ``profile``; returns the PDF, or None (with advice) when TeX is missing."""
     report_dir = report_dir or paths.output_root() / "report"
+    if report_dir.resolve() != paths.REPORT_DIR.resolve():  # an output root elsewhere: its own copy of the sources
+        report_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copy(paths.REPORT_DIR / "report.tex", report_dir / "report.tex")
+        shutil.copytree(paths.REPORT_DIR / "sections", report_dir / "sections", dirs_exist_ok=True)
     write_student_macro(report_dir)  # the title block's name: submission/specdec.py's header
     write_section_list(report_dir)  # sections report.tex does not place (a new notebook's)
     if shutil.which("latexmk") is None or shutil.which("pdflatex") is None:
