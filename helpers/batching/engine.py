@@ -113,8 +113,6 @@ def run_continuous(model_source, requests: list[Request], cfg: EngineConfig, *, 
 def run_static_baseline(model, requests: list[Request], cfg: EngineConfig, threads: int | None = None) -> RunResult:
     """The static baseline with the same batch size, stop rules and model as ``cfg``; on copies of the requests."""
     validate_workload(requests, cfg)
-    if cfg.headroom and hasattr(model_source, "config"):  # before any process starts, where the config is cheap
-        cfg.check_context(int(model_source.config().max_position_embeddings))
     requests = copy.deepcopy(requests)
     out = run_static(model, requests, batch_size=cfg.max_decode_batch, max_seq_len=cfg.max_seq_len,
                      eos_token_id=cfg.eos_token_id, threads=threads)
