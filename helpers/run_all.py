@@ -45,6 +45,21 @@ class ClaimContradicted(Pending):
     ``main`` then exits non-zero, naming the claim."""
 
 
+class CellTimedOut(SystemExit):
+    """A cell ran past ``WORKBOOK_CELL_TIMEOUT`` seconds (unset: no limit, as GPU cells can run long). The rehearsal
+    sets one because a kernel message lost under papermill leaves both sides waiting for ever: the one hang seen
+    (notebook 10's widget cell, kernel idle, client polling for 13 minutes) passed when run again."""
+
+
+def cell_timeout() -> int | None:
+    value = os.environ.get("WORKBOOK_CELL_TIMEOUT", "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) == 0:
+        raise ValueError(f"WORKBOOK_CELL_TIMEOUT={value!r}: give whole seconds above 0, or unset it for no limit")
+    return int(value)
+
+
 def load_params(profile: str, params_file: str | Path | None = None) -> dict:
     path = Path(params_file) if params_file else paths.PARAMS_DIR / f"{paths.check_profile(profile)}.yaml"
     if not path.exists():
@@ -108,7 +123,11 @@ def execute(notebook: Path, params: dict, out_dir: Path, progress: bool = True) 
             cwd=str(paths.NOTEBOOKS_DIR),
             progress_bar=progress,
             report_mode=False,
+            execution_timeout=cell_timeout(),
         )
+    except TimeoutError:  # nbclient's CellTimeoutError, which papermill lets through
+        raise CellTimedOut(f"\nTIMED OUT: {notebook.name}: a cell ran past WORKBOOK_CELL_TIMEOUT="
+                           f"{cell_timeout()} s (the partly executed notebook is {out_dir / notebook.name})") from None
     except PapermillExecutionError as err:
         if err.ename == "MissingResultError" and results_only():
             raise Pending(f"{notebook.name}: {err.evalue}") from None

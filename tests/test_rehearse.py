@@ -73,6 +73,30 @@ def test_a_notebook_assert_becomes_a_recorded_claim(tmp_path, monkeypatch):
 
 
 @pytest.mark.notebooks
+def test_a_hung_notebook_runs_once_more_and_a_second_hang_stops_the_rehearsal():
+    from helpers import run_all
+
+    class FakeRunAll:
+        CellTimedOut = run_all.CellTimedOut
+
+        def __init__(self, hangs):
+            self.hangs, self.calls = hangs, 0
+
+        def main(self, argv):
+            self.calls += 1
+            if self.calls <= self.hangs:
+                raise run_all.CellTimedOut("TIMED OUT: 10_tree.ipynb")
+
+    once = FakeRunAll(hangs=1)
+    rehearse.run_notebook_once_more_on_a_hang(once, ["--only", "10"])
+    assert once.calls == 2
+    twice = FakeRunAll(hangs=2)
+    with pytest.raises(run_all.CellTimedOut):
+        rehearse.run_notebook_once_more_on_a_hang(twice, ["--only", "10"])
+    assert twice.calls == 2
+    assert int(rehearse.environment(Path("/tmp"))["WORKBOOK_CELL_TIMEOUT"]) == rehearse.CELL_TIMEOUT_S
+
+
 def test_the_rehearsal_runs_every_notebook_and_builds_the_gpu_report(tmp_path):
     """The goal: all 13 notebooks under the GPU profile's code path, Table 1 for the three handout pairs x gamma in
     {2, 3, 5, 7}, Tables 2 and 3, every §1.3/§2.1 table and figure, and the GPU report."""

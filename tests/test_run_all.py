@@ -21,6 +21,30 @@ def test_failed_notebook_names_cell_and_error(tmp_path):
     assert "99_broken.ipynb" in message and "ValueError" in message and "gamma must be >= 1" in message
 
 
+def test_a_cell_past_the_cell_timeout_stops_with_a_named_time_out(tmp_path, monkeypatch):
+    nb = new_notebook(cells=[new_code_cell("x = 1"), new_code_cell("import time; time.sleep(60)")],
+                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    path = tmp_path / "99_hangs.ipynb"
+    nbformat.write(nb, path)
+    monkeypatch.setenv("WORKBOOK_CELL_TIMEOUT", "2")
+    with pytest.raises(run_all.CellTimedOut, match=r"99_hangs.ipynb.*WORKBOOK_CELL_TIMEOUT=2 s"):
+        run_all.execute(path, {"profile": "cpu"}, tmp_path / "out", progress=False)
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "1.5"])
+def test_a_cell_timeout_that_is_not_whole_seconds_is_refused(value, monkeypatch):
+    monkeypatch.setenv("WORKBOOK_CELL_TIMEOUT", value)
+    with pytest.raises(ValueError, match="whole seconds"):
+        run_all.cell_timeout()
+
+
+def test_no_cell_timeout_unless_one_is_set(monkeypatch):
+    monkeypatch.delenv("WORKBOOK_CELL_TIMEOUT", raising=False)
+    assert run_all.cell_timeout() is None
+    monkeypatch.setenv("WORKBOOK_CELL_TIMEOUT", "300")
+    assert run_all.cell_timeout() == 300
+
+
 def test_a_missing_row_under_results_only_is_pending_not_a_failure(tmp_path, monkeypatch):
     cells = [new_code_cell("from helpers.results import MissingResultError"),
              new_code_cell("raise MissingResultError('results/gpu-h100/07.jsonl has no row for gamma 3')")]
