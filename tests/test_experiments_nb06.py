@@ -87,7 +87,8 @@ def test_gpu_forward_rows_set_the_roofline_beside_a_measurement():
     assert nb06.gpu_forward_numbers([bad]) == {
         "fpGpuRemeasure": 1, "fpGpuRemeasureName": bad["gpu"], "fpGpuRemeasureFirst": 1, "fpGpuRemeasureFlagged": "--",
         "fpGpuRemeasureFaster": "8", "fpGpuRemeasureFlaggedCount": 0, "fpGpuRemeasureFasterCount": 1,
-        "fpGpuRemeasureFasterMs": 50.0, "fpGpuRemeasureFirstMs": 61.1, "fpGpuMeasured": 0}
+        "fpGpuRemeasureFasterMs": 50.0, "fpGpuRemeasureFirstMs": 61.1, "fpGpuMeasured": 0,
+        "fpGpuOutdatedCount": 0, "fpGpuOutdatedName": "--", "fpGpuRemeasureDetailName": bad["gpu"]}
 
 
 def test_a_gpu_sweep_with_rows_to_remeasure_or_a_larger_batch_faster_is_quoted_as_no_ratio():
@@ -178,7 +179,12 @@ def test_rows_of_an_earlier_protocol_are_quoted_nowhere():
     from helpers.memory import load_config
 
     found = nb06.gpu_forward_rows(load_config(nb06.ROOFLINE_MODEL), 256)
-    assert "gpu-h100" not in {f["profile"] for f in found}
+    h100 = next(f for f in found if f["profile"] == "gpu-h100")  # said to be re-measured, not left out in silence
+    assert h100["outdated"] and h100["remeasure"] and h100["timed_with"] == (3, 5) and "ratio" not in h100
+    quoted = nb06.gpu_forward_numbers(found, "gpu-h100")
+    assert quoted["fpGpuOutdatedCount"] == 1 and quoted["fpGpuOutdatedName"] == h100["gpu"]
+    assert h100["gpu"] in quoted["fpGpuRemeasureName"] and quoted["fpGpuRemeasureDetailName"] != h100["gpu"]
+    assert quoted.get("fpGpuName") != h100["gpu"]  # no ratio from it
 
 
 def test_a_sweep_to_remeasure_shows_no_ratio_in_its_table():

@@ -250,13 +250,21 @@ def sweep_not_monotone(rows: list[dict]) -> list[int]:
 def gpu_forward_rows(config, seq_len: int) -> list[dict]:
     """Per GPU window, the roofline model's MEAN forward time per batch size at ``seq_len`` against that GPU's roofline;
     a sweep with a row to re-measure or one faster than its first batch carries ``remeasure`` (no ratio is quoted from
-    it)."""
+    it), and so does one timed with other warm-ups or trials than its profile asks for now (``outdated``, its
+    ``timed_with`` (warm-ups, trials), no ratio either)."""
     found = []
     for folder in gpu_result_folders(RESULT):
         rows = [r for r in latest_ok_rows(folder / f"{RESULT}.jsonl") if r.get("device") == "cuda"
                 and r.get("kind") == "forward" and r.get("seq_len") == seq_len and r.get("model") == ROOFLINE_MODEL]
-        rows = current_rows(folder.name, rows)  # rows the profile marks for re-measuring are quoted nowhere
         if not rows:
+            continue
+        timed = rows
+        rows = current_rows(folder.name, rows)  # rows the profile marks for re-measuring are quoted nowhere
+        if not rows:  # said as a sweep to re-measure, not left out in silence
+            first = min(timed, key=lambda r: r["batch_size"])
+            found.append({"profile": folder.name, "gpu": timed[0]["device_name"], "outdated": True, "remeasure": True,
+                          "first": int(first["batch_size"]), "first_ms": first["time_ms_mean"], "flagged": [],
+                          "faster": [], "faster_ms": None, "timed_with": (first.get("warmup"), first.get("trials"))})
             continue
         device_name = rows[0]["device_name"]
         means = {int(r["batch_size"]): r["time_ms_mean"] / 1e3 for r in rows}
@@ -306,7 +314,10 @@ def gpu_forward_numbers(found: list[dict], profile: str | None = None) -> dict:
     bad = [o for o in found if o["remeasure"]]
     remeasure = {"fpGpuRemeasure": int(bool(bad))}
     if bad:
-        b = bad[0]
+        outdated = [o["gpu"] for o in bad if o.get("outdated")]
+        b = next((o for o in bad if not o.get("outdated")), bad[0])  # the details come from a sweep that has them
+        remeasure.update(fpGpuOutdatedCount=len(outdated), fpGpuOutdatedName=", ".join(outdated) or "--",
+                         fpGpuRemeasureDetailName=b["gpu"])
         remeasure.update(fpGpuRemeasureName=", ".join(o["gpu"] for o in bad), fpGpuRemeasureFirst=b["first"],
                          fpGpuRemeasureFlagged=_batches(b["flagged"]), fpGpuRemeasureFaster=_batches(b["faster"]),
                          fpGpuRemeasureFlaggedCount=len(b["flagged"]), fpGpuRemeasureFasterCount=len(b["faster"]),
